@@ -1,0 +1,35 @@
+"""ament_python package: `colcon build` on a robot, `pip install -e .` in the project's .venv."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "lowrl_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.yaml")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/models", glob("models/*")),
+    ],
+    install_requires=["setuptools", "numpy", "pyyaml", "psutil", "onnxruntime", "onnx"],
+    extras_require={"train": ["torch", "gymnasium[mujoco]"], "sb3": ["stable-baselines3"]},
+    zip_safe=True,
+    maintainer="lowrl_ros team",
+    maintainer_email="lowrl@example.com",
+    description="Compressed RL policies on a robot's small computer, under an enforced budget.",
+    license="Apache-2.0",
+    tests_require=["pytest"],
+    entry_points={
+        "console_scripts": [
+            "lowrl = lowrl_ros.cli:main",
+            "policy_node = lowrl_ros.ros.policy_node:main",
+            "sim_robot_node = lowrl_ros.ros.sim_robot_node:main",
+            "budget_monitor_node = lowrl_ros.ros.budget_monitor_node:main",
+        ],
+    },
+)
