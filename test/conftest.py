@@ -10,8 +10,9 @@ os.environ["ROS_LOCALHOST_ONLY"] = "1"
 if "LOWRL_TEST_DOMAIN_ID" in os.environ:
     os.environ["ROS_DOMAIN_ID"] = os.environ["LOWRL_TEST_DOMAIN_ID"]
 else:
-    # Private per session; 0 (the default domain) and the Makefile's 61 are avoided.
-    os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().choice([d for d in range(100, 200)]))
+    # Private per session, inside 1..101 (higher ids collide with Linux ephemeral ports);
+    # 0 (the default domain) and the Makefile's 61 are avoided.
+    os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().choice([d for d in range(1, 102) if d != 61]))
 
 import pytest  # noqa: E402
 

@@ -1,0 +1,42 @@
+"""The policy node's statistics message, read by the budget monitor.
+
+On the wire: std_msgs/Float64MultiArray on ``/lowrl/policy/stats`` (10 Hz), values in the order of
+``STATS_FIELDS``; ``layout.dim[0].label`` carries the names joined by commas so a human reading
+``ros2 topic echo`` sees them. Standard message types only (DESIGN.md), hence a fixed order here.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+STATS_FIELDS: tuple[str, ...] = (
+    "window_p50_us",  # inference latency over the recent window, microseconds
+    "window_p99_us",
+    "deadline_misses",  # total since activation: a tick whose output came later than the deadline
+    "ticks",  # total control ticks since activation
+    "control_period_us",
+    "deadline_us",
+    "tier",  # ComputeTier value now applied
+    "pid",  # the policy node's process, for the budget monitor's memory probe
+)
+
+
+@dataclass(frozen=True)
+class PolicyStats:
+    window_p50_us: float
+    window_p99_us: float
+    deadline_misses: float
+    ticks: float
+    control_period_us: float
+    deadline_us: float
+    tier: float
+    pid: float
+
+    def to_list(self) -> list[float]:
+        return [float(v) for v in asdict(self).values()]
+
+    @classmethod
+    def from_list(cls, values) -> "PolicyStats":
+        values = list(values)
+        if len(values) != len(STATS_FIELDS):
+            raise ValueError(f"policy stats need {len(STATS_FIELDS)} values ({', '.join(STATS_FIELDS)}), got {len(values)}")
+        return cls(*map(float, values))
