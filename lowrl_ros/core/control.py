@@ -1,0 +1,334 @@
+"""The policy node's control logic, free of ROS: safety, watchdog, soft start, decimation, tiers.
+
+The node feeds observations (or the error that made one unusable) and calls :meth:`step` once per
+control tick; everything that decides *which* action goes out lives here, so it is tested with a
+fake clock and fake policies (test/test_control.py) and the node stays a thin wrapper.
+
+Order of decisions in one tick (the first that applies wins):
+
+1. not active                      -> safe action
+2. the latest observation was bad  -> safe action, error reason kept for diagnostics
+3. no observation within watchdog  -> safe action
+4. tier SAFE                       -> safe action
+5. not an acting tick (decimation) -> hold the last action
+6. otherwise                       -> policy (full or lite by tier), blended from the safe action
+                                      over ``soft_start_steps`` after activation or a swap.
+
+Every action is clamped to the policy contract's limits.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol
+
+import numpy as np
+
+from lowrl_ros.core.tiers import ComputeTier
+
+MODES = ("event", "fixed_rate")
+SAFE_ACTIONS = ("zero", "hold", "default_pose")
+
+
+class PolicyLike(Protocol):
+    """What the controller needs of a policy (lowrl_ros.core.artifact's Policy fits)."""
+
+    contract: object
+
+    def act(self, obs: np.ndarray) -> np.ndarray: ...
+
+
+class BundleLike(Protocol):
+    """What the controller needs of a bundle (lowrl_ros.core.bundle.PolicyBundle fits)."""
+
+    policies: Mapping[str, PolicyLike]
+    version: int
+
+    def smallest(self) -> PolicyLike: ...
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Control-loop settings (mapped from the policy node's ROS parameters).
+
+    Attributes:
+        mode: "event" (act on each observation) or "fixed_rate" (act on a timer tick).
+        control_period_s: timer period in fixed_rate mode; the deadline reference in both modes.
+        decimation: in fixed_rate mode, run the policy every k-th tick and hold in between.
+        tier_decimation: extra factor applied in the DECIMATED compute tier.
+        watchdog_timeout_s: no observation for this long -> the safe action.
+        soft_start_steps: blend from the safe action to the policy over this many policy steps
+            after activation or a swap (0: no blending).
+        safe_action: "zero", "hold" (the last action sent) or "default_pose".
+        default_pose: the safe action for "default_pose" (one value per action).
+        deadline_s: an output later than this after its reference time is a deadline miss
+            (0: use control_period_s).
+        latency_window: number of recent inference latencies kept for p50/p99.
+    """
+
+    mode: str = "event"
+    control_period_s: float = 0.01
+    decimation: int = 1
+    tier_decimation: int = 4
+    watchdog_timeout_s: float = 0.1
+    soft_start_steps: int = 50
+    safe_action: str = "zero"
+    default_pose: tuple[float, ...] = ()
+    deadline_s: float = 0.0
+    latency_window: int = 1000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "default_pose", tuple(float(v) for v in self.default_pose))
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is unknown; use one of {', '.join(MODES)}")
+        if not 1e-4 <= self.control_period_s <= 10.0:
+            raise ValueError(f"control_period_s={self.control_period_s} is outside 0.0001..10 s; "
+                             "e.g. 0.01 for 100 Hz")
+        for name in ("decimation", "tier_decimation", "latency_window"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)}")
+        if self.watchdog_timeout_s <= 0:
+            raise ValueError(f"watchdog_timeout_s must be > 0 (e.g. 10 control periods), got {self.watchdog_timeout_s}")
+        if self.soft_start_steps < 0:
+            raise ValueError(f"soft_start_steps must be >= 0 (0: no soft start), got {self.soft_start_steps}")
+        if self.safe_action not in SAFE_ACTIONS:
+            raise ValueError(f"safe_action {self.safe_action!r} is unknown; use one of {', '.join(SAFE_ACTIONS)}")
+        if self.safe_action == "default_pose" and not self.default_pose:
+            raise ValueError("safe_action is 'default_pose' but default_pose is empty; give one value per action")
+        if not np.isfinite(self.default_pose).all():
+            raise ValueError(f"default_pose must be finite, got {self.default_pose}")
+        if self.deadline_s < 0:
+            raise ValueError(f"deadline_s must be >= 0 (0: the control period), got {self.deadline_s}")
+
+    @property
+    def deadline(self) -> float:
+        return self.deadline_s or self.control_period_s
+
+
+@dataclass
+class StepResult:
+    """One tick's output: the action and why it was chosen."""
+
+    action: np.ndarray
+    source: str  # "policy", "hold", "safe"
+    reason: str = ""  # why the safe action, when it is
+    latency_s: float | None = None  # inference time when the policy ran
+
+
+class LatencyWindow:
+    """The most recent N latencies, with p50/p99 on demand (cheap to append, computed at 10 Hz)."""
+
+    def __init__(self, size: int) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+
+    def add(self, seconds: float) -> None:
+        self._values.append(seconds)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def percentiles_us(self) -> tuple[float, float]:
+        """(p50, p99) in microseconds; (nan, nan) when empty."""
+        if not self._values:
+            return float("nan"), float("nan")
+        p50, p99 = np.percentile(np.fromiter(self._values, float), [50, 99])
+        return float(p50) * 1e6, float(p99) * 1e6
+
+
+def full_policy(bundle: BundleLike) -> PolicyLike:
+    """The bundle's "full" tier, or its only/first policy."""
+    return bundle.policies.get("full") or next(iter(bundle.policies.values()))
+
+
+def policy_dims(policy: PolicyLike) -> tuple[int, int]:
+    c = policy.contract
+    return int(c.obs_dim), int(c.action_dim)
+
+
+@dataclass
+class _Active:
+    bundle: BundleLike
+    full: PolicyLike
+    lite: PolicyLike | None  # None: one-policy bundle, LITE falls to DECIMATED
+    low: np.ndarray
+    high: np.ndarray
+
+
+class PolicyController:
+    """Chooses the action of each control tick. Not thread-safe: call from one thread."""
+
+    def __init__(self, config: ControlConfig, bundle: BundleLike,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self._clock = clock
+        self._policy = self._prepare(bundle)
+        self.obs_dim, self.action_dim = policy_dims(self._policy.full)
+        if config.safe_action == "default_pose" and len(config.default_pose) != self.action_dim:
+            raise ValueError(f"default_pose has {len(config.default_pose)} values but the policy has "
+                             f"{self.action_dim} actions; give one value per action")
+        self.latency = LatencyWindow(config.latency_window)
+        self.requested_tier = ComputeTier.FULL
+        self.tier = ComputeTier.FULL
+        self.active = False
+        self.ticks = 0
+        self.policy_steps = 0
+        self.deadline_misses = 0
+        self.last_error = ""
+        self.last_error_time: float | None = None
+        self._obs: np.ndarray | None = None
+        self._obs_error = ""
+        self._obs_time: float | None = None
+        self._last_action = np.zeros(self.action_dim)
+        self._soft_from = self._last_action.copy()
+        self._soft_step = 0
+
+    # ---- policies -------------------------------------------------------------------------
+    @staticmethod
+    def _prepare(bundle: BundleLike) -> _Active:
+        full = full_policy(bundle)
+        lite = bundle.smallest() if len(bundle.policies) > 1 else None
+        if lite is full:
+            lite = None
+        c = full.contract
+        return _Active(bundle, full, lite, np.asarray(c.action_low, float), np.asarray(c.action_high, float))
+
+    @property
+    def bundle(self) -> BundleLike:
+        return self._policy.bundle
+
+    def check_compatible(self, bundle: BundleLike) -> None:
+        """Raise ValueError if ``bundle`` cannot replace the running one (different I/O sizes)."""
+        for name, policy in bundle.policies.items():
+            dims = policy_dims(policy)
+            if dims != (self.obs_dim, self.action_dim):
+                raise ValueError(f"policy tier {name!r} maps {dims[0]} observations to {dims[1]} actions, "
+                                 f"the running one {self.obs_dim} to {self.action_dim}; a hot-swap must keep the "
+                                 "I/O contract (restart the node for a different robot)")
+
+    def swap(self, bundle: BundleLike) -> None:
+        """Replace the policies between ticks (atomic: one reference), then soft-start again."""
+        self.check_compatible(bundle)
+        self._policy = self._prepare(bundle)
+        self.tier = self._effective(self.requested_tier)
+        self._start_soft()
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def activate(self) -> None:
+        self.active = True
+        self._obs, self._obs_time, self._obs_error = None, None, ""
+        self._start_soft()
+
+    def deactivate(self) -> np.ndarray:
+        """Stop; return the safe action to publish last."""
+        self.active = False
+        action = self.safe_action()
+        self._last_action = action
+        return action
+
+    def _start_soft(self) -> None:
+        # Blend from what the actuators were last told, or the safe action, towards the policy.
+        self._soft_from = self.safe_action()
+        self._soft_step = 0
+
+    # ---- inputs ---------------------------------------------------------------------------
+    def observe(self, obs: np.ndarray | None, error: str = "") -> None:
+        """Record the newest observation, or the error that made it unusable."""
+        now = self._clock()
+        self._obs_time = now
+        if error or obs is None:
+            self._obs, self._obs_error = None, error or "no observation"
+            self.last_error, self.last_error_time = self._obs_error, now
+        else:
+            self._obs, self._obs_error = obs, ""
+
+    def set_tier(self, tier: int | str | ComputeTier) -> str | None:
+        """Apply a compute tier at the next tick; return a log line when the applied tier changes."""
+        requested = ComputeTier.parse(tier)
+        self.requested_tier = requested
+        effective = self._effective(requested)
+        if effective == self.tier:
+            return None
+        before, self.tier = self.tier, effective
+        note = ""
+        if effective != requested:
+            note = f" (requested {requested.label}; the bundle has one policy, so lite runs as decimated)"
+        return f"compute tier {before.label} -> {effective.label}{note}"
+
+    def _effective(self, tier: ComputeTier) -> ComputeTier:
+        if tier == ComputeTier.LITE and self._policy.lite is None:
+            return ComputeTier.DECIMATED
+        return tier
+
+    # ---- output ---------------------------------------------------------------------------
+    def safe_action(self) -> np.ndarray:
+        c = self.config
+        if c.safe_action == "hold":
+            action = self._last_action.copy()
+        elif c.safe_action == "default_pose":
+            action = np.asarray(c.default_pose, dtype=np.float64)
+        else:
+            action = np.zeros(self.action_dim)
+        return np.clip(action, self._policy.low, self._policy.high)
+
+    def _decimation(self) -> int:
+        k = self.config.decimation if self.config.mode == "fixed_rate" else 1
+        if self.tier == ComputeTier.DECIMATED:
+            k *= self.config.tier_decimation
+        return k
+
+    def step(self, reference_time: float | None = None) -> StepResult:
+        """Choose this tick's action.
+
+        Args:
+            reference_time: when the output was due to start (the scheduled timer tick, or the
+                observation's arrival); a result later than ``deadline`` after it is a miss.
+        """
+        now = self._clock()
+        ref = now if reference_time is None else reference_time
+        self.ticks += 1
+        result = self._choose(now)
+        self._last_action = result.action
+        if self._clock() - ref > self.config.deadline:
+            self.deadline_misses += 1
+        return result
+
+    def _safe(self, reason: str) -> StepResult:
+        return StepResult(self.safe_action(), "safe", reason)
+
+    def _choose(self, now: float) -> StepResult:
+        if not self.active:
+            return self._safe("inactive")
+        if self._obs_error:
+            return self._safe(self._obs_error)
+        if self._obs_time is None or now - self._obs_time > self.config.watchdog_timeout_s:
+            reason = (f"watchdog: no observation for {self.config.watchdog_timeout_s:g} s"
+                      if self._obs_time is not None else "waiting for the first observation")
+            return self._safe(reason)
+        if self.tier == ComputeTier.SAFE:
+            return self._safe("compute tier safe")
+        if (self.ticks - 1) % self._decimation():
+            return StepResult(self._last_action, "hold")
+        active = self._policy
+        policy = active.full if self.tier == ComputeTier.FULL or active.lite is None else active.lite
+        t0 = self._clock()
+        action = np.asarray(policy.act(self._obs), dtype=np.float64)
+        latency = self._clock() - t0
+        self.latency.add(latency)
+        self.policy_steps += 1
+        n = self.config.soft_start_steps
+        if self._soft_step < n:
+            self._soft_step += 1
+            alpha = self._soft_step / n
+            action = (1.0 - alpha) * self._soft_from + alpha * action
+        if action.shape != (self.action_dim,) or not np.isfinite(action).all():
+            # A policy must never put a NaN on an actuator, whatever its weights did.
+            return self._safe(f"policy produced an invalid action {action!r}")
+        return StepResult(np.clip(action, active.low, active.high), "policy", latency_s=latency)
+
+    def stats(self) -> dict[str, float]:
+        """Numbers for /diagnostics and /lowrl/policy/stats."""
+        p50, p99 = self.latency.percentiles_us()
+        return {"window_p50_us": p50, "window_p99_us": p99, "deadline_misses": float(self.deadline_misses),
+                "ticks": float(self.ticks), "control_period_us": self.config.control_period_s * 1e6,
+                "deadline_us": self.config.deadline * 1e6, "tier": float(self.tier)}

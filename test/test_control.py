@@ -1,0 +1,225 @@
+"""PolicyController: safety, watchdog, soft start, decimation, deadlines and tiers (fake clock, no ROS)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from lowrl_ros.core.control import ControlConfig, LatencyWindow, PolicyController
+from lowrl_ros.core.tiers import ComputeTier
+
+
+class FakeClock:
+    """Time moves only when the test says so; each act() call can cost a set time."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+
+
+@dataclass
+class FakeContract:
+    obs_dim: int = 3
+    action_dim: int = 1
+    action_low: tuple = (-2.0,)
+    action_high: tuple = (2.0,)
+
+
+@dataclass
+class FakePolicy:
+    """A stand-in for an artifact Policy: returns a fixed action and counts its calls."""
+
+    value: float
+    clock: FakeClock | None = None
+    cost_s: float = 0.0
+    contract: FakeContract = field(default_factory=FakeContract)
+    calls: int = 0
+
+    def act(self, obs):
+        self.calls += 1
+        if self.clock is not None:
+            self.clock.advance(self.cost_s)
+        return np.array([self.value])
+
+
+@dataclass
+class FakeBundle:
+    policies: dict
+    version: int = 1
+
+    def smallest(self):
+        return list(self.policies.values())[-1]
+
+
+def make(config=None, policies=None, clock=None):
+    clock = clock or FakeClock()
+    policies = policies or {"full": FakePolicy(1.0)}
+    ctl = PolicyController(config or ControlConfig(soft_start_steps=0), FakeBundle(policies), clock=clock)
+    return ctl, clock
+
+
+OBS = np.zeros(3)
+
+
+def test_inactive_gives_safe_action_then_policy_after_activation():
+    ctl, clock = make()
+    assert ctl.step().source == "safe"
+    ctl.activate()
+    ctl.observe(OBS)
+    result = ctl.step()
+    assert result.source == "policy" and result.action.tolist() == [1.0]
+    assert ctl.deactivate().tolist() == [0.0]
+    assert ctl.step().reason == "inactive"
+
+
+def test_bad_observation_gives_safe_action_with_reason_until_a_good_one():
+    ctl, _ = make()
+    ctl.activate()
+    ctl.observe(None, "observation entry 1 is nan (NaN/Inf)")
+    result = ctl.step()
+    assert result.source == "safe" and "NaN" in result.reason
+    assert "NaN" in ctl.last_error
+    ctl.observe(OBS)
+    assert ctl.step().source == "policy"
+
+
+def test_watchdog_trips_after_timeout():
+    ctl, clock = make(ControlConfig(soft_start_steps=0, watchdog_timeout_s=0.1))
+    ctl.activate()
+    assert "first observation" in ctl.step().reason
+    ctl.observe(OBS)
+    clock.advance(0.09)
+    assert ctl.step().source == "policy"
+    clock.advance(0.02)
+    result = ctl.step()
+    assert result.source == "safe" and result.reason.startswith("watchdog")
+
+
+def test_soft_start_blends_from_safe_action_after_activation_and_swap():
+    ctl, _ = make(ControlConfig(soft_start_steps=4))
+    ctl.activate()
+    ctl.observe(OBS)
+    actions = [ctl.step().action[0] for _ in range(6)]
+    np.testing.assert_allclose(actions, [0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    ctl.swap(FakeBundle({"full": FakePolicy(-1.0)}, version=2))
+    actions = [ctl.step().action[0] for _ in range(4)]
+    np.testing.assert_allclose(actions, [-0.25, -0.5, -0.75, -1.0])
+
+
+def test_clamps_always():
+    ctl, _ = make(policies={"full": FakePolicy(50.0)})
+    ctl.activate()
+    ctl.observe(OBS)
+    assert ctl.step().action.tolist() == [2.0]
+
+
+def test_non_finite_policy_output_never_reaches_actuators():
+    ctl, _ = make(policies={"full": FakePolicy(float("nan"))})
+    ctl.activate()
+    ctl.observe(OBS)
+    result = ctl.step()
+    assert result.source == "safe" and "invalid action" in result.reason
+
+
+def test_fixed_rate_decimation_holds_between_policy_ticks():
+    full = FakePolicy(1.0)
+    ctl, _ = make(ControlConfig(mode="fixed_rate", decimation=3, soft_start_steps=0), {"full": full})
+    ctl.activate()
+    ctl.observe(OBS)
+    sources = [ctl.step().source for _ in range(7)]
+    assert sources == ["policy", "hold", "hold"] * 2 + ["policy"]
+    assert full.calls == 3
+
+
+def test_deadline_misses_counted_against_reference_time():
+    clock = FakeClock()
+    slow = FakePolicy(1.0, clock=clock, cost_s=0.004)
+    ctl, _ = make(ControlConfig(control_period_s=0.01, soft_start_steps=0), {"full": slow}, clock)
+    ctl.activate()
+    ctl.observe(OBS)
+    ctl.step(reference_time=clock())  # 4 ms: in time
+    assert ctl.deadline_misses == 0
+    ctl.step(reference_time=clock() - 0.008)  # tick started 8 ms late + 4 ms compute
+    assert ctl.deadline_misses == 1
+    p50, p99 = ctl.latency.percentiles_us()
+    assert p50 == pytest.approx(4000.0) and p99 == pytest.approx(4000.0)
+    assert ctl.stats()["deadline_misses"] == 1.0 and ctl.stats()["ticks"] == 2.0
+
+
+def test_tiers_full_lite_decimated_safe_with_two_policies():
+    full, lite = FakePolicy(1.0), FakePolicy(0.5)
+    ctl, _ = make(ControlConfig(soft_start_steps=0, tier_decimation=2), {"full": full, "lite": lite})
+    ctl.activate()
+    ctl.observe(OBS)
+    assert ctl.step().action.tolist() == [1.0]
+    assert ctl.set_tier(ComputeTier.LITE) == "compute tier full -> lite"
+    assert ctl.set_tier("lite") is None  # no switch, nothing to report
+    assert ctl.step().action.tolist() == [0.5]
+    assert "decimated" in ctl.set_tier(2)
+    sources = [ctl.step().source for _ in range(4)]
+    assert sources.count("policy") == 2 and sources.count("hold") == 2
+    assert lite.calls == 3 and full.calls == 1
+    ctl.set_tier(ComputeTier.SAFE)
+    result = ctl.step()
+    assert result.source == "safe" and result.action.tolist() == [0.0]
+    ctl.set_tier(ComputeTier.FULL)
+    assert ctl.step().action.tolist() == [1.0]
+
+
+def test_lite_with_one_policy_goes_straight_to_decimated():
+    ctl, _ = make()
+    line = ctl.set_tier(ComputeTier.LITE)
+    assert ctl.tier == ComputeTier.DECIMATED and "one policy" in line
+    assert ctl.requested_tier == ComputeTier.LITE
+
+
+@pytest.mark.parametrize("mode, expected", [("zero", 0.0), ("hold", 1.0), ("default_pose", -0.5)])
+def test_safe_action_modes(mode, expected):
+    cfg = ControlConfig(soft_start_steps=0, safe_action=mode, default_pose=(-0.5,) if mode == "default_pose" else ())
+    ctl, _ = make(cfg)
+    ctl.activate()
+    ctl.observe(OBS)
+    ctl.step()  # policy: 1.0
+    ctl.set_tier(ComputeTier.SAFE)
+    assert ctl.step().action.tolist() == [expected]
+
+
+def test_swap_rejects_a_different_io_contract():
+    ctl, _ = make()
+    other = FakePolicy(1.0, contract=FakeContract(obs_dim=5))
+    with pytest.raises(ValueError, match="must keep the I/O contract"):
+        ctl.swap(FakeBundle({"full": other}))
+
+
+def test_default_pose_size_checked():
+    with pytest.raises(ValueError, match="default_pose has 2 values"):
+        make(ControlConfig(safe_action="default_pose", default_pose=(0.0, 0.0)))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mode="sometimes"), "mode 'sometimes' is unknown"),
+    (dict(control_period_s=0.0), "control_period_s"),
+    (dict(decimation=0), "decimation must be"),
+    (dict(watchdog_timeout_s=0.0), "watchdog_timeout_s"),
+    (dict(soft_start_steps=-1), "soft_start_steps"),
+    (dict(safe_action="brake"), "safe_action 'brake'"),
+    (dict(safe_action="default_pose"), "default_pose is empty"),
+    (dict(deadline_s=-1.0), "deadline_s"),
+])
+def test_config_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ControlConfig(**kwargs)
+
+
+def test_latency_window_keeps_recent_values():
+    window = LatencyWindow(3)
+    assert np.isnan(window.percentiles_us()[0])
+    for v in (1.0, 0.001, 0.001, 0.001):
+        window.add(v)
+    assert len(window) == 3 and window.percentiles_us()[1] == pytest.approx(1000.0)
