@@ -1,0 +1,264 @@
+"""Probes of the robot computer for the budget monitor: memory, CPU load, temperature, throttling.
+
+Every probe returns a ``Reading``; a probe that raises becomes a STALE reading in
+``ProbeSet.sample`` (the monitor never dies of a bad sensor). No ROS, no torch: psutil and sysfs.
+
+Temperature sources (``BudgetConfig.temperature_source``):
+
+- ``auto``: psutil.sensors_temperatures, then /sys/class/thermal/thermal_zone*/temp, then
+  /sys/class/hwmon/hwmon*/temp*_input. Many boxes (VMs, this development machine) have none:
+  the reading is then STALE with "no sensor", never a made-up number.
+- ``file``: a path whose content is millidegrees Celsius, exactly like a sysfs thermal zone. Point
+  it at a zone auto does not pick, at a file an external sensor driver writes, or (in tests) at a
+  file the test writes.
+- ``estimated``: a first-order thermal model driven by CPU load,
+  ``dT/dt = (ambient + rise * load - T) / tau``; always labelled "estimated".
+- ``none``: temperature is not monitored.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from lowrl_ros.core.budget import BudgetConfig, Reading
+
+MB = 1e6
+# Sensor names that are the CPU/SoC (psutil keys, thermal zone types), preferred over others.
+_CPU_SENSORS = ("coretemp", "k10temp", "k8temp", "zenpower", "cpu", "soc", "x86_pkg", "acpitz", "tsens")
+
+
+def _is_cpu_sensor(name: str) -> bool:
+    return any(key in name.lower() for key in _CPU_SENSORS)
+
+
+def read_millidegrees(path: Path) -> float:
+    """Parse a sysfs-style temperature file (integer millidegrees C) into degrees C.
+
+    Raises:
+        ValueError: the content is not an integer, with the path and what was found.
+    """
+    text = Path(path).read_text().strip()
+    try:
+        return int(text) / 1000.0
+    except ValueError:
+        raise ValueError(f"{path} holds {text[:40]!r}; expected integer millidegrees C like sysfs (45000 = 45 C)") from None
+
+
+class ProcessRssProbe:
+    """Resident memory (MB) of a process given by pid (a callable, e.g. from policy stats) or by name.
+
+    By name, every process whose name, or whose script (argv[0] or argv[1] basename, for Python
+    console scripts), equals ``name`` is summed; the scan is cached and repeated only when a
+    process ends or, while none is found, every ``rescan_s`` seconds (a full process scan costs
+    milliseconds, too much at 10 Hz).
+    """
+
+    def __init__(self, pid: Callable[[], int | None] | None = None, name: str | None = None,
+                 rescan_s: float = 5.0) -> None:
+        if (pid is None) == (name is None):
+            raise ValueError("ProcessRssProbe needs exactly one of pid= (a callable) or name=")
+        self._pid, self.name, self.rescan_s = pid, name, rescan_s
+        self._procs: list[psutil.Process] = []
+        self._cached_pid: int | None = None
+        self._last_scan = -math.inf
+
+    def _by_pid(self) -> list[psutil.Process]:
+        pid = self._pid()
+        if pid is None:
+            return []
+        if pid != self._cached_pid:
+            self._procs, self._cached_pid = [psutil.Process(pid)], pid
+        return self._procs
+
+    def _by_name(self) -> list[psutil.Process]:
+        alive = [p for p in self._procs if p.is_running()]
+        now = time.monotonic()
+        if (len(alive) != len(self._procs) or not alive) and now - self._last_scan >= self.rescan_s:
+            self._last_scan = now
+            alive = [p for p in psutil.process_iter(["name", "cmdline"]) if p.pid != os.getpid() and self._matches(p)]
+        self._procs = alive
+        return alive
+
+    def _matches(self, p: psutil.Process) -> bool:
+        if p.info.get("name") == self.name:
+            return True
+        cmd = p.info.get("cmdline") or []
+        return any(os.path.basename(arg) == self.name for arg in cmd[:2])
+
+    def read(self) -> Reading:
+        procs = self._by_pid() if self._pid is not None else self._by_name()
+        if not procs:
+            why = "no policy pid (no fresh policy stats)" if self._pid is not None else f"no process named {self.name!r}"
+            return Reading(None, "psutil", why)
+        try:
+            return Reading(sum(p.memory_info().rss for p in procs) / MB, "psutil")
+        except psutil.NoSuchProcess:
+            self._procs, self._cached_pid = [], None
+            return Reading(None, "psutil", "process ended")
+
+
+class AvailableMemoryProbe:
+    """System memory available to new allocations (MB), psutil's ``available``."""
+
+    def read(self) -> Reading:
+        return Reading(psutil.virtual_memory().available / MB, "psutil")
+
+
+class CpuLoadProbe:
+    """System-wide CPU load in percent since the previous call (psutil, non-blocking)."""
+
+    def __init__(self) -> None:
+        psutil.cpu_percent(interval=None)  # prime: the first call has no interval to average over
+
+    def read(self) -> Reading:
+        return Reading(psutil.cpu_percent(interval=None), "psutil")
+
+
+class ThrottleProbe:
+    """Fraction of the maximum CPU frequency lost (0 = full speed), the worst core.
+
+    Reads sysfs cpufreq (``scaling_cur_freq`` against ``cpuinfo_max_freq``), else psutil.cpu_freq;
+    STALE where neither knows a maximum (VMs without cpufreq).
+    """
+
+    def __init__(self, root: Path = Path("/sys")) -> None:
+        self.root = Path(root)
+
+    def read(self) -> Reading:
+        worst: float | None = None
+        for d in sorted(self.root.glob("devices/system/cpu/cpu[0-9]*/cpufreq")):
+            try:
+                cur = float((d / "scaling_cur_freq").read_text())
+                top = float((d / "cpuinfo_max_freq").read_text())
+            except (OSError, ValueError):
+                continue
+            if top > 0:
+                worst = max(worst or 0.0, 1.0 - cur / top)
+        if worst is not None:
+            return Reading(max(worst, 0.0), "sysfs cpufreq")
+        if self.root == Path("/sys"):
+            freqs = psutil.cpu_freq(percpu=True) or []
+            losses = [1.0 - f.current / f.max for f in freqs if f.max and f.max > 0]
+            if losses:
+                return Reading(max(0.0, max(losses)), "psutil")
+        return Reading(None, "cpufreq", "no sensor: CPU maximum frequency unknown (no cpufreq)")
+
+
+class SystemTemperatureProbe:
+    """Hottest CPU/SoC temperature (C) from psutil, /sys/class/thermal or hwmon; STALE "no sensor"."""
+
+    def __init__(self, root: Path = Path("/sys")) -> None:
+        self.root = Path(root)
+
+    def read(self) -> Reading:
+        if self.root == Path("/sys") and hasattr(psutil, "sensors_temperatures"):
+            sensors = psutil.sensors_temperatures() or {}
+            picked = {k: v for k, v in sensors.items() if _is_cpu_sensor(k)} or sensors
+            temps = [t.current for entries in picked.values() for t in entries if t.current is not None]
+            if temps:
+                return Reading(max(temps), "psutil")
+        zones: list[tuple[str, Path]] = []
+        for zone in sorted(self.root.glob("class/thermal/thermal_zone*")):
+            kind = (zone / "type").read_text().strip() if (zone / "type").exists() else ""
+            if (zone / "temp").exists():
+                zones.append((kind, zone / "temp"))
+        picked_zones = [p for k, p in zones if _is_cpu_sensor(k)] or [p for _, p in zones]
+        temps = [read_millidegrees(p) for p in picked_zones]
+        if temps:
+            return Reading(max(temps), "sysfs thermal")
+        hw = sorted(self.root.glob("class/hwmon/hwmon*/temp*_input"))
+        temps = [read_millidegrees(p) for p in hw]
+        if temps:
+            return Reading(max(temps), "sysfs hwmon")
+        return Reading(None, "auto", "no sensor: no psutil sensors, thermal zones or hwmon; "
+                       "use temperature_source 'file' or 'estimated'")
+
+
+class FileTemperatureProbe:
+    """Temperature from a file of millidegrees C (sysfs format): external sensors and tests."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def read(self) -> Reading:
+        return Reading(read_millidegrees(self.path), "file", str(self.path))
+
+
+class EstimatedTemperatureProbe:
+    """First-order thermal model driven by CPU load; every reading is labelled "estimated".
+
+    ``dT/dt = (ambient + rise * load/100 - T) / tau``, integrated exactly between samples. It starts
+    at the steady state of the first load it sees. A stand-in where no sensor exists: it knows
+    nothing of the enclosure, the fan or the sun, so set ``rise`` and ``tau`` from one measured run.
+    """
+
+    def __init__(self, ambient_c: float, rise_c: float, tau_s: float) -> None:
+        self.ambient_c, self.rise_c, self.tau_s = ambient_c, rise_c, tau_s
+        self.temperature: float | None = None
+        self._t: float | None = None
+
+    def update(self, now: float, load_pct: float) -> Reading:
+        target = self.ambient_c + self.rise_c * min(max(load_pct, 0.0), 100.0) / 100.0
+        if self.temperature is None or self._t is None:
+            self.temperature = target
+        else:
+            alpha = 1.0 - math.exp(-max(now - self._t, 0.0) / self.tau_s)
+            self.temperature += (target - self.temperature) * alpha
+        self._t = now
+        return Reading(self.temperature, "estimated", "estimated from CPU load (first-order model)")
+
+
+class ProbeSet:
+    """All probes the monitor samples, built from a BudgetConfig; ``sample()`` never raises.
+
+    Args:
+        config: which temperature source, which named processes.
+        policy_pid: returns the policy node's pid from its stats, or None.
+        sysfs_root: where sysfs is (tests point it at a fake tree).
+        clock: monotonic seconds, for the estimated temperature model.
+    """
+
+    def __init__(self, config: BudgetConfig, policy_pid: Callable[[], int | None],
+                 sysfs_root: Path = Path("/sys"), clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.load = CpuLoadProbe()
+        self.probes: dict[str, object] = {
+            "policy_rss": ProcessRssProbe(pid=policy_pid),
+            "memory_available": AvailableMemoryProbe(),
+            "cpu_throttle": ThrottleProbe(sysfs_root),
+        }
+        for name in config.process_names:
+            self.probes[f"process_rss/{name}"] = ProcessRssProbe(name=name)
+        self.estimator: EstimatedTemperatureProbe | None = None
+        src = config.temperature_source
+        if src == "auto":
+            self.probes["cpu_temperature"] = SystemTemperatureProbe(sysfs_root)
+        elif src == "file":
+            self.probes["cpu_temperature"] = FileTemperatureProbe(config.temperature_file)
+        elif src == "estimated":
+            self.estimator = EstimatedTemperatureProbe(config.ambient_c, config.thermal_rise_c,
+                                                       config.thermal_time_constant_s)
+
+    @staticmethod
+    def _safe(name: str, read: Callable[[], Reading]) -> Reading:
+        try:
+            return read()
+        except Exception as e:  # a broken sensor must give STALE, never stop the monitor
+            return Reading(None, name, f"probe failed: {type(e).__name__}: {e}")
+
+    def sample(self) -> dict[str, Reading]:
+        """Read every probe once; a probe that raises gives a STALE reading with the error."""
+        out = {name: self._safe(name, probe.read) for name, probe in self.probes.items()}
+        out["cpu_load"] = self._safe("cpu_load", self.load.read)
+        if self.estimator is not None:
+            load = out["cpu_load"].value
+            out["cpu_temperature"] = (self.estimator.update(self.clock(), load) if load is not None
+                                      else Reading(None, "estimated", "no CPU load to estimate from"))
+        elif "cpu_temperature" not in out:
+            out["cpu_temperature"] = Reading(None, "none", "temperature not monitored (temperature_source: none)")
+        return out

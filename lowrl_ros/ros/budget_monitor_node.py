@@ -1,0 +1,233 @@
+"""budget_monitor_node: enforce the robot computer's budget by picking the policy's compute tier.
+
+Samples its probes (lowrl_ros.core.probes) at ``sample_rate_hz``, reads the policy node's
+``/lowrl/policy/stats``, decides with lowrl_ros.core.budget.BudgetMonitor, and publishes
+
+- ``/lowrl/compute_tier`` std_msgs/UInt8 (ComputeTier), LATCHED QoS: on every change and every
+  ``publish_period_s``, so a restarted policy node gets the current tier at once;
+- ``/diagnostics``: one status per signal under ``lowrl/budget/...`` plus ``lowrl/budget/tier``,
+  every ``publish_period_s`` and at once on a tier change.
+
+Every ROS parameter is a BudgetConfig field, with ranges for rqt_reconfigure; a change is
+validated by building a new BudgetConfig, and rejected with its error message if it does not
+build. This module never imports torch (the on-robot memory budget).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rclpy.exceptions import ParameterException
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from std_msgs.msg import Float64MultiArray, UInt8
+
+from lowrl_ros.core.budget import Assessment, BudgetConfig, BudgetMonitor, Severity
+from lowrl_ros.core.probes import ProbeSet
+from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.ros import diagnostics as diag
+from lowrl_ros.ros.qos import LATCHED, STATS
+
+NODE_NAME = "budget_monitor"
+TIER_TOPIC = "/lowrl/compute_tier"
+STATS_TOPIC = "/lowrl/policy/stats"
+DIAG_PREFIX = "lowrl/budget"
+
+# diagnostic_msgs levels as ints (rclpy's DiagnosticStatus.OK etc. are one-byte `bytes`, which
+# diagnostics.status() cannot take).
+OK, WARN, ERROR, STALE = 0, 1, 2, 3
+_LEVEL = {Severity.OK: OK, Severity.WARN: WARN, Severity.HARD: ERROR, Severity.STALE: STALE}
+
+# Slider ranges for rqt_reconfigure; BudgetConfig.__post_init__ stays the one validator.
+_RANGES: dict[str, tuple[float, float]] = {
+    "sample_rate_hz": (0.1, 1000.0), "headroom": (0.0, 0.9), "escalate_after": (1, 100),
+    "recover_dwell_s": (0.0, 3600.0), "publish_period_s": (0.05, 60.0), "latency_p99_limit_us": (0.0, 1e8),
+    "miss_rate_limit": (0.0, 1.0), "miss_window_s": (0.1, 600.0), "policy_rss_limit_mb": (0.0, 1e7),
+    "min_available_mb": (0.0, 1e7), "temperature_limit_c": (-50.0, 200.0), "ambient_c": (-50.0, 100.0),
+    "thermal_rise_c": (0.0, 200.0), "thermal_time_constant_s": (0.1, 3600.0), "throttle_limit": (0.0, 1.0),
+    "cpu_load_limit_pct": (0.0, 100.0),
+}
+# Changing these rebuilds the probes; changing the rates rebuilds the timers.
+_PROBE_FIELDS = {"process_names", "temperature_source", "temperature_file", "ambient_c", "thermal_rise_c",
+                 "thermal_time_constant_s"}
+_TIMER_FIELDS = {"sample_rate_hz", "publish_period_s"}
+
+
+def _descriptor(name: str, default: Any) -> ParameterDescriptor:
+    d = ParameterDescriptor(name=name, description=f"BudgetConfig.{name} (see docs/budget.md)")
+    if name in _RANGES:
+        lo, hi = _RANGES[name]
+        if isinstance(default, int):
+            d.integer_range = [IntegerRange(from_value=int(lo), to_value=int(hi), step=1)]
+        else:
+            d.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
+    if isinstance(default, tuple):
+        # An empty YAML list arrives untyped (byte array); accept it and let BudgetConfig judge.
+        d.dynamic_typing = True
+    return d
+
+
+def _plain(value: Any) -> Any:
+    return tuple(value) if isinstance(value, (list, tuple)) or hasattr(value, "tolist") else value
+
+
+def _tier_label(value: float) -> str:
+    try:
+        return ComputeTier.parse(int(value)).label
+    except (ValueError, OverflowError):
+        return f"unknown ({value:g})"
+
+
+class BudgetMonitorNode(Node):
+    """Samples probes, judges them against a BudgetConfig and publishes the compute tier."""
+
+    def __init__(self, sysfs_root: Path = Path("/sys"), **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        defaults = BudgetConfig()
+        try:
+            for f in fields(BudgetConfig):
+                default = getattr(defaults, f.name)
+                self.declare_parameter(f.name, list(default) if isinstance(default, tuple) else default,
+                                       _descriptor(f.name, default))
+            self.config = self._config_from({})
+        except (ValueError, TypeError, ParameterException) as e:
+            # Wrong type or out of range from a params file / -p: say which and how to fix it.
+            raise ValueError(f"{NODE_NAME}: bad parameters: {e} (fix config/budget_monitor.yaml or the "
+                             "-p override; docs/budget.md lists every parameter)") from None
+        self._sysfs_root = Path(sysfs_root)
+        self.monitor = BudgetMonitor(self.config)
+        self.probes = self._make_probes(self.config)
+        self.last: Assessment | None = None
+        self.last_change = "none yet"
+
+        self.tier_pub = self.create_publisher(UInt8, TIER_TOPIC, LATCHED)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(Float64MultiArray, STATS_TOPIC, self._on_stats, STATS)
+        self._sample_timer = None
+        self._publish_timer = None
+        self._make_timers()
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        self._publish_tier()  # latch FULL at start so a policy node never waits for a first tier
+        self.get_logger().info(
+            f"budget monitor up: {self.config.sample_rate_hz:g} Hz, headroom {self.config.headroom:.0%}, "
+            f"temperature source {self.config.temperature_source}")
+
+    # --- parameters -------------------------------------------------------------------------
+    def _config_from(self, overrides: dict[str, Any]) -> BudgetConfig:
+        values = {f.name: _plain(self.get_parameter(f.name).value) for f in fields(BudgetConfig)}
+        values.update({k: _plain(v) for k, v in overrides.items()})
+        return BudgetConfig(**values)
+
+    def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        try:
+            self._config_from({p.name: p.value for p in params if p.name in self._field_names()})
+        except (ValueError, TypeError) as e:
+            return SetParametersResult(successful=False, reason=str(e))
+        return SetParametersResult(successful=True)
+
+    def _apply_parameters(self, params: list[Parameter]) -> None:
+        changed = {p.name for p in params}
+        old, self.config = self.config, self._config_from({})
+        self.monitor.reconfigure(self.config)
+        if changed & _PROBE_FIELDS:
+            self.probes = self._make_probes(self.config)
+        if changed & _TIMER_FIELDS:
+            self._make_timers()
+        diff = ", ".join(f"{n}={getattr(self.config, n)!r}" for n in sorted(changed) if
+                         getattr(old, n, None) != getattr(self.config, n, None))
+        if diff:
+            self.get_logger().info(f"reconfigured: {diff}")
+
+    @staticmethod
+    def _field_names() -> set[str]:
+        return {f.name for f in fields(BudgetConfig)}
+
+    def _make_probes(self, config: BudgetConfig) -> ProbeSet:
+        return ProbeSet(config, lambda: self.monitor.policy_pid(time.monotonic()), self._sysfs_root)
+
+    def _make_timers(self) -> None:
+        for t in (self._sample_timer, self._publish_timer):
+            if t is not None:
+                self.destroy_timer(t)
+        self._sample_timer = self.create_timer(1.0 / self.config.sample_rate_hz, self._sample)
+        self._publish_timer = self.create_timer(self.config.publish_period_s, self._periodic)
+
+    # --- callbacks --------------------------------------------------------------------------
+    def _on_stats(self, msg: Float64MultiArray) -> None:
+        try:
+            self.monitor.on_policy_stats(time.monotonic(), msg.data)
+        except ValueError as e:
+            self.get_logger().warning(f"ignoring {STATS_TOPIC}: {e}", throttle_duration_sec=5.0)
+
+    def _sample(self) -> None:
+        try:
+            self.last = self.monitor.step(time.monotonic(), self.probes.sample())
+        except Exception as e:  # a bug here must not stop the tier from being published
+            self.get_logger().error(f"budget sample failed: {type(e).__name__}: {e}", throttle_duration_sec=5.0)
+            return
+        if self.last.changed:
+            self.last_change = self.last.reason
+            log = self.get_logger().warning if self.last.tier > ComputeTier.FULL else self.get_logger().info
+            log(f"compute tier {self.last.reason}")
+            self._publish_tier()
+            self._publish_diagnostics()
+
+    def _periodic(self) -> None:
+        self._publish_tier()
+        self._publish_diagnostics()
+
+    @property
+    def tier(self) -> ComputeTier:
+        return self.monitor.decider.tier
+
+    def _publish_tier(self) -> None:
+        self.tier_pub.publish(UInt8(data=int(self.tier)))
+
+    def _publish_diagnostics(self) -> None:
+        if self.last is None:
+            return
+        statuses = []
+        for s in self.last.statuses:
+            margin = s.margin
+            values = {"value": "" if s.value is None else s.value, "unit": s.unit,
+                      "limit": "" if s.hard is None else s.hard, "warn": "" if s.warn is None else s.warn,
+                      "margin": "" if margin is None else margin, "source": s.source,
+                      "asks_tier": s.tier.label}
+            statuses.append(diag.status(f"{DIAG_PREFIX}/{s.name}", _LEVEL[s.severity], s.message, values))
+        policy = self.monitor.policy
+        tier_level = OK if self.tier == ComputeTier.FULL else (ERROR if self.tier == ComputeTier.SAFE else WARN)
+        statuses.append(diag.status(f"{DIAG_PREFIX}/tier", tier_level, f"compute tier {self.tier.label}", {
+            "tier": self.tier.label, "wanted": self.last.wanted.label, "last_change": self.last_change,
+            "policy_applies": "" if policy is None else _tier_label(policy.tier),
+        }))
+        self.diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+
+
+def main(args: list[str] | None = None) -> int:
+    rclpy.init(args=args)
+    try:
+        node = BudgetMonitorNode()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
