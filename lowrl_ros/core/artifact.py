@@ -1,0 +1,483 @@
+"""The policy artifact: one ONNX file with the I/O contract in its metadata (no torch, no ROS).
+
+An artifact is what reaches a robot (DESIGN.md, "Policy artifacts"): a standard ONNX model any
+ONNX runtime can run (normalisation, MLP, rescaling and clamping are all inside the graph), int8
+weights where quantized, zero weights stored compactly, and a JSON document under the metadata key
+``lowrl.contract`` carrying the contract (observation/action names and order, scaling, limits,
+control period, version, parent version, tier, provenance) and the architecture.
+
+Loading validates everything and raises :class:`ArtifactError` naming the file, the problem and
+the fix. See docs/CONTRACTS.md ("Artifact and runtime API") for the pinned interface.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from lowrl_ros.core import onnx_graph
+from lowrl_ros.core.onnx_graph import StoredLayer
+
+METADATA_KEY = "lowrl.contract"
+FORMAT = "lowrl.policy"
+FORMAT_VERSION = 1  # bump when the graph layout or the JSON changes incompatibly
+ACTIVATIONS_HIDDEN = ("relu", "tanh")
+ACTIVATIONS_OUTPUT = ("tanh", "none")
+
+
+class ArtifactError(ValueError):
+    """An artifact or bundle is unusable; the message says what is wrong and how to fix it."""
+
+
+def _floats(name: str, values: Any, n: int | None) -> tuple[float, ...]:
+    try:
+        out = tuple(float(v) for v in np.asarray(values, dtype=np.float64).reshape(-1))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a list of numbers ({exc})") from None
+    if n is not None and len(out) != n:
+        raise ValueError(f"{name} has {len(out)} values but there are {n}; give exactly one per entry")
+    if not all(math.isfinite(v) for v in out):
+        raise ValueError(f"{name} contains NaN or Inf; give finite numbers")
+    return out
+
+
+@dataclass(frozen=True)
+class PolicyContract:
+    """The I/O contract of a policy, stored in the artifact and checked by the robot.
+
+    Attributes:
+        obs_names: observation entries, in the order the network reads them.
+        action_names: action entries (joints/actuators), in output order.
+        action_low: lower action limit per action entry.
+        action_high: upper action limit per action entry (each > its low).
+        obs_offset: normalised obs = (obs - obs_offset) * obs_scale; default 0.
+        obs_scale: see obs_offset; default 1.
+        control_period_s: the control period the policy was trained for, seconds.
+        version: policy version, an int >= 1; versions only go up.
+        parent_version: the version this one was derived from (fine-tuned, distilled), or None.
+        tier: the compute tier this policy serves ("full", "lite", ...).
+        env_id: the environment it was trained in, if any (e.g. "Pendulum-v1").
+        provenance: free-form strings: who/what made it (tool, source file, seed, ...).
+    """
+
+    obs_names: tuple[str, ...]
+    action_names: tuple[str, ...]
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    obs_offset: tuple[float, ...] | None = None
+    obs_scale: tuple[float, ...] | None = None
+    control_period_s: float = 0.02
+    version: int = 1
+    parent_version: int | None = None
+    tier: str = "full"
+    env_id: str | None = None
+    provenance: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        for name in ("obs_names", "action_names"):
+            names = getattr(self, name)
+            if isinstance(names, str) or not all(isinstance(s, str) and s for s in names):
+                raise ValueError(f"{name} must be a list of non-empty strings, got {names!r}")
+            names = tuple(names)
+            if not names:
+                raise ValueError(f"{name} is empty; name at least one entry")
+            if len(set(names)) != len(names):
+                raise ValueError(f"{name} has duplicates {names}; each entry needs a unique name")
+            put(name, names)
+        put("action_low", _floats("action_low", self.action_low, self.action_dim))
+        put("action_high", _floats("action_high", self.action_high, self.action_dim))
+        for i, (lo, hi) in enumerate(zip(self.action_low, self.action_high)):
+            if not lo < hi:
+                raise ValueError(
+                    f"action limits of {self.action_names[i]!r}: low {lo} must be < high {hi}; fix the limits"
+                )
+        offset = (0.0,) * self.obs_dim if self.obs_offset is None else self.obs_offset
+        scale = (1.0,) * self.obs_dim if self.obs_scale is None else self.obs_scale
+        put("obs_offset", _floats("obs_offset", offset, self.obs_dim))
+        put("obs_scale", _floats("obs_scale", scale, self.obs_dim))
+        if any(s == 0 for s in self.obs_scale):
+            raise ValueError("obs_scale contains 0, which erases that observation; use a non-zero scale")
+        period = float(self.control_period_s)
+        if not (math.isfinite(period) and period > 0):
+            raise ValueError(f"control_period_s must be > 0 seconds, got {self.control_period_s}")
+        put("control_period_s", period)
+        if isinstance(self.version, bool) or not isinstance(self.version, (int, np.integer)) or self.version < 1:
+            raise ValueError(f"version must be an integer >= 1, got {self.version!r}; versions start at 1")
+        put("version", int(self.version))
+        if self.parent_version is not None:
+            if isinstance(self.parent_version, bool) or not isinstance(self.parent_version, (int, np.integer)):
+                raise ValueError(f"parent_version must be an integer or None, got {self.parent_version!r}")
+            if not 1 <= self.parent_version < self.version:
+                raise ValueError(
+                    f"parent_version {self.parent_version} must be >= 1 and < version {self.version}"
+                    " (versions only go up)"
+                )
+            put("parent_version", int(self.parent_version))
+        if not isinstance(self.tier, str) or not self.tier:
+            raise ValueError(f"tier must be a non-empty string such as 'full' or 'lite', got {self.tier!r}")
+        if self.env_id is not None and not isinstance(self.env_id, str):
+            raise ValueError(f"env_id must be a string or None, got {self.env_id!r}")
+        if not isinstance(self.provenance, dict):
+            raise ValueError(f"provenance must be a dict of strings, got {type(self.provenance).__name__}")
+        put("provenance", {str(k): str(v) for k, v in self.provenance.items()})
+
+    @property
+    def obs_dim(self) -> int:
+        return len(self.obs_names)
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_names)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (lists, not tuples)."""
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PolicyContract":
+        """Inverse of to_dict; ValueError names unknown or missing keys."""
+        if not isinstance(data, dict):
+            raise ValueError(f"the contract must be a JSON object, got {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown contract keys {sorted(unknown)}; known keys: {sorted(known)}")
+        required = {"obs_names", "action_names", "action_low", "action_high"}
+        missing = required - set(data)
+        if missing:
+            raise ValueError(f"contract is missing {sorted(missing)}")
+        return cls(**data)
+
+    def same_io(self, other: "PolicyContract") -> bool:
+        """True when both read the same observations and write the same actions within the same limits."""
+        return (
+            self.obs_names == other.obs_names
+            and self.action_names == other.action_names
+            and self.action_low == other.action_low
+            and self.action_high == other.action_high
+        )
+
+
+@dataclass(frozen=True)
+class MlpWeights:
+    """An MLP actor: normalised obs -> hidden layers -> output y.
+
+    Attributes:
+        layers: (W float32 [out, in], b float32 [out]) per layer, input to output.
+        hidden_activation: "relu" or "tanh" after every layer but the last.
+        output_activation: "tanh" (action = low + (y + 1) / 2 * (high - low)) or "none" (action = y),
+            clamped to the limits either way.
+    """
+
+    layers: list[tuple[np.ndarray, np.ndarray]]
+    hidden_activation: str = "relu"
+    output_activation: str = "tanh"
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ValueError("MlpWeights needs at least one (W, b) layer")
+        if self.hidden_activation not in ACTIVATIONS_HIDDEN:
+            raise ValueError(f"hidden_activation {self.hidden_activation!r}: use one of {ACTIVATIONS_HIDDEN}")
+        if self.output_activation not in ACTIVATIONS_OUTPUT:
+            raise ValueError(f"output_activation {self.output_activation!r}: use one of {ACTIVATIONS_OUTPUT}")
+        layers = []
+        for i, (w, b) in enumerate(self.layers):
+            w = np.ascontiguousarray(w, dtype=np.float32)
+            b = np.ascontiguousarray(b, dtype=np.float32)
+            if w.ndim != 2 or b.shape != (w.shape[0],):
+                raise ValueError(f"layer {i}: W must be [out, in] and b [out]; got W {w.shape}, b {b.shape}")
+            if i and w.shape[1] != layers[-1][0].shape[0]:
+                raise ValueError(
+                    f"layer {i} takes {w.shape[1]} inputs but layer {i - 1} gives {layers[-1][0].shape[0]}"
+                )
+            if not (np.isfinite(w).all() and np.isfinite(b).all()):
+                raise ValueError(f"layer {i} has NaN or Inf weights; retrain or re-export the policy")
+            layers.append((w, b))
+        object.__setattr__(self, "layers", layers)
+
+    @property
+    def input_dim(self) -> int:
+        return int(self.layers[0][0].shape[1])
+
+    @property
+    def output_dim(self) -> int:
+        return int(self.layers[-1][0].shape[0])
+
+    @property
+    def macs(self) -> int:
+        """Multiply-adds per call if every weight is computed (dense)."""
+        return int(sum(w.size for w, _ in self.layers))
+
+    @property
+    def nnz(self) -> int:
+        return int(sum(np.count_nonzero(w) for w, _ in self.layers))
+
+    @property
+    def sparsity(self) -> float:
+        return 1.0 - self.nnz / self.macs
+
+    def forward(self, obs_norm: np.ndarray) -> np.ndarray:
+        """Reference float64 forward pass of normalised observations [..., in] -> y [..., out]."""
+        x = np.asarray(obs_norm, dtype=np.float64)
+        for i, (w, b) in enumerate(self.layers):
+            x = x @ w.T.astype(np.float64) + b
+            act = self.output_activation if i == len(self.layers) - 1 else self.hidden_activation
+            x = np.maximum(x, 0.0) if act == "relu" else np.tanh(x) if act == "tanh" else x
+        return x
+
+
+def reference_action(weights: MlpWeights, contract: PolicyContract, obs: np.ndarray) -> np.ndarray:
+    """The float64 action the contract defines for ``obs`` (the parity reference for engines)."""
+    obs = np.asarray(obs, dtype=np.float64)
+    y = weights.forward((obs - np.array(contract.obs_offset)) * np.array(contract.obs_scale))
+    low, high = np.array(contract.action_low), np.array(contract.action_high)
+    if weights.output_activation == "tanh":
+        y = low + (y + 1.0) / 2.0 * (high - low)
+    return np.clip(y, low, high)
+
+
+def prune_by_magnitude(weights: MlpWeights, sparsity: float, *, skip_output: bool = False) -> MlpWeights:
+    """Zero the smallest-|w| fraction ``sparsity`` of each layer's weights (biases stay dense).
+
+    Per layer rather than global, so a small input or output layer is never wiped out; every layer
+    keeps at least one weight. ``skip_output`` leaves the last layer dense (it is small and often
+    the most sensitive).
+    """
+    if not 0.0 <= float(sparsity) < 1.0:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}; e.g. 0.9 keeps 10% of the weights")
+    layers = []
+    for i, (w, b) in enumerate(weights.layers):
+        if skip_output and i == len(weights.layers) - 1:
+            layers.append((w.copy(), b.copy()))
+            continue
+        keep = max(1, int(round((1.0 - sparsity) * w.size)))
+        flat = np.abs(w).reshape(-1)
+        kept = np.argpartition(flat, w.size - keep)[w.size - keep:]  # indices of the `keep` largest
+        mask = np.zeros(w.size, bool)
+        mask[kept] = True
+        layers.append((np.where(mask.reshape(w.shape), w, 0.0).astype(np.float32), b.copy()))
+    return MlpWeights(layers, weights.hidden_activation, weights.output_activation)
+
+
+def save_artifact(path: str | Path, weights: MlpWeights, contract: PolicyContract, *, int8: bool = False) -> Path:
+    """Write ``weights`` and ``contract`` as one ONNX artifact; return the path.
+
+    Args:
+        path: destination file (conventionally ``*.onnx``); written atomically.
+        weights: the actor; its input/output sizes must match the contract.
+        contract: the I/O contract stored in the metadata.
+        int8: store weights as symmetric per-output-channel int8 (the ORT graph quantizes
+            activations dynamically).
+
+    Zero weights of a layer are stored as (values, bitmask) when that is smaller than dense.
+    """
+    if weights.input_dim != contract.obs_dim or weights.output_dim != contract.action_dim:
+        raise ArtifactError(
+            f"{path}: the network maps {weights.input_dim} -> {weights.output_dim} but the contract has "
+            f"{contract.obs_dim} observations and {contract.action_dim} actions; make them agree"
+        )
+    stored = [onnx_graph.pack_layer(w, b, int8=int8) for w, b in weights.layers]
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "contract": contract.to_dict(),
+        "arch": {
+            "kind": "mlp",
+            "hidden_activation": weights.hidden_activation,
+            "output_activation": weights.output_activation,
+            "layers": [
+                {"in": s.in_dim, "out": s.out_dim, "storage": s.storage, "dtype": s.dtype, "nnz": s.nnz}
+                for s in stored
+            ],
+        },
+    }
+    model = onnx_graph.build_model(
+        stored,
+        hidden_activation=weights.hidden_activation,
+        output_activation=weights.output_activation,
+        obs_offset=np.array(contract.obs_offset),
+        obs_scale=np.array(contract.obs_scale),
+        action_low=np.array(contract.action_low),
+        action_high=np.array(contract.action_high),
+        metadata={METADATA_KEY: json.dumps(meta, sort_keys=True)},
+    )
+    path = Path(path)
+    data = model.SerializeToString()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)  # a reader (a watching policy node) never sees a half-written file
+    return path
+
+
+@dataclass
+class ParsedArtifact:
+    """A validated artifact, before any engine is built."""
+
+    source: str
+    data: bytes
+    model: onnx.ModelProto
+    contract: PolicyContract
+    layers: list[StoredLayer]
+    hidden_activation: str
+    output_activation: str
+    sha256: str
+
+    @property
+    def macs(self) -> int:
+        """Multiply-adds per call that a sparse kernel must do (non-zero weights)."""
+        return int(sum(layer.nnz for layer in self.layers))
+
+    @property
+    def dense_macs(self) -> int:
+        return int(sum(layer.in_dim * layer.out_dim for layer in self.layers))
+
+    def weights(self) -> MlpWeights:
+        """The network with dequantised float32 weights."""
+        return MlpWeights(
+            [(layer.dequantized(), layer.bias.copy()) for layer in self.layers],
+            self.hidden_activation,
+            self.output_activation,
+        )
+
+
+def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
+    """Validate artifact bytes (``source`` names them in errors); raise ArtifactError on any problem."""
+
+    def fail(problem: str, fix: str) -> ArtifactError:
+        return ArtifactError(f"{source}: {problem}; {fix}")
+
+    regen = "re-export it with `lowrl import-sb3` or save_artifact()"
+    try:
+        model = onnx.load_from_string(data)
+    except Exception as exc:  # protobuf raises DecodeError and others, depending on the damage
+        raise fail(f"not a readable ONNX file ({type(exc).__name__}: {exc})", f"the file is truncated or corrupt; {regen}") from None
+    props = {p.key: p.value for p in model.metadata_props}
+    if METADATA_KEY not in props:
+        raise fail(f"no '{METADATA_KEY}' entry in the ONNX metadata", f"this ONNX file was not made by lowrl; {regen}")
+    try:
+        meta = json.loads(props[METADATA_KEY])
+    except json.JSONDecodeError as exc:
+        raise fail(f"'{METADATA_KEY}' is not valid JSON ({exc})", regen) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise fail(f"'{METADATA_KEY}' does not describe a {FORMAT} artifact", regen)
+    fv = meta.get("format_version")
+    if not isinstance(fv, int) or not 1 <= fv <= FORMAT_VERSION:
+        raise fail(f"format_version {fv!r} is not supported (this lowrl reads 1..{FORMAT_VERSION})",
+                   "update lowrl_ros on the robot or re-export with this version")
+    try:
+        contract = PolicyContract.from_dict(meta.get("contract"))
+    except (TypeError, ValueError) as exc:
+        raise fail(f"invalid contract: {exc}", f"fix the contract and {regen}") from None
+    arch = meta.get("arch")
+    if not isinstance(arch, dict) or arch.get("kind") != "mlp" or not isinstance(arch.get("layers"), list) or not arch["layers"]:
+        raise fail("the architecture description ('arch') is missing or not an MLP", regen)
+    if arch.get("hidden_activation") not in ACTIVATIONS_HIDDEN or arch.get("output_activation") not in ACTIVATIONS_OUTPUT:
+        raise fail(f"unknown activations {arch.get('hidden_activation')!r}/{arch.get('output_activation')!r}", regen)
+    specs = arch["layers"]
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, dict) or spec.get("storage") not in onnx_graph.STORAGES or spec.get("dtype") not in onnx_graph.DTYPES:
+            raise fail(f"layer {i} description {spec!r} is malformed", regen)
+        if not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("in", "out")):
+            raise fail(f"layer {i} sizes {spec.get('in')!r}x{spec.get('out')!r} are not positive integers", regen)
+    dims = [specs[0]["in"]] + [s["out"] for s in specs]
+    for i in range(1, len(specs)):
+        if specs[i]["in"] != specs[i - 1]["out"]:
+            raise fail(f"layer {i} takes {specs[i]['in']} inputs but layer {i - 1} gives {specs[i - 1]['out']}", regen)
+    if dims[0] != contract.obs_dim or dims[-1] != contract.action_dim:
+        raise fail(
+            f"the network maps {dims[0]} -> {dims[-1]} but the contract names {contract.obs_dim} observations "
+            f"and {contract.action_dim} actions", "make the contract match the network and re-export",
+        )
+    try:
+        layers = onnx_graph.read_layers(model, specs)
+    except KeyError as exc:
+        raise fail(f"initializer {exc} is missing from the graph", regen) from None
+    for i, layer in enumerate(layers):
+        _check_layer(i, layer, fail, regen)
+    _check_io(model, contract, fail, regen)
+    return ParsedArtifact(
+        source=source, data=data, model=model, contract=contract, layers=layers,
+        hidden_activation=arch["hidden_activation"], output_activation=arch["output_activation"],
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
+def _check_layer(i: int, layer: StoredLayer, fail, regen: str) -> None:
+    want = np.int8 if layer.dtype == "int8" else np.float32
+    if layer.bias.shape != (layer.out_dim,) or layer.bias.dtype != np.float32:
+        raise fail(f"layer {i} bias has shape {layer.bias.shape} {layer.bias.dtype}, expected ({layer.out_dim},) float32", regen)
+    if layer.storage == "dense":
+        if layer.weight_t.shape != (layer.in_dim, layer.out_dim) or layer.weight_t.dtype != want:
+            raise fail(f"layer {i} weight has shape {layer.weight_t.shape} {layer.weight_t.dtype}, "
+                       f"expected ({layer.in_dim}, {layer.out_dim}) {np.dtype(want)}", regen)
+    else:
+        n = layer.in_dim * layer.out_dim
+        if layer.mask.dtype != np.uint8 or layer.mask.shape != ((n + 7) // 8,):
+            raise fail(f"layer {i} sparse mask has shape {layer.mask.shape} {layer.mask.dtype}, expected ({(n + 7) // 8},) uint8", regen)
+        set_bits = int(np.unpackbits(layer.mask, bitorder="little")[:n].sum())
+        if layer.values.dtype != want or layer.values.ndim != 1 or layer.values.size != set_bits + 1:
+            raise fail(f"layer {i} stores {layer.values.size - 1} non-zero values but its mask has {set_bits}", regen)
+    if layer.dtype == "int8":
+        s = layer.w_scale
+        if s.shape != (layer.out_dim,) or s.dtype != np.float32 or not (np.isfinite(s).all() and (s > 0).all()):
+            raise fail(f"layer {i} int8 scales are missing, mis-shaped, non-finite or <= 0", regen)
+    else:
+        w = layer.weight_t if layer.storage == "dense" else layer.values
+        if not np.isfinite(w).all():
+            raise fail(f"layer {i} has NaN or Inf weights", "retrain or fix the weights, then re-export")
+    if not np.isfinite(layer.bias).all():
+        raise fail(f"layer {i} has NaN or Inf biases", "retrain or fix the weights, then re-export")
+
+
+def _check_io(model: onnx.ModelProto, contract: PolicyContract, fail, regen: str) -> None:
+    graph = model.graph
+    if [i.name for i in graph.input] != [onnx_graph.IN_NAME] or [o.name for o in graph.output] != [onnx_graph.OUT_NAME]:
+        raise fail(f"graph inputs/outputs are {[i.name for i in graph.input]}/{[o.name for o in graph.output]}, "
+                   f"expected ['{onnx_graph.IN_NAME}']/['{onnx_graph.OUT_NAME}']", regen)
+    for value, want in ((graph.input[0], contract.obs_dim), (graph.output[0], contract.action_dim)):
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) != 2 or dims[1].dim_value != want:
+            raise fail(f"graph {value.name} shape {[d.dim_value or d.dim_param for d in dims]} "
+                       f"does not match the contract's {want}", regen)
+
+
+def read_artifact_bytes(path: str | Path) -> bytes:
+    """The file's bytes, or ArtifactError saying it is missing/unreadable."""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no such file; give the path of a .onnx artifact or bundle") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read it ({exc}); check the path and permissions") from None
+
+
+def load_weights(path: str | Path) -> tuple[MlpWeights, PolicyContract]:
+    """Validate an artifact and return its (dequantised float32) weights and contract."""
+    parsed = parse_artifact(read_artifact_bytes(path), str(path))
+    return parsed.weights(), parsed.contract
+
+
+def load_artifact(path: str | Path, engine: str = "auto"):
+    """Validate an artifact and return a ready, warmed-up :class:`lowrl_ros.core.engines.Policy`.
+
+    Args:
+        path: the ``.onnx`` artifact.
+        engine: "ort" (ONNX Runtime), "numpy" (this package's kernels) or "auto" (both are built,
+            checked against each other and timed; the faster one serves ``act``; the reason is in
+            ``policy.engine_choice_reason``).
+    """
+    from lowrl_ros.core import engines  # engines imports this module; deferred to avoid a cycle
+
+    parsed = parse_artifact(read_artifact_bytes(path), str(path))
+    return engines.build_policy(parsed, engine, path=Path(path))

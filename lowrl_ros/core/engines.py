@@ -1,0 +1,330 @@
+"""Inference engines behind one boundary: ``Policy.act(obs) -> action`` (no torch, no ROS).
+
+Two engines run a validated artifact:
+
+- ``OrtEngine``: ONNX Runtime on the artifact's own graph, one intra-op and one inter-op thread,
+  sequential execution, all graph optimisations (constant-folds the sparse expansion, fuses the int8
+  QOperator chain), inputs/outputs bound once to preallocated buffers (io_binding), so a call is one
+  ``run_with_iobinding`` and no allocation.
+- ``NumpyEngine``: reads the same ONNX initializers and runs them with preallocated buffers and
+  ``out=`` everywhere. Normalisation is folded into the first layer and every bias into an extra
+  weight column (the input buffer ends in a constant 1), so a dense layer is one ``np.dot`` and one
+  activation. Layers sparse enough get a gather kernel (take, multiply, add.reduceat) when it
+  measures faster than the dense matvec on this machine.
+
+At 256 wide, per-call overhead dominates (DESIGN.md), which is why both engines avoid allocation
+and framework dispatch. ``engine="auto"`` builds both, checks they agree on probe observations, times
+them interleaved, and keeps the faster; ``Policy.engine_choice_reason`` says why.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lowrl_ros.core.artifact import ArtifactError, ParsedArtifact, PolicyContract
+from lowrl_ros.core.onnx_graph import IN_NAME, OUT_NAME
+
+ENGINES = ("auto", "ort", "numpy")
+_SPARSE_KERNEL_MAX_DENSITY = 0.5  # above this a gather kernel cannot beat a dense matvec
+
+
+class OrtEngine:
+    """ONNX Runtime, single-threaded, warmed up, with preallocated bound buffers."""
+
+    name = "ort"
+
+    def __init__(self, parsed: ParsedArtifact) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1  # a thread pool costs more than it saves at batch 1
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(parsed.data, opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
+            raise ArtifactError(
+                f"{parsed.source}: ONNX Runtime cannot load the graph ({exc}); re-export the artifact"
+            ) from None
+        c = parsed.contract
+        self._x = np.zeros((1, c.obs_dim), np.float32)
+        self._y = np.zeros((1, c.action_dim), np.float32)
+        self._x_row = self._x[0]
+        self._y_row = self._y[0]
+        # OrtValues over our numpy buffers: ORT reads/writes them in place, nothing is allocated per call.
+        self._x_val = ort.OrtValue.ortvalue_from_numpy(self._x)
+        self._y_val = ort.OrtValue.ortvalue_from_numpy(self._y)
+        self._binding = self.session.io_binding()
+        self._binding.bind_ortvalue_input(IN_NAME, self._x_val)
+        self._binding.bind_ortvalue_output(OUT_NAME, self._y_val)
+        self._run = self.session.run_with_iobinding
+
+    def run_into(self, obs: np.ndarray, out: np.ndarray) -> None:
+        """Write the action for one observation into ``out`` (float64 [action_dim])."""
+        np.copyto(self._x_row, obs, casting="same_kind")
+        self._run(self._binding)
+        np.copyto(out, self._y_row)
+
+    def run_batch(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for a batch [n, obs_dim] (allocates; for evaluation, not the control path)."""
+        return self.session.run([OUT_NAME], {IN_NAME: np.asarray(obs, np.float32)})[0].astype(np.float64)
+
+
+class _DenseKernel:
+    """y = act(W_aug @ x_aug) with W_aug = [W | b]: one np.dot, one activation, no allocation."""
+
+    kind = "dense"
+
+    def __init__(self, w_aug: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        self.w, self.x, self.y = np.ascontiguousarray(w_aug, np.float32), x, y
+
+    def __call__(self) -> None:
+        np.dot(self.w, self.x, out=self.y)
+
+
+class _GatherKernel:
+    """Sparse rows: y = add.reduceat(vals * x[cols], row_starts).
+
+    Each row also holds its bias as an entry on the constant-1 input column, so no row is empty
+    (add.reduceat mishandles empty segments) and the bias costs nothing extra.
+    """
+
+    kind = "gather"
+
+    def __init__(self, w_aug: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        rows, cols = np.nonzero(w_aug)
+        bias_col = w_aug.shape[1] - 1
+        # Force the bias entry of every row even when the bias is exactly 0.
+        forced = np.setdiff1d(np.arange(w_aug.shape[0]), rows[cols == bias_col])
+        rows = np.concatenate([rows, forced])
+        cols = np.concatenate([cols, np.full(forced.size, bias_col)])
+        order = np.lexsort((cols, rows))
+        rows, cols = rows[order], cols[order]
+        self.vals = w_aug[rows, cols].astype(np.float32)
+        self.cols = cols.astype(np.intp)
+        self.starts = np.searchsorted(rows, np.arange(w_aug.shape[0])).astype(np.intp)
+        self.tmp = np.empty(self.vals.size, np.float32)
+        self.x, self.y = x, y
+
+    def __call__(self) -> None:
+        np.take(self.x, self.cols, out=self.tmp)
+        np.multiply(self.tmp, self.vals, out=self.tmp)
+        np.add.reduceat(self.tmp, self.starts, out=self.y)
+
+
+class NumpyEngine:
+    """numpy kernels over the artifact's initializers (dequantised once at load), preallocated."""
+
+    name = "numpy"
+
+    def __init__(self, parsed: ParsedArtifact, *, kernel: str = "auto") -> None:
+        if kernel not in ("auto", "dense", "gather"):
+            raise ValueError(f"kernel {kernel!r}: use 'auto', 'dense' or 'gather'")
+        c = parsed.contract
+        offset = np.array(c.obs_offset)
+        scale = np.array(c.obs_scale)
+        n = len(parsed.layers)
+        # Buffers: each layer's input ends with a constant 1 that multiplies the bias column.
+        bufs = [np.ones(layer.in_dim + 1, np.float32) for layer in parsed.layers]
+        self._x_body = bufs[0][:-1]
+        self._y = np.zeros(c.action_dim, np.float32)
+        self._steps: list = []
+        self.kernel_kinds: list[str] = []
+        for i, layer in enumerate(parsed.layers):
+            w = layer.dequantized().astype(np.float64)
+            b = layer.bias.astype(np.float64)
+            if i == 0:
+                # Fold (obs - offset) * scale into the first layer: W' = W*scale, b' = b - W' @ offset.
+                w = w * scale[None, :]
+                b = b - w @ offset
+            w_aug = np.concatenate([w, b[:, None]], axis=1).astype(np.float32)
+            out = self._y if i == n - 1 else bufs[i + 1][:-1]
+            dense = _DenseKernel(w_aug, bufs[i], out)
+            chosen = dense
+            density = np.count_nonzero(w_aug) / w_aug.size
+            if kernel == "gather" or (kernel == "auto" and density <= _SPARSE_KERNEL_MAX_DENSITY):
+                gather = _GatherKernel(w_aug, bufs[i], out)
+                if kernel == "gather" or _faster(gather, dense):
+                    chosen = gather
+            self._steps.append(chosen)
+            act = parsed.output_activation if i == n - 1 else parsed.hidden_activation
+            if act == "relu":
+                self._steps.append(_Relu(out))
+            elif act == "tanh":
+                self._steps.append(_Tanh(out))
+            self.kernel_kinds.append(chosen.kind)
+        low, high = np.array(c.action_low), np.array(c.action_high)
+        self._tanh_out = parsed.output_activation == "tanh"
+        self._half = (high - low) / 2.0
+        self._mid = (high + low) / 2.0
+        self._steps = tuple(self._steps)
+
+    def run_into(self, obs: np.ndarray, out: np.ndarray) -> None:
+        """Write the (unclamped) action for one observation into ``out`` (float64 [action_dim])."""
+        np.copyto(self._x_body, obs, casting="same_kind")
+        for step in self._steps:
+            step()
+        if self._tanh_out:
+            np.multiply(self._y, self._half, out=out)
+            np.add(out, self._mid, out=out)
+        else:
+            np.copyto(out, self._y)
+
+    def run_batch(self, obs: np.ndarray) -> np.ndarray:
+        out = np.empty((len(obs), self._y.size))
+        for i, row in enumerate(np.asarray(obs)):
+            self.run_into(row, out[i])
+        return out
+
+
+class _Relu:
+    def __init__(self, buf: np.ndarray) -> None:
+        self.buf, self.zero = buf, np.float32(0)
+
+    def __call__(self) -> None:
+        np.maximum(self.buf, self.zero, out=self.buf)
+
+
+class _Tanh:
+    def __init__(self, buf: np.ndarray) -> None:
+        self.buf = buf
+
+    def __call__(self) -> None:
+        np.tanh(self.buf, out=self.buf)
+
+
+def _faster(a, b, rounds: int = 5, calls: int = 40) -> bool:
+    """True when callable ``a`` is faster than ``b``: median of interleaved timed rounds."""
+    ta, tb = [], []
+    for _ in range(rounds):
+        for f, t in ((a, ta), (b, tb)):
+            start = time.perf_counter()
+            for _ in range(calls):
+                f()
+            t.append(time.perf_counter() - start)
+    return float(np.median(ta)) < float(np.median(tb))
+
+
+class Policy:
+    """A loaded, validated, warmed-up policy: ``act(obs) -> action`` (float64, always clamped).
+
+    Attributes:
+        contract: the artifact's PolicyContract.
+        engine: "ort" or "numpy", the engine serving act().
+        engine_choice_reason: why that engine (asked for, or the measurement that chose it).
+        macs: multiply-adds per call the network needs (its non-zero weights).
+        dense_macs: multiply-adds if every weight is computed.
+        path: the file it came from; sha256: of the artifact's bytes; nbytes: artifact bytes.
+        kernels: the numpy engine's kernel per layer ("dense"/"gather"), empty for ORT.
+    """
+
+    def __init__(self, parsed: ParsedArtifact, engine_impl, reason: str, path: Path | None) -> None:
+        c: PolicyContract = parsed.contract
+        self.contract = c
+        self.engine = engine_impl.name
+        self.engine_choice_reason = reason
+        self.macs = parsed.macs
+        self.dense_macs = parsed.dense_macs
+        self.path = path
+        self.source = parsed.source
+        self.sha256 = parsed.sha256
+        self.nbytes = len(parsed.data)
+        self.int8 = any(layer.dtype == "int8" for layer in parsed.layers)
+        self.kernels = list(getattr(engine_impl, "kernel_kinds", []))
+        self._impl = engine_impl
+        self._run = engine_impl.run_into
+        self._low = np.array(c.action_low, np.float64)
+        self._high = np.array(c.action_high, np.float64)
+        self._obs_shape = (c.obs_dim,)
+        self._out = np.zeros(c.action_dim, np.float64)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The action for one observation [obs_dim]: a new float64 array, clamped to the limits."""
+        return self.act_into(obs, self._out).copy()
+
+    def act_into(self, obs: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Allocation-free act: write the clamped action into ``out`` (float64 [action_dim]) and return it."""
+        if getattr(obs, "shape", None) != self._obs_shape:
+            obs = np.asarray(obs, dtype=np.float64)
+            if obs.shape != self._obs_shape:
+                raise ValueError(
+                    f"observation has shape {obs.shape} but the policy expects ({self.contract.obs_dim},) "
+                    f"in the order {list(self.contract.obs_names)}"
+                )
+        self._run(obs, out)
+        # Clamp in float64 too: the graph's float32 limits can sit a hair outside the contract's.
+        np.minimum(out, self._high, out=out)
+        np.maximum(out, self._low, out=out)
+        return out
+
+    def act_batch(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for [n, obs_dim] observations (allocates; evaluation and parity checks)."""
+        return np.clip(self._impl.run_batch(obs), self._low, self._high)
+
+    def __repr__(self) -> str:
+        return (f"Policy({self.source}, engine={self.engine}, version={self.contract.version}, "
+                f"tier={self.contract.tier}, macs={self.macs})")
+
+
+def probe_observations(contract: PolicyContract, n: int = 16, seed: int = 0) -> np.ndarray:
+    """Observations whose normalised values are standard normal (what the network was trained on)."""
+    z = np.random.default_rng(seed).standard_normal((n, contract.obs_dim))
+    return np.array(contract.obs_offset) + z / np.array(contract.obs_scale)
+
+
+def _time_act(policies: list[Policy], obs: np.ndarray, rounds: int = 7, calls: int = 60) -> list[float]:
+    """Median µs per act() of each policy, interleaved rounds (the machine's speed drifts)."""
+    times: list[list[float]] = [[] for _ in policies]
+    out = np.zeros(policies[0].contract.action_dim)
+    for _ in range(rounds):
+        for p, t in zip(policies, times):
+            start = time.perf_counter()
+            for k in range(calls):
+                p.act_into(obs[k % len(obs)], out)
+            t.append((time.perf_counter() - start) / calls * 1e6)
+    return [float(np.median(t)) for t in times]
+
+
+def build_policy(parsed: ParsedArtifact, engine: str = "auto", path: Path | None = None) -> Policy:
+    """Build, warm up and (for "auto") check and choose the engine for a validated artifact."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} is unknown; use one of {ENGINES}")
+    probes = probe_observations(parsed.contract)
+    if engine == "ort":
+        policy = Policy(parsed, OrtEngine(parsed), "asked for engine='ort'", path)
+    elif engine == "numpy":
+        policy = Policy(parsed, NumpyEngine(parsed), "asked for engine='numpy'", path)
+    else:
+        ort_p = Policy(parsed, OrtEngine(parsed), "", path)
+        np_p = Policy(parsed, NumpyEngine(parsed), "", path)
+        _check_agree(parsed, ort_p, np_p, probes)
+        _time_act([ort_p, np_p], probes, rounds=2, calls=30)  # warm both before timing
+        t_ort, t_np = _time_act([ort_p, np_p], probes)
+        policy = np_p if t_np <= t_ort else ort_p
+        policy.engine_choice_reason = (
+            f"auto: numpy {t_np:.1f} µs vs ort {t_ort:.1f} µs per act() (median of 7 interleaved rounds "
+            f"of 60 calls at load); numpy kernels {np_p.kernels}"
+        )
+    # Warm-up: first calls touch caches, lazily initialised kernels and branch predictors.
+    out = np.zeros(parsed.contract.action_dim)
+    for k in range(50):
+        policy.act_into(probes[k % len(probes)], out)
+    return policy
+
+
+def _check_agree(parsed: ParsedArtifact, a: Policy, b: Policy, probes: np.ndarray) -> None:
+    """Both engines must give (nearly) the same actions; catches a graph that disagrees with its weights."""
+    span = np.array(parsed.contract.action_high) - np.array(parsed.contract.action_low)
+    # int8 ORT also quantizes activations (dynamic uint8), the numpy engine does not: allow for it.
+    tol = (0.1 if a.int8 else 1e-3) * span
+    for obs in probes:
+        diff = np.abs(a.act(obs) - b.act(obs))
+        if (diff > tol).any():
+            raise ArtifactError(
+                f"{parsed.source}: the ONNX graph and its weights disagree (ORT vs numpy action differ "
+                f"by {diff.max():.4g} > {tol.max():.4g}); the graph was edited or is corrupt: re-export it"
+            )

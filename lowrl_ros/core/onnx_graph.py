@@ -1,0 +1,235 @@
+"""Build and read the ONNX graph of a policy artifact (no torch, no ROS).
+
+The graph is plain standard ONNX (opset 18), so any ONNX runtime gets actions from it:
+
+    obs -> (obs - offset) * scale -> [layer -> activation]* -> rescale to [low, high] -> clamp -> action
+
+Each layer's weight is stored one of four ways (``StoredLayer.storage`` / ``.dtype``):
+
+- dense fp32: ``l{i}.w`` float32 [in, out] -> MatMul + Add.
+- dense int8: ``l{i}.wq`` int8 [in, out] with symmetric per-output-channel ``l{i}.w_scale``; the
+  activations are quantized on the fly (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by
+  x_scale * w_scale -> Add bias). This is the QOperator pattern ORT's optimizer fuses into one
+  DynamicQuantizeMatMul kernel.
+- sparse (fp32 or int8): the non-zero values in row-major order of the [in, out] matrix, with one
+  leading 0 (``l{i}.values``), and a little-endian packed bitmask ``l{i}.mask`` (uint8, one bit
+  per weight). Graph ops (BitShift, BitwiseAnd, CumSum, Gather) expand them to the dense matrix.
+  All their inputs are initializers, so ORT constant-folds the expansion once when the session is
+  created: the file is small and nothing is paid per call.
+
+Weights are kept transposed ([in, out]) because that is what MatMul wants for a row of
+observations; ``StoredLayer.dense_t()`` gives the same matrix back in numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 18  # BitwiseAnd needs 18; ORT >= 1.14 and onnx >= 1.13 run it
+IN_NAME = "obs"
+OUT_NAME = "action"
+STORAGES = ("dense", "sparse")
+DTYPES = ("fp32", "int8")
+
+
+@dataclass
+class StoredLayer:
+    """One layer as stored in the file (arrays exactly as in the ONNX initializers)."""
+
+    in_dim: int
+    out_dim: int
+    storage: str  # "dense" | "sparse"
+    dtype: str  # "fp32" | "int8"
+    bias: np.ndarray  # float32 [out]
+    weight_t: np.ndarray | None = None  # dense: [in, out] float32 or int8
+    values: np.ndarray | None = None  # sparse: [nnz + 1] float32 or int8, values[0] == 0
+    mask: np.ndarray | None = None  # sparse: uint8 [ceil(in*out/8)], bit k of byte j = weight 8j+k
+    w_scale: np.ndarray | None = None  # int8: float32 [out]
+
+    @property
+    def nnz(self) -> int:
+        if self.storage == "sparse":
+            return int(self.values.size - 1)
+        return int(np.count_nonzero(self.weight_t))
+
+    def dense_t(self) -> np.ndarray:
+        """The stored weight as a dense [in, out] array of the stored dtype (no dequantisation)."""
+        if self.storage == "dense":
+            return self.weight_t
+        n = self.in_dim * self.out_dim
+        bits = np.unpackbits(self.mask, bitorder="little")[:n].astype(np.int64)
+        # Same expansion as the graph: the k-th set bit takes values[k] (values[0] is the 0 pad).
+        index = np.cumsum(bits) * bits
+        return self.values[index].reshape(self.in_dim, self.out_dim)
+
+    def dequantized(self) -> np.ndarray:
+        """The layer's weight as float32 [out, in], dequantised when int8."""
+        w = self.dense_t().astype(np.float32)
+        if self.dtype == "int8":
+            w = w * self.w_scale[None, :]
+        return np.ascontiguousarray(w.T)
+
+    def nbytes(self) -> int:
+        """Bytes of the stored arrays (what the layer costs on disk, before protobuf framing)."""
+        arrays = [self.bias, self.weight_t, self.values, self.mask, self.w_scale]
+        return int(sum(a.nbytes for a in arrays if a is not None))
+
+
+def pack_layer(w: np.ndarray, b: np.ndarray, *, int8: bool, allow_sparse: bool = True) -> StoredLayer:
+    """Store one layer (``w`` float32 [out, in]), sparse only when that is smaller on disk.
+
+    int8 quantisation is symmetric per output channel: scale = max|w[o, :]| / 127, so an exact
+    zero stays zero and pruned weights remain prunable.
+    """
+    out_dim, in_dim = w.shape
+    bias = np.ascontiguousarray(b, dtype=np.float32)
+    w_scale = None
+    if int8:
+        amax = np.abs(w).max(axis=1)
+        w_scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+        wt = np.clip(np.rint(w / w_scale[:, None]), -127, 127).astype(np.int8).T
+    else:
+        wt = w.astype(np.float32).T
+    wt = np.ascontiguousarray(wt)
+    dtype = "int8" if int8 else "fp32"
+    dense = StoredLayer(in_dim, out_dim, "dense", dtype, bias, weight_t=wt, w_scale=w_scale)
+    if not allow_sparse:
+        return dense
+    flat = wt.reshape(-1)
+    bits = flat != 0
+    values = np.concatenate([np.zeros(1, wt.dtype), flat[bits]])
+    mask = np.packbits(bits, bitorder="little")
+    sparse = StoredLayer(in_dim, out_dim, "sparse", dtype, bias, values=values, mask=mask, w_scale=w_scale)
+    # The expansion costs ~10 graph nodes (~600 bytes of protobuf); only worth it when it saves more.
+    return sparse if sparse.nbytes() + 600 < dense.nbytes() else dense
+
+
+def _const(graph_inits: list, name: str, array: np.ndarray) -> str:
+    graph_inits.append(numpy_helper.from_array(np.asarray(array), name))
+    return name
+
+
+def build_model(
+    layers: list[StoredLayer],
+    *,
+    hidden_activation: str,
+    output_activation: str,
+    obs_offset: np.ndarray,
+    obs_scale: np.ndarray,
+    action_low: np.ndarray,
+    action_high: np.ndarray,
+    metadata: dict[str, str],
+) -> onnx.ModelProto:
+    """The whole artifact graph; ``metadata`` goes into the model's metadata_props."""
+    inits: list = []
+    nodes: list = []
+
+    def node(op: str, inputs: list[str], output: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+        return output
+
+    x = IN_NAME
+    x = node("Sub", [x, _const(inits, "obs_offset", obs_offset.astype(np.float32))], "obs_centred")
+    x = node("Mul", [x, _const(inits, "obs_scale", obs_scale.astype(np.float32))], "obs_norm")
+    for i, layer in enumerate(layers):
+        p = f"l{i}"
+        if layer.storage == "dense":
+            w = _const(inits, f"{p}.w" if layer.dtype == "fp32" else f"{p}.wq", layer.weight_t)
+        else:
+            w = _expand_sparse(node, inits, p, layer)
+        bias = _const(inits, f"{p}.b", layer.bias)
+        if layer.dtype == "fp32":
+            y = node("MatMul", [x, w], f"{p}.mm")
+        else:
+            q = [f"{p}.xq", f"{p}.xs", f"{p}.xzp"]
+            nodes.append(helper.make_node("DynamicQuantizeLinear", [x], q, name=f"{p}.dql"))
+            wzp = _const(inits, f"{p}.wzp", np.zeros(layer.out_dim, np.int8))
+            acc = node("MatMulInteger", [q[0], w, q[2], wzp], f"{p}.mmi")
+            accf = node("Cast", [acc], f"{p}.accf", to=TensorProto.FLOAT)
+            scale = node("Mul", [q[1], _const(inits, f"{p}.w_scale", layer.w_scale)], f"{p}.scale")
+            y = node("Mul", [accf, scale], f"{p}.mm")
+        y = node("Add", [y, bias], f"{p}.pre")
+        last = i == len(layers) - 1
+        act = output_activation if last else hidden_activation
+        if act == "relu":
+            y = node("Relu", [y], f"{p}.act")
+        elif act == "tanh":
+            y = node("Tanh", [y], f"{p}.act")
+        x = y
+    low = action_low.astype(np.float32)
+    high = action_high.astype(np.float32)
+    if output_activation == "tanh":
+        # low + (y + 1) / 2 * (high - low) == mid + half * y
+        x = node("Mul", [x, _const(inits, "action_half_range", (high - low) / 2)], "action_scaled")
+        x = node("Add", [x, _const(inits, "action_mid", (high + low) / 2)], "action_unclamped")
+    x = node("Min", [x, _const(inits, "action_high", high)], "action_le_high")
+    nodes.append(helper.make_node("Max", [x, _const(inits, "action_low", low)], [OUT_NAME], name=OUT_NAME))
+
+    obs_dim = layers[0].in_dim
+    act_dim = layers[-1].out_dim
+    graph = helper.make_graph(
+        nodes,
+        "lowrl_policy",
+        [helper.make_tensor_value_info(IN_NAME, TensorProto.FLOAT, ["batch", obs_dim])],
+        [helper.make_tensor_value_info(OUT_NAME, TensorProto.FLOAT, ["batch", act_dim])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="lowrl_ros")
+    model.ir_version = 8  # onnx 1.13+ / ORT 1.14+ read it; newer IR versions lock older runtimes out
+    helper.set_model_props(model, metadata)
+    return model
+
+
+def _expand_sparse(node, inits: list, p: str, layer: StoredLayer) -> str:
+    """Graph ops turning (values, packed mask) into the dense [in, out] weight; constant-folded."""
+    n = layer.in_dim * layer.out_dim
+    mask = _const(inits, f"{p}.mask", layer.mask)
+    values = _const(inits, f"{p}.values", layer.values)
+    m = node("Unsqueeze", [mask, _const(inits, f"{p}.ax1", np.array([1], np.int64))], f"{p}.mask_col")
+    shifted = node("BitShift", [m, _const(inits, f"{p}.shifts", np.arange(8, dtype=np.uint8))],
+                   f"{p}.mask_shift", direction="RIGHT")
+    bits = node("BitwiseAnd", [shifted, _const(inits, f"{p}.one", np.array(1, np.uint8))], f"{p}.bits8")
+    bits = node("Reshape", [bits, _const(inits, f"{p}.flat", np.array([-1], np.int64))], f"{p}.bits_flat")
+    bits = node("Slice", [bits, _const(inits, f"{p}.zero", np.array([0], np.int64)),
+                          _const(inits, f"{p}.n", np.array([n], np.int64))], f"{p}.bits_n")
+    bits = node("Cast", [bits], f"{p}.bits64", to=TensorProto.INT64)
+    csum = node("CumSum", [bits, _const(inits, f"{p}.axis0", np.array(0, np.int64))], f"{p}.csum")
+    index = node("Mul", [csum, bits], f"{p}.index")
+    flat = node("Gather", [values, index], f"{p}.w_flat", axis=0)
+    shape = _const(inits, f"{p}.shape", np.array([layer.in_dim, layer.out_dim], np.int64))
+    return node("Reshape", [flat, shape], f"{p}.w_dense")
+
+
+def read_layers(model: onnx.ModelProto, arch_layers: list[dict]) -> list[StoredLayer]:
+    """Read the layer initializers named by the arch description; KeyError names a missing one."""
+    inits = {t.name: t for t in model.graph.initializer}
+
+    def get(name: str) -> np.ndarray:
+        if name not in inits:
+            raise KeyError(name)
+        return numpy_helper.to_array(inits[name])
+
+    layers = []
+    for i, spec in enumerate(arch_layers):
+        p = f"l{i}"
+        layer = StoredLayer(int(spec["in"]), int(spec["out"]), spec["storage"], spec["dtype"], get(f"{p}.b"))
+        if layer.dtype == "int8":
+            layer.w_scale = get(f"{p}.w_scale")
+        if layer.storage == "dense":
+            layer.weight_t = get(f"{p}.w" if layer.dtype == "fp32" else f"{p}.wq")
+        else:
+            layer.values = get(f"{p}.values")
+            layer.mask = get(f"{p}.mask")
+        layers.append(layer)
+    return layers
+
+
+def initializer(model: onnx.ModelProto, name: str) -> np.ndarray:
+    """One named initializer as numpy (KeyError when absent)."""
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    raise KeyError(name)
