@@ -1,0 +1,132 @@
+"""Probes against real processes and sysfs-format files.
+
+This machine has no thermal zones, hwmon or cpufreq; the sysfs tests build a tree in the same
+file format under tmp_path (a test double of the kernel's files, the only way to run that parsing
+here). Memory is measured on a real subprocess that allocates resident memory.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lowrl_ros.bench.budget import MemoryHog
+from lowrl_ros.core.budget import BudgetConfig, Reading
+from lowrl_ros.core.probes import (
+    EstimatedTemperatureProbe,
+    FileTemperatureProbe,
+    ProbeSet,
+    ProcessRssProbe,
+    SystemTemperatureProbe,
+    ThrottleProbe,
+    read_millidegrees,
+)
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_file_source_reads_millidegrees(tmp_path):
+    f = tmp_path / "temp"
+    f.write_text("45500\n")
+    r = FileTemperatureProbe(f).read()
+    assert r.value == pytest.approx(45.5) and r.source == "file"
+
+
+def test_file_source_garbage_is_a_clear_error(tmp_path):
+    f = tmp_path / "temp"
+    f.write_text("hot")
+    with pytest.raises(ValueError, match="expected integer millidegrees"):
+        read_millidegrees(f)
+
+
+def test_sysfs_thermal_zones_prefer_the_cpu(tmp_path):
+    write(tmp_path / "class/thermal/thermal_zone0/type", "acpitz-board\n")
+    write(tmp_path / "class/thermal/thermal_zone0/temp", "30000\n")
+    write(tmp_path / "class/thermal/thermal_zone1/type", "x86_pkg_temp\n")
+    write(tmp_path / "class/thermal/thermal_zone1/temp", "61000\n")
+    write(tmp_path / "class/thermal/thermal_zone2/type", "battery\n")
+    write(tmp_path / "class/thermal/thermal_zone2/temp", "90000\n")
+    r = SystemTemperatureProbe(tmp_path).read()
+    assert r.value == pytest.approx(61.0) and r.source == "sysfs thermal"
+
+
+def test_hwmon_when_no_thermal_zone(tmp_path):
+    write(tmp_path / "class/hwmon/hwmon0/temp1_input", "52000")
+    write(tmp_path / "class/hwmon/hwmon0/temp2_input", "57000")
+    assert SystemTemperatureProbe(tmp_path).read().value == pytest.approx(57.0)
+
+
+def test_no_sensor_says_so(tmp_path):
+    r = SystemTemperatureProbe(tmp_path).read()
+    assert r.value is None and "no sensor" in r.detail
+
+
+def test_throttle_from_cpufreq(tmp_path):
+    for cpu, cur in (("cpu0", "1800000"), ("cpu1", "900000")):
+        write(tmp_path / f"devices/system/cpu/{cpu}/cpufreq/scaling_cur_freq", cur)
+        write(tmp_path / f"devices/system/cpu/{cpu}/cpufreq/cpuinfo_max_freq", "1800000")
+    r = ThrottleProbe(tmp_path).read()
+    assert r.value == pytest.approx(0.5)  # the worst core lost half its speed
+    assert ThrottleProbe(tmp_path / "nothing").read().value is None
+
+
+def test_estimated_temperature_follows_a_first_order_model():
+    p = EstimatedTemperatureProbe(ambient_c=25.0, rise_c=40.0, tau_s=10.0)
+    r0 = p.update(0.0, 0.0)
+    assert r0.value == pytest.approx(25.0) and "estimated" in r0.detail
+    assert p.update(10.0, 100.0).value == pytest.approx(25.0 + 40.0 * (1 - 0.36787944), rel=1e-6)
+    for t in range(11, 200):
+        r = p.update(float(t), 100.0)
+    assert r.value == pytest.approx(65.0, abs=0.01)
+
+
+def test_process_rss_by_pid_and_by_name_tracks_a_real_allocation(tmp_path):
+    with MemoryHog(name="lowrl_probe_hog.py", directory=tmp_path) as hog:
+        by_pid = ProcessRssProbe(pid=lambda: hog.pid)
+        by_name = ProcessRssProbe(name="lowrl_probe_hog.py")
+        base = by_pid.read().value
+        assert by_name.read().value == pytest.approx(base, rel=0.2)
+        hog.alloc(80)
+        assert by_pid.read().value - base > 70
+        assert by_name.read().value - base > 70
+        hog.free()
+        assert by_pid.read().value - base < 20
+    assert by_name.read().value is None or not by_name._procs  # it ended
+
+
+def test_missing_process_is_stale_not_an_error():
+    r = ProcessRssProbe(name="no_such_process_lowrl").read()
+    assert r.value is None and "no process named" in r.detail
+    assert ProcessRssProbe(pid=lambda: None).read().value is None
+
+
+def test_a_probe_that_raises_gives_stale_never_a_crash(tmp_path):
+    f = tmp_path / "temp"  # does not exist yet
+    ps = ProbeSet(BudgetConfig(temperature_source="file", temperature_file=str(f)), lambda: os.getpid())
+
+    class Broken:
+        def read(self) -> Reading:
+            raise RuntimeError("sensor bus error")
+
+    ps.probes["memory_available"] = Broken()
+    out = ps.sample()
+    assert out["memory_available"].value is None and "sensor bus error" in out["memory_available"].detail
+    assert out["cpu_temperature"].value is None and "probe failed" in out["cpu_temperature"].detail
+    assert out["policy_rss"].value > 0 and out["cpu_load"].value is not None
+    f.write_text("40000")
+    assert ps.sample()["cpu_temperature"].value == pytest.approx(40.0)
+
+
+def test_estimated_source_in_a_probe_set_is_labelled():
+    ps = ProbeSet(BudgetConfig(temperature_source="estimated"), lambda: None)
+    r = ps.sample()["cpu_temperature"]
+    assert r.value is not None and r.source == "estimated"
+
+
+def test_source_none_is_stale_with_the_reason():
+    r = ProbeSet(BudgetConfig(temperature_source="none"), lambda: None).sample()["cpu_temperature"]
+    assert r.value is None and "not monitored" in r.detail
