@@ -93,6 +93,29 @@ def test_a_bad_sample_during_the_dwell_restarts_it():
     assert d.update(5.0, T.FULL) and d.tier == T.FULL
 
 
+def test_flapping_doubles_the_dwell_and_a_held_step_up_resets_it():
+    d = TierDecider(escalate_after=1, recover_dwell_s=1.0, tier=T.LITE)
+    clock = iter(i / 10 for i in range(10_000))
+
+    def run(wanted, samples):  # one sample every 0.1 s
+        ups = []
+        for _ in range(samples):
+            t = next(clock)
+            before = d.tier
+            d.update(t, wanted)
+            if d.tier < before:
+                ups.append(t)
+        return ups
+
+    assert run(T.FULL, 11) == [1.0]  # first step up after one dwell
+    run(T.LITE, 1)  # the full tier fails again at once (t=1.1): flapping
+    assert d.tier == T.LITE and d.backoff == 2
+    ups = run(T.FULL, 30)  # from t=1.2
+    assert ups == [3.2]  # now two dwells
+    run(T.FULL, 25)  # the step up held for a full dwell
+    assert d.backoff == 1 and d.tier == T.FULL
+
+
 # --- monitor: worst signal wins ---------------------------------------------------------------
 def test_latency_against_the_policy_deadline_escalates_and_recovers():
     m = BudgetMonitor(BudgetConfig(escalate_after=2, recover_dwell_s=1.0, cpu_load_limit_pct=0.0))

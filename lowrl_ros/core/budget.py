@@ -25,7 +25,8 @@ action, because a cheaper policy does not undo heat or a leak fast enough::
 The tier follows the worst signal. Going down (cheaper) needs ``escalate_after`` consecutive
 samples that all ask for it, and then goes straight to the least severe tier those samples agreed
 on; going back up is one tier at a time, each step only after ``recover_dwell_s`` seconds of
-samples that all ask for less (hysteresis, as in Autoware's system_monitor). A STALE signal (no
+samples that all ask for less (hysteresis, as in Autoware's system_monitor); a tier that has to
+drop again right after a step up doubles that dwell (flap damping, see ``TierDecider``). A STALE signal (no
 sensor, a probe that failed, no policy statistics yet) is reported but never moves the tier: the
 monitor does not act on what it cannot see.
 """
@@ -254,22 +255,40 @@ class TierDecider:
 
     Pure state machine over ``update(now, wanted)``: ``now`` is any monotonic clock in seconds
     (a fake one in tests), ``wanted`` the tier the worst signal asks for.
+
+    Flap damping: a cheaper tier often cures the signal that asked for it (the lite policy meets
+    the deadline the full one missed), so the signals cannot tell whether stepping back up is
+    safe. If the tier must drop again within one dwell of a step up, the dwell doubles (up to
+    ``max_backoff`` times ``recover_dwell_s``); a step up that holds for a dwell resets it.
     """
 
     escalate_after: int = 3
     recover_dwell_s: float = 5.0
     tier: ComputeTier = ComputeTier.FULL
+    max_backoff: int = 8
+    backoff: int = 1  # current dwell = recover_dwell_s * backoff
     _bad_count: int = 0
     _bad_floor: ComputeTier = ComputeTier.SAFE  # least severe tier all current bad samples agreed on
     _good_since: float | None = None
+    _last_up: float | None = None
+
+    @property
+    def dwell_s(self) -> float:
+        """The dwell now required before the next step up."""
+        return self.recover_dwell_s * self.backoff
 
     def update(self, now: float, wanted: ComputeTier) -> bool:
         """Feed one sample; return True when ``tier`` changed."""
+        if self._last_up is not None and now - self._last_up >= self.dwell_s:
+            self.backoff, self._last_up = 1, None  # the last step up held for a full dwell
         if wanted > self.tier:
             self._good_since = None
             self._bad_count += 1
             self._bad_floor = min(self._bad_floor, wanted)
             if self._bad_count >= self.escalate_after:
+                if self._last_up is not None:  # dropping again soon after a step up: flapping
+                    self.backoff = min(self.backoff * 2, self.max_backoff)
+                    self._last_up = None
                 self.tier = self._bad_floor
                 self._reset_bad()
                 return True
@@ -280,8 +299,9 @@ class TierDecider:
             return False
         if self._good_since is None:
             self._good_since = now
-        if now - self._good_since >= self.recover_dwell_s:
+        if now - self._good_since >= self.dwell_s:
             self.tier = ComputeTier(self.tier - 1)
+            self._last_up = now
             # Each further step up needs a full dwell of its own.
             self._good_since = now if wanted < self.tier else None
             return True
@@ -408,6 +428,7 @@ class BudgetMonitor:
         elif self.decider.tier > before:
             reason = f"{before.label} -> {self.decider.tier.label}: {worst.name} {worst.message}"
         else:
-            reason = (f"{before.label} -> {self.decider.tier.label}: all signals allowed it for "
-                      f"{self.config.recover_dwell_s:g} s")
+            reason = f"{before.label} -> {self.decider.tier.label}: all signals allowed it for a dwell"
+        if changed and self.decider.backoff > 1:
+            reason += f" (dwell now {self.decider.dwell_s:g} s: flap damping)"
         return Assessment(tuple(statuses), self.decider.tier, wanted, changed, reason)

@@ -175,8 +175,11 @@ class BudgetMonitorNode(Node):
             return
         if self.last.changed:
             self.last_change = self.last.reason
-            log = self.get_logger().warning if self.last.tier > ComputeTier.FULL else self.get_logger().info
-            log(f"compute tier {self.last.reason}")
+            # rclpy loggers need one severity per call site, hence two calls.
+            if self.last.tier > ComputeTier.FULL:
+                self.get_logger().warning(f"compute tier {self.last.reason}")
+            else:
+                self.get_logger().info(f"compute tier {self.last.reason}")
             self._publish_tier()
             self._publish_diagnostics()
 
