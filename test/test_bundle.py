@@ -84,3 +84,19 @@ def test_manifest_version_checked(tmp_path, tiers):
             zf.writestr(n, d)
     with pytest.raises(ArtifactError, match="manifest version 9"):
         load_bundle(path)
+
+
+def test_inspect_cli(tmp_path, tiers, capsys):
+    from lowrl_ros.cli import main as lowrl_main
+
+    path = save_bundle(tmp_path / "p.lowrl", tiers)
+    assert lowrl_main(["inspect", str(path), "--engine", "numpy"]) == 0
+    out = capsys.readouterr().out
+    assert "OK, version 3" in out and "[lite]" in out and "o0, o1" in out and "engine: numpy" in out
+    assert lowrl_main(["inspect", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["smallest_tier"] == "lite"
+    assert info["tiers"]["lite"]["layers"][0]["sparsity"] >= 0.5
+    (tmp_path / "bad.onnx").write_bytes(b"junk")
+    assert lowrl_main(["inspect", str(tmp_path / "bad.onnx")]) == 2
+    assert "INVALID" in capsys.readouterr().err

@@ -58,6 +58,7 @@ def test_gather_kernel_matches_dense(tmp_path):
     dense = Policy(parsed, NumpyEngine(parsed, kernel="dense"), "test", None)
     gather = Policy(parsed, NumpyEngine(parsed, kernel="gather"), "test", None)
     assert gather.kernels == ["gather"] * 3 and dense.kernels == ["dense"] * 3
+    assert gather.macs == gather.nnz_macs < 0.1 * dense.macs and dense.macs == dense.dense_macs
     for o in _obs(c):
         np.testing.assert_allclose(gather.act(o), dense.act(o), atol=1e-5)
 
@@ -122,3 +123,21 @@ def test_unknown_engine(tmp_path):
     path = save_artifact(tmp_path / "p.onnx", make_weights(DIMS), make_contract())
     with pytest.raises(ValueError, match="use one of"):
         load_artifact(path, engine="tensorrt")
+
+
+def test_bench_inference_smoke(tmp_path):
+    """The benchmark runs end to end on a tiny budget and writes rows with same-run ratios."""
+    pytest.importorskip("stable_baselines3")
+    import json
+
+    from lowrl_ros.cli import main as lowrl_main
+
+    assert lowrl_main(["bench", "inference", "--calls", "40", "--rounds", "2", "--nets", "64",
+                       "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "inference.json").read_text())
+    rows = {r["variant"]: r for r in result["results"]["rows"]}
+    assert rows["sb3_predict"]["speedup_vs_sb3_p50"] == pytest.approx(1.0)
+    assert {"torch_eager_fp32", "ort_int8", "numpy_int8_s90", "auto_int8_s95"} <= set(rows)
+    assert rows["ort_int8_s90"]["bytes"] < rows["ort_fp32"]["bytes"]
+    assert (tmp_path / "inference.png").stat().st_size > 0
+    assert "command" in result and "machine" in result

@@ -18,6 +18,7 @@ them interleaved, and keeps the faster; ``Policy.engine_choice_reason`` says why
 """
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -83,7 +84,10 @@ class _DenseKernel:
         self.w, self.x, self.y = np.ascontiguousarray(w_aug, np.float32), x, y
 
     def __call__(self) -> None:
-        np.dot(self.w, self.x, out=self.y)
+        np.dot(self.w, self.x, self.y)
+
+    def calls(self) -> list[tuple]:
+        return [(np.dot, (self.w, self.x, self.y))]
 
 
 class _GatherKernel:
@@ -111,9 +115,15 @@ class _GatherKernel:
         self.x, self.y = x, y
 
     def __call__(self) -> None:
-        np.take(self.x, self.cols, out=self.tmp)
-        np.multiply(self.tmp, self.vals, out=self.tmp)
-        np.add.reduceat(self.tmp, self.starts, out=self.y)
+        for f, args in self.calls():
+            f(*args)
+
+    def calls(self) -> list[tuple]:
+        return [
+            (np.take, (self.x, self.cols, None, self.tmp)),
+            (np.multiply, (self.tmp, self.vals, self.tmp)),
+            (np.add.reduceat, (self.tmp, self.starts, 0, None, self.y)),
+        ]
 
 
 class NumpyEngine:
@@ -132,7 +142,7 @@ class NumpyEngine:
         bufs = [np.ones(layer.in_dim + 1, np.float32) for layer in parsed.layers]
         self._x_body = bufs[0][:-1]
         self._y = np.zeros(c.action_dim, np.float32)
-        self._steps: list = []
+        self._steps: list[tuple] = []
         self.kernel_kinds: list[str] = []
         for i, layer in enumerate(parsed.layers):
             w = layer.dequantized().astype(np.float64)
@@ -150,12 +160,15 @@ class NumpyEngine:
                 gather = _GatherKernel(w_aug, bufs[i], out)
                 if kernel == "gather" or _faster(gather, dense):
                     chosen = gather
-            self._steps.append(chosen)
+            # The hot loop is a flat tuple of (numpy function, positional args incl. out): no Python
+            # method layer per step, no keyword parsing, no allocation.
+            self._steps += chosen.calls()
             act = parsed.output_activation if i == n - 1 else parsed.hidden_activation
             if act == "relu":
-                self._steps.append(_Relu(out))
+                # np.maximum's positional out is deprecated; partial binds out= once, at load.
+                self._steps.append((functools.partial(np.maximum, out=out), (out, np.float32(0))))
             elif act == "tanh":
-                self._steps.append(_Tanh(out))
+                self._steps.append((np.tanh, (out, out)))
             self.kernel_kinds.append(chosen.kind)
         low, high = np.array(c.action_low), np.array(c.action_high)
         self._tanh_out = parsed.output_activation == "tanh"
@@ -166,8 +179,8 @@ class NumpyEngine:
     def run_into(self, obs: np.ndarray, out: np.ndarray) -> None:
         """Write the (unclamped) action for one observation into ``out`` (float64 [action_dim])."""
         np.copyto(self._x_body, obs, casting="same_kind")
-        for step in self._steps:
-            step()
+        for f, args in self._steps:
+            f(*args)
         if self._tanh_out:
             np.multiply(self._y, self._half, out=out)
             np.add(out, self._mid, out=out)
@@ -179,22 +192,6 @@ class NumpyEngine:
         for i, row in enumerate(np.asarray(obs)):
             self.run_into(row, out[i])
         return out
-
-
-class _Relu:
-    def __init__(self, buf: np.ndarray) -> None:
-        self.buf, self.zero = buf, np.float32(0)
-
-    def __call__(self) -> None:
-        np.maximum(self.buf, self.zero, out=self.buf)
-
-
-class _Tanh:
-    def __init__(self, buf: np.ndarray) -> None:
-        self.buf = buf
-
-    def __call__(self) -> None:
-        np.tanh(self.buf, out=self.buf)
 
 
 def _faster(a, b, rounds: int = 5, calls: int = 40) -> bool:
@@ -216,8 +213,9 @@ class Policy:
         contract: the artifact's PolicyContract.
         engine: "ort" or "numpy", the engine serving act().
         engine_choice_reason: why that engine (asked for, or the measurement that chose it).
-        macs: multiply-adds per call the network needs (its non-zero weights).
-        dense_macs: multiply-adds if every weight is computed.
+        macs: multiply-adds per call the serving engine performs (dense layers count every weight,
+            gather-kernel layers only their non-zero weights).
+        dense_macs: multiply-adds if every weight is computed; nnz_macs: the non-zero weights.
         path: the file it came from; sha256: of the artifact's bytes; nbytes: artifact bytes.
         kernels: the numpy engine's kernel per layer ("dense"/"gather"), empty for ORT.
     """
@@ -227,14 +225,21 @@ class Policy:
         self.contract = c
         self.engine = engine_impl.name
         self.engine_choice_reason = reason
-        self.macs = parsed.macs
         self.dense_macs = parsed.dense_macs
+        self.nnz_macs = parsed.macs
+        self.kernels = list(getattr(engine_impl, "kernel_kinds", []))
+        # What the serving engine really computes: ORT and dense numpy kernels multiply every
+        # weight (zeros included); a gather kernel only the non-zero ones.
+        if self.kernels:
+            self.macs = int(sum(layer.nnz if k == "gather" else layer.in_dim * layer.out_dim
+                                for layer, k in zip(parsed.layers, self.kernels)))
+        else:
+            self.macs = parsed.dense_macs
         self.path = path
         self.source = parsed.source
         self.sha256 = parsed.sha256
         self.nbytes = len(parsed.data)
         self.int8 = any(layer.dtype == "int8" for layer in parsed.layers)
-        self.kernels = list(getattr(engine_impl, "kernel_kinds", []))
         self._impl = engine_impl
         self._run = engine_impl.run_into
         self._low = np.array(c.action_low, np.float64)
