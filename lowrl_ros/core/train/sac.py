@@ -1,0 +1,83 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018) with twin fused critics and a learned temperature.
+
+The update is written for a small CPU: both critics in one batched matmul per layer, the actor's
+gradient taken with ``torch.autograd.grad`` over the actor's parameters only (the critic's weight
+gradients are never computed there), the temperature's gradient written in closed form.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lowrl_ros.core.train.agent import OffPolicyAgent, to_tensors
+from lowrl_ros.core.train.networks import GaussianActor, TwinCritic
+from lowrl_ros.core.train.replay import Batch
+
+
+class SACAgent(OffPolicyAgent):
+    """SAC learner; see ``OffPolicyAgent`` for the arguments."""
+
+    actor_out_mult = 2
+
+    def __init__(self, cfg, obs_dim: int, act_dim: int) -> None:
+        super().__init__(cfg, obs_dim, act_dim)
+        self.learn_alpha = cfg.alpha == 0.0
+        self.target_entropy = -float(act_dim)  # SAC's heuristic: -|A|
+        init = 1.0 if self.learn_alpha else cfg.alpha
+        self.log_alpha = torch.tensor([np.log(init)], dtype=torch.float32, requires_grad=self.learn_alpha)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.lr) if self.learn_alpha else None
+
+    def build_actor(self, hidden: int) -> GaussianActor:
+        return GaussianActor(self.obs_dim, self.act_dim, hidden, self.cfg.depth)
+
+    def build_critic(self, hidden: int) -> TwinCritic:
+        return TwinCritic(self.obs_dim, self.act_dim, hidden, self.cfg.depth)
+
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = torch.from_numpy(np.asarray(obs, dtype=np.float32))[None]
+        mu, log_std = self.actor(x)
+        a = torch.tanh(mu + torch.randn_like(mu) * log_std.exp())
+        return a[0].numpy(), torch.tanh(mu)[0].numpy()
+
+    def update(self, batch: Batch) -> None:
+        obs, act, rew, next_obs, disc = to_tensors(batch)
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_a, next_logp = self.actor.sample(next_obs)
+            target_q = self.critic_target(next_obs, next_a).min(0).values - alpha * next_logp
+            y = rew + disc * target_q
+        q = self.critic(obs, act)
+        critic_loss = 0.5 * (q - y).square().mean(1).sum()
+        for p in self.critic_params:
+            p.grad = None
+        critic_loss.backward()
+        self.step_network(self.critic_masker, self.critic_opt)
+
+        a, logp = self.actor.sample(obs)
+        actor_loss = (alpha * logp - self.critic(obs, a).min(0).values).mean()
+        grads = torch.autograd.grad(actor_loss, self.actor_params)
+        for p, g in zip(self.actor_params, grads):
+            p.grad = g
+        self.step_network(self.actor_masker, self.actor_opt)
+
+        if self.learn_alpha:
+            # d/d log α of −log α·(log π + H̄) is −mean(log π + H̄): no graph needed.
+            self.log_alpha.grad = -(logp.detach() + self.target_entropy).mean().reshape(1)
+            self.alpha_opt.step()
+        self.polyak()
+        self.gradient_steps += 1
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["log_alpha"] = self.log_alpha.detach().clone()
+        if self.alpha_opt is not None:
+            state["alpha_opt"] = self.alpha_opt.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        if self.alpha_opt is not None:
+            self.alpha_opt.load_state_dict(state["alpha_opt"])

@@ -1,0 +1,76 @@
+"""TD3 (Fujimoto et al. 2018): twin fused critics, delayed actor and target updates, smoothing.
+
+The actor, and with it the target networks, is updated every ``policy_delay`` critic updates, so
+its RLx2 mask counter runs at half the critic's pace (the paper's "TD3's delayed actor evolves
+every 20k environment steps").
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from lowrl_ros.core.train.agent import OffPolicyAgent, to_tensors
+from lowrl_ros.core.train.networks import DeterministicActor, TwinCritic
+from lowrl_ros.core.train.replay import Batch
+
+
+class TD3Agent(OffPolicyAgent):
+    """TD3 learner; see ``OffPolicyAgent`` for the arguments."""
+
+    def build_actor(self, hidden: int) -> DeterministicActor:
+        actor = DeterministicActor(self.obs_dim, self.act_dim, hidden, self.cfg.depth)
+        self.actor_target = copy.deepcopy(actor).requires_grad_(False)
+        return actor
+
+    def build_critic(self, hidden: int) -> TwinCritic:
+        return TwinCritic(self.obs_dim, self.act_dim, hidden, self.cfg.depth)
+
+    def actor_updates_total(self, critic_updates: int) -> int:
+        return critic_updates // self.cfg.policy_delay
+
+    def __init__(self, cfg, obs_dim: int, act_dim: int) -> None:
+        super().__init__(cfg, obs_dim, act_dim)
+        self.noise_rng = np.random.default_rng(cfg.seed + 2)
+
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = torch.from_numpy(np.asarray(obs, dtype=np.float32))[None]
+        a = self.actor(x)[0].numpy()
+        noisy = a + self.cfg.explore_noise * self.noise_rng.standard_normal(a.shape)
+        return np.clip(noisy, -1.0, 1.0).astype(np.float32), a
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["actor_target"] = self.actor_target.state_dict()
+        state["noise_rng"] = self.noise_rng.bit_generator.state
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.actor_target.load_state_dict(state["actor_target"])
+        self.noise_rng.bit_generator.state = state["noise_rng"]
+
+    def update(self, batch: Batch) -> None:
+        cfg = self.cfg
+        obs, act, rew, next_obs, disc = to_tensors(batch)
+        with torch.no_grad():
+            noise = (torch.randn_like(act) * cfg.policy_noise).clamp_(-cfg.noise_clip, cfg.noise_clip)
+            next_a = (self.actor_target(next_obs) + noise).clamp_(-1.0, 1.0)
+            y = rew + disc * self.critic_target(next_obs, next_a).min(0).values
+        q = self.critic(obs, act)
+        critic_loss = (q - y).square().mean(1).sum()
+        for p in self.critic_params:
+            p.grad = None
+        critic_loss.backward()
+        self.step_network(self.critic_masker, self.critic_opt)
+        self.gradient_steps += 1
+        if self.gradient_steps % cfg.policy_delay:
+            return
+        actor_loss = -self.critic.q1(obs, self.actor(obs)).mean()
+        grads = torch.autograd.grad(actor_loss, self.actor_params)
+        for p, g in zip(self.actor_params, grads):
+            p.grad = g
+        self.step_network(self.actor_masker, self.actor_opt)
+        self.polyak()
