@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                      "full_macs": bundle.policies["full"].macs},
         }
     (args.out / "pendulum_sac.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"trained {args.steps} steps in {train_s:.0f} s (nan: reused --sb3-zip); mean return over {args.episodes} episodes:")
+    how = f"reused {args.sb3_zip}" if args.sb3_zip else f"trained {args.steps} steps in {train_s:.0f} s"
+    print(f"{how}; mean return over {args.episodes} episodes:")
     for k, v in report["mean_return"].items():
         print(f"  {k:32s} {v:8.1f} ± {report['std_return'][k]:.1f}")
     print(f"wrote {full}, {bundle_path}, {args.out / 'pendulum_sac.json'}")
