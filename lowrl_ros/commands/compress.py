@@ -1,0 +1,95 @@
+"""`lowrl compress TEACHER_OR_STUDENTS -o BUNDLE.lowrl --version N [--parent-version M]`: gate and release.
+
+TEACHER_OR_STUDENTS is either a `lowrl distill` output directory (students already trained; its
+``distill.json`` names the teacher) or a teacher (artifact, `lowrl train` run dir, SB3 zip), which
+is distilled first with the preset's ``distill:`` section. Then every tier passes three gates
+(fp32 ONNX vs torch parity, int8 vs fp32 action error, deployed return vs the teacher's); only if
+all pass is the bundle written (atomically). ``BUNDLE.release.json`` / ``.release.md`` say what
+was measured either way. Exit status: 0 released, 1 a gate stopped the release, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from lowrl_ros.commands.distill import add_config_flags, config_from, read_preset
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from lowrl_ros.core.distill import DistillConfig
+    from lowrl_ros.core.release import ReleaseConfig
+
+    parser.add_argument("source", help="`lowrl distill` output dir, or a teacher (artifact, run dir, SB3 zip)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="bundle to write (.lowrl)")
+    parser.add_argument("--config", default=None,
+                        help="preset YAML with distill: and release: sections (config/compress_pendulum.yaml)")
+    parser.add_argument("--teacher", default=None, help="teacher of a students dir (default: the one distill.json names)")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="where to keep the students when distilling a teacher (default: a temporary dir)")
+    add_config_flags(parser, ReleaseConfig)
+    shared = {"env_id", "eval_episodes", "eval_seed", "clip_percentile", "seed"}
+    add_config_flags(parser, DistillConfig, skip=shared)
+
+
+def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
+    """(teacher, candidates) from a `lowrl distill` output directory."""
+    import torch
+
+    from lowrl_ros.core.artifact import load_weights
+    from lowrl_ros.core.distill import load_teacher, torch_action_fn
+    from lowrl_ros.core.release import Candidate
+
+    manifest = students_dir / "distill.json"
+    try:
+        doc = json.loads(manifest.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{manifest}: cannot read it ({exc}); run `lowrl distill` into {students_dir} first") from None
+    teacher = load_teacher(teacher_arg or doc["teacher"]["source"], env_id=doc.get("env_id"))
+    cands = []
+    for s in doc["students"]:
+        weights, contract = load_weights(students_dir / s["fp32_artifact"])
+        state = torch.load(students_dir / s["torch_state"], map_location="cpu", weights_only=False)
+        cands.append(Candidate(s["name"], weights, torch_action_fn(state, contract),
+                               {"student": s["spec"], "distill_dir": students_dir.name}))
+    return teacher, cands
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from lowrl_ros.core.distill import DistillConfig, distill, load_teacher, torch_action_fn
+        from lowrl_ros.core.release import Candidate, ReleaseConfig, release
+    except ImportError as exc:
+        print(f"lowrl compress: needs torch (an off-board extra): {exc}", file=sys.stderr)
+        return 2
+    try:
+        rcfg = config_from(ReleaseConfig, args, read_preset(args.config, "release"))
+        source = Path(args.source)
+        with tempfile.TemporaryDirectory(prefix="lowrl-compress-") as tmp:
+            if (source / "distill.json").is_file():
+                teacher, cands = candidates_from_dir(source, args.teacher)
+            else:
+                dpreset = read_preset(args.config, "distill")
+                for name in ("env_id", "eval_episodes", "eval_seed", "clip_percentile", "seed"):
+                    dpreset[name] = getattr(rcfg, name)  # one value for both stages
+                dcfg = config_from(DistillConfig, args, dpreset)
+                teacher = load_teacher(source, env_id=dcfg.env_id or None)
+                work = args.work_dir or Path(tmp)
+                result = distill(teacher, dcfg, work)
+                cands = [Candidate(s.spec.name, s.weights, torch_action_fn(s.state, teacher.contract),
+                                   {"student": str(s.spec)}) for s in result.students]
+            report = release(cands, teacher.weights, teacher.contract, rcfg, args.output,
+                             provenance={"teacher": Path(teacher.source).name, "teacher_kind": teacher.kind})
+    except (ValueError, ImportError, KeyError) as exc:
+        print(f"lowrl compress: {exc}", file=sys.stderr)
+        return 2
+    if not report.released:
+        print(f"lowrl compress: release STOPPED, {len(report.failures)} gate(s) failed; {args.output} not written. "
+              f"See {report.report_md}", file=sys.stderr)
+        return 1
+    tiers = ", ".join(f"{n} {i['bytes']} B" for n, i in report.tiers.items())
+    print(f"released {report.bundle} version {report.version} (parent {report.parent_version}), tiers "
+          f"{tiers}; report {report.report_md}")
+    return 0

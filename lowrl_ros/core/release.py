@@ -1,0 +1,302 @@
+"""Release: gate distilled students and write the policy bundle only when every gate passes.
+
+Three gates stand between a student and the robot (issue 5, section 3), each measured, each
+with a report that says what failed and what to do:
+
+1. parity: the fp32 ONNX artifact computes what the torch student computes (max |Δaction| on a
+   probe set ≤ ``parity_tol``, 1e-5 by default). Catches exporter bugs (transposes,
+   normalisation, output scaling) and stale artifacts.
+2. int8: the int8 artifact's actions stay within ``int8_max_error`` (a fraction of the action
+   range) of the fp32 artifact's on the same probes. Catches outlier weights that wreck a
+   per-channel scale, and activations int8 cannot represent.
+3. return: the deployed int8 artifact, loaded through the robot's runtime (``load_artifact``),
+   keeps ``return_fraction`` of the teacher's return on the same seeded episodes.
+
+The bundle (``save_bundle``: int8, sparse compact, contract with version, parent version,
+provenance, one file per tier) is written only after all gates of all tiers pass; the JSON and
+markdown release reports are written next to it either way, so a stopped release explains itself.
+No torch here: the torch side of the parity gate comes in as a function.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, reference_action, save_artifact
+from lowrl_ros.core.bundle import load_bundle, save_bundle
+from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, make_env
+from lowrl_ros.core.quantize import clip_outliers
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    """Gate thresholds and release metadata; each field is also a `lowrl compress` flag."""
+
+    version: int = field(default=1, metadata={"help": "version of the released bundle (>= 1, monotonic)"})
+    parent_version: int | None = field(default=None, metadata={"help": "version this release derives from"})
+    env_id: str = field(default="", metadata={"help": "environment of the return gate (empty: the contract's)"})
+    parity_tol: float = field(default=1e-5, metadata={"help": "max |torch - fp32 ONNX| action error"})
+    int8_max_error: float = field(default=0.05, metadata={
+        "help": "max |int8 - fp32| action error, as a fraction of the action range (high - low)"})
+    return_fraction: float = field(default=0.97, metadata={
+        "help": "deployed return must keep this fraction of the teacher's (1 - (T - S)/|T|)"})
+    probe_count: int = field(default=512, metadata={"help": "probe observations for the parity and int8 gates"})
+    probe_episodes: int = field(default=3, metadata={"help": "teacher rollouts the probes are drawn from"})
+    eval_episodes: int = field(default=10, metadata={"help": "episodes of the return gate"})
+    eval_seed: int = field(default=EVAL_SEED, metadata={"help": "seed of the first return-gate episode"})
+    clip_percentile: float = field(default=100.0, metadata={
+        "help": "clip int8 weight outliers at this percentile per channel (100: none)"})
+    seed: int = field(default=0, metadata={"help": "seed of the probe rollouts"})
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(msg)
+
+        need(isinstance(self.version, int) and self.version >= 1,
+             f"version={self.version!r} must be an integer >= 1; give --version N")
+        need(self.parent_version is None or (isinstance(self.parent_version, int) and 1 <= self.parent_version < self.version),
+             f"parent_version={self.parent_version!r} must be >= 1 and below version={self.version} (versions only go up)")
+        need(0 < self.parity_tol < 1, f"parity_tol={self.parity_tol} must be in (0, 1); the contract asks for 1e-5")
+        need(0 < self.int8_max_error <= 1, f"int8_max_error={self.int8_max_error} must be in (0, 1]; e.g. 0.05 = 5% of the range")
+        need(0 < self.return_fraction <= 1.5, f"return_fraction={self.return_fraction} must be in (0, 1.5]; e.g. 0.97")
+        for name in ("probe_count", "probe_episodes", "eval_episodes"):
+            need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
+        need(50.0 <= self.clip_percentile <= 100.0, f"clip_percentile={self.clip_percentile} must be in [50, 100]")
+
+    @property
+    def percentile(self) -> float | None:
+        return None if self.clip_percentile >= 100.0 else float(self.clip_percentile)
+
+
+@dataclass
+class Candidate:
+    """One tier up for release.
+
+    Attributes:
+        tier: tier name ("full", "lite", ...).
+        weights: what gets exported (the fp32 student).
+        torch_act: obs [n, obs_dim] -> actions [n, act] as torch computes them (parity reference).
+        provenance: extra provenance strings for this tier.
+    """
+
+    tier: str
+    weights: MlpWeights
+    torch_act: Callable[[np.ndarray], np.ndarray]
+    provenance: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class GateResult:
+    gate: str
+    tier: str
+    passed: bool
+    measured: float
+    threshold: float
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        text = f"[{verdict}] {self.tier}: {self.gate}: {self.detail}"
+        return text if self.passed else f"{text}\n        fix: {self.fix}"
+
+
+@dataclass
+class ReleaseReport:
+    released: bool
+    bundle: Path
+    version: int
+    parent_version: int | None
+    teacher_return: EvalResult | None
+    gates: list[GateResult]
+    tiers: dict[str, dict[str, Any]]
+    report_json: Path | None = None
+    report_md: Path | None = None
+
+    @property
+    def failures(self) -> list[GateResult]:
+        return [g for g in self.gates if not g.passed]
+
+
+def probe_observations(act: Callable[[np.ndarray], np.ndarray], env_id: str, count: int, episodes: int,
+                       seed: int, contract: PolicyContract) -> np.ndarray:
+    """``count`` observations from noisy rollouts of ``act``: where the policy will be asked to act."""
+    rng = np.random.default_rng(seed)
+    low, high = np.array(contract.action_low), np.array(contract.action_high)
+    env = make_env(env_id)
+    states = []
+    try:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=seed + 90_000 + k)
+            done = False
+            while not done:
+                states.append(np.asarray(obs, np.float64))
+                a = np.clip(act(obs) + rng.normal(0, 0.2 * (high - low) / 2), low, high)
+                obs, _, terminated, truncated, _ = env.step(a)
+                done = terminated or truncated
+    finally:
+        env.close()
+    states = np.array(states)
+    return states[rng.choice(len(states), size=min(count, len(states)), replace=False)]
+
+
+def _batch_act(policy, obs: np.ndarray) -> np.ndarray:
+    return np.stack([policy.act(o) for o in obs])
+
+
+def gate_parity(tier: str, torch_act: Callable[[np.ndarray], np.ndarray], fp32_artifact: Path,
+                probes: np.ndarray, tol: float) -> GateResult:
+    """fp32 ONNX (ONNX Runtime) vs torch on the probes: max abs action error ≤ ``tol``."""
+    onnx_a = _batch_act(load_artifact(fp32_artifact, engine="ort"), probes)
+    err = float(np.max(np.abs(onnx_a - np.asarray(torch_act(probes), np.float64))))
+    return GateResult("fp32 ONNX vs torch parity", tier, err <= tol, err, tol,
+                      f"max |Δaction| {err:.2e} on {len(probes)} probes (limit {tol:.0e})",
+                      "the exported graph does not compute what the torch student does: re-export the fp32 "
+                      "artifact from this student (a stale or hand-edited artifact, or an exporter bug)")
+
+
+def gate_int8(tier: str, fp32_artifact: Path, int8_artifact: Path, probes: np.ndarray,
+              max_error: float, contract: PolicyContract) -> GateResult:
+    """int8 vs fp32 artifact on the probes: max |Δaction| / (high - low) ≤ ``max_error``."""
+    a32 = _batch_act(load_artifact(fp32_artifact, engine="ort"), probes)
+    a8 = _batch_act(load_artifact(int8_artifact, engine="ort"), probes)
+    span = np.array(contract.action_high) - np.array(contract.action_low)
+    rel = np.abs(a8 - a32) / span
+    err = float(rel.max())
+    return GateResult("int8 vs fp32 action error", tier, err <= max_error, err, max_error,
+                      f"max |Δaction| {err:.2%} of the action range (mean {float(rel.mean()):.2%}) on "
+                      f"{len(probes)} probes (budget {max_error:.2%})",
+                      "post-training int8 loses too much here: clip weight outliers (--clip-percentile 99.9), "
+                      "fine-tune with quantization-aware training (--qat-steps 500), or raise --int8-max-error")
+
+
+def gate_return(tier: str, int8_artifact: Path, teacher: EvalResult, cfg: ReleaseConfig, env_id: str) -> tuple[GateResult, EvalResult]:
+    """Deployed (int8, load_artifact) return keeps ``return_fraction`` of the teacher's, same seeds."""
+    deployed = evaluate(load_artifact(int8_artifact).act, env_id, cfg.eval_episodes, cfg.eval_seed)
+    kept = kept_fraction(deployed.mean, teacher.mean)
+    return GateResult("deployed return vs teacher", tier, kept >= cfg.return_fraction, kept, cfg.return_fraction,
+                      f"int8 artifact {deployed.mean:.1f} ± {deployed.std:.1f} vs teacher {teacher.mean:.1f} "
+                      f"± {teacher.std:.1f}: keeps {kept:.1%} (needs {cfg.return_fraction:.0%})",
+                      "distil longer or bigger (more --dagger-rounds, --bc-steps, a wider student or lower "
+                      "sparsity), or lower --return-fraction if this tier is meant to trade return for compute"), deployed
+
+
+def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: PolicyContract,
+            cfg: ReleaseConfig, bundle_path: str | Path, provenance: dict[str, str] | None = None,
+            log: Callable[[str], None] = print) -> ReleaseReport:
+    """Export every candidate, run the gates, and write the bundle only if all pass.
+
+    Args:
+        candidates: the tiers (distinct names).
+        teacher_weights: the teacher (its fp32 return is the reference of the return gate).
+        contract: the teacher's contract; tiers inherit its I/O.
+        cfg: thresholds, version and parent version.
+        bundle_path: where the bundle goes; untouched when a gate fails.
+        provenance: extra provenance for every tier.
+        log: where progress lines go.
+
+    Returns:
+        The report (``released`` False when any gate failed); JSON/markdown written beside the bundle.
+    """
+    bundle_path = Path(bundle_path)
+    names = [c.tier for c in candidates]
+    if not candidates or len(set(names)) != len(names):
+        raise ValueError(f"release needs at least one candidate with distinct tier names, got {names}")
+    env_id = cfg.env_id or contract.env_id
+    if not env_id:
+        raise ValueError("no environment for the return gate: the contract has no env_id; pass --env-id")
+    _check_version_goes_up(bundle_path, cfg.version)
+    teacher_act = lambda o: reference_action(teacher_weights, contract, np.atleast_2d(o))[0]  # noqa: E731
+    log(f"teacher: evaluating {cfg.eval_episodes} episodes of {env_id}")
+    teacher_eval = evaluate(teacher_act, env_id, cfg.eval_episodes, cfg.eval_seed)
+    probes = probe_observations(teacher_act, env_id, cfg.probe_count, cfg.probe_episodes, cfg.seed, contract)
+    gates: list[GateResult] = []
+    tiers: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="lowrl-release-") as tmp:
+        tmp = Path(tmp)
+        int8_paths = {}
+        for cand in candidates:
+            prov = {**contract.provenance, **(provenance or {}), **cand.provenance, "tool": "lowrl compress",
+                    "int8": "true", "clip_percentile": str(cfg.clip_percentile)}
+            c = dataclasses.replace(contract, tier=cand.tier, version=cfg.version, parent_version=cfg.parent_version,
+                                    env_id=env_id, provenance=prov)
+            fp32 = save_artifact(tmp / f"{cand.tier}_fp32.onnx", cand.weights, c)
+            int8 = save_artifact(tmp / f"{cand.tier}.onnx", clip_outliers(cand.weights, cfg.percentile), c, int8=True)
+            int8_paths[cand.tier] = int8
+            tier_gates = [gate_parity(cand.tier, cand.torch_act, fp32, probes, cfg.parity_tol),
+                          gate_int8(cand.tier, fp32, int8, probes, cfg.int8_max_error, c)]
+            deployed = None
+            if all(g.passed for g in tier_gates):  # returns are slow; skip them when a tier already failed
+                g, deployed = gate_return(cand.tier, int8, teacher_eval, cfg, env_id)
+                tier_gates.append(g)
+            for g in tier_gates:
+                log(g.line())
+            gates += tier_gates
+            policy = load_artifact(int8)
+            tiers[cand.tier] = {"bytes": policy.nbytes, "macs": policy.macs, "nnz_weights": cand.weights.nnz,
+                                "weights": cand.weights.macs, "sparsity": cand.weights.sparsity,
+                                "deployed_return_mean": deployed.mean if deployed else None,
+                                "deployed_return_std": deployed.std if deployed else None,
+                                "sha256": policy.sha256}
+        released = all(g.passed for g in gates)
+        if released:
+            save_bundle(bundle_path, int8_paths)  # atomic (temp file + rename)
+            load_bundle(bundle_path)  # validate what was written, the way the robot will
+    report = ReleaseReport(released, bundle_path, cfg.version, cfg.parent_version, teacher_eval, gates, tiers)
+    report.report_json, report.report_md = write_reports(report, cfg, env_id)
+    return report
+
+
+def _check_version_goes_up(bundle_path: Path, version: int) -> None:
+    """Refuse to overwrite a bundle with one whose version is not higher (versions are monotonic)."""
+    if not bundle_path.exists():
+        return
+    try:
+        old = load_bundle(bundle_path, engine="numpy").version
+    except ValueError:
+        return  # an unreadable file will simply be replaced
+    if version <= old:
+        raise ValueError(f"{bundle_path} already holds version {old}; give --version {old + 1} or higher "
+                         f"(and --parent-version {old} if this release derives from it)")
+
+
+def write_reports(report: ReleaseReport, cfg: ReleaseConfig, env_id: str) -> tuple[Path, Path]:
+    """``<bundle>.release.json`` and ``<bundle>.release.md`` beside the bundle."""
+    json_path = report.bundle.with_name(report.bundle.name + ".release.json")
+    md_path = report.bundle.with_name(report.bundle.name + ".release.md")
+    t = report.teacher_return
+    doc = {
+        "released": report.released,
+        "bundle": str(report.bundle) if report.released else None,
+        "version": report.version,
+        "parent_version": report.parent_version,
+        "env_id": env_id,
+        "teacher_return": {"mean": t.mean, "std": t.std, "returns": list(t.returns)} if t else None,
+        "gates": [dataclasses.asdict(g) for g in report.gates],
+        "tiers": report.tiers,
+        "config": dataclasses.asdict(cfg),
+    }
+    json_path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    lines = [f"# Release of {report.bundle.name}: {'RELEASED' if report.released else 'STOPPED'}", "",
+             f"- version {report.version}, parent version {report.parent_version}, environment {env_id}",
+             f"- teacher return (fp32): {t.mean:.1f} ± {t.std:.1f} over {len(t.returns)} episodes" if t else "", "",
+             "| tier | gate | result | measured | threshold |", "|---|---|---|---|---|"]
+    for g in report.gates:
+        lines.append(f"| {g.tier} | {g.gate} | {'pass' if g.passed else '**FAIL**'} | {g.measured:.3g} | {g.threshold:.3g} |")
+    lines += ["", "| tier | bytes | MACs | non-zero weights | sparsity | deployed return |", "|---|---|---|---|---|---|"]
+    for name, info in report.tiers.items():
+        ret = "not run" if info["deployed_return_mean"] is None else \
+            f"{info['deployed_return_mean']:.1f} ± {info['deployed_return_std']:.1f}"
+        lines.append(f"| {name} | {info['bytes']} | {info['macs']} | {info['nnz_weights']} | "
+                     f"{info['sparsity']:.1%} | {ret} |")
+    if report.failures:
+        lines += ["", "## Why it stopped", ""] + [f"- {g.tier}, {g.gate}: {g.detail}. Fix: {g.fix}" for g in report.failures]
+    md_path.write_text("\n".join(lines) + "\n")
+    return json_path, md_path
