@@ -171,21 +171,26 @@ class NumpyEngine:
                 self._steps.append((np.tanh, (out, out)))
             self.kernel_kinds.append(chosen.kind)
         low, high = np.array(c.action_low), np.array(c.action_high)
-        self._tanh_out = parsed.output_activation == "tanh"
-        self._half = (high - low) / 2.0
-        self._mid = (high + low) / 2.0
         self._steps = tuple(self._steps)
+        self.run_into = self._make_run_into(parsed.output_activation == "tanh", (high - low) / 2.0, (high + low) / 2.0)
 
-    def run_into(self, obs: np.ndarray, out: np.ndarray) -> None:
-        """Write the (unclamped) action for one observation into ``out`` (float64 [action_dim])."""
-        np.copyto(self._x_body, obs, casting="same_kind")
-        for f, args in self._steps:
-            f(*args)
-        if self._tanh_out:
-            np.multiply(self._y, self._half, out=out)
-            np.add(out, self._mid, out=out)
-        else:
-            np.copyto(out, self._y)
+    def _make_run_into(self, tanh_out: bool, half: np.ndarray, mid: np.ndarray):
+        """The per-call function, as a closure over locals (no attribute lookups in the hot path)."""
+        steps, x_body, y, copyto, multiply, add = self._steps, self._x_body, self._y, np.copyto, np.multiply, np.add
+        identity = not tanh_out or (np.all(half == 1.0) and np.all(mid == 0.0))  # limits [-1, 1]: no rescale
+
+        def run_into(obs: np.ndarray, out: np.ndarray) -> None:
+            """Write the (unclamped) action for one observation into ``out`` (float64 [action_dim])."""
+            copyto(x_body, obs, casting="same_kind")
+            for f, args in steps:
+                f(*args)
+            if identity:
+                copyto(out, y)
+            else:
+                multiply(y, half, out=out)
+                add(out, mid, out=out)
+
+        return run_into
 
     def run_batch(self, obs: np.ndarray) -> np.ndarray:
         out = np.empty((len(obs), self._y.size))
