@@ -306,6 +306,20 @@ class Student:
                 "net": self.net.state_dict()}
 
 
+def state_from_weights(weights: MlpWeights) -> dict[str, Any]:
+    """A student state (as :meth:`Student.state` saves) holding ``weights``: e.g. to gate a teacher as is."""
+    if weights.hidden_activation != "relu":
+        raise ValueError("only ReLU MLPs have a torch student form (FusedMLP); distil a tanh teacher instead")
+    sizes = [weights.input_dim] + [w.shape[0] for w, _ in weights.layers]
+    net = FusedMLP(1, sizes)
+    with torch.no_grad():
+        for (w, b), pw, pb in zip(weights.layers, net.weights, net.biases):
+            pw.copy_(torch.from_numpy(w.T.copy())[None])
+            pb.copy_(torch.from_numpy(b.copy())[None, None])
+    return {"spec": "from-weights", "sizes": sizes, "output_activation": weights.output_activation,
+            "net": net.state_dict()}
+
+
 def torch_action_fn(state: dict[str, Any], contract: PolicyContract) -> Callable[[np.ndarray], np.ndarray]:
     """obs [n, obs_dim] -> action [n, act] computed by torch from a saved student state.
 
