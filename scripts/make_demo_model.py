@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""Make the shipped demo policy: SB3 SAC on Pendulum-v1, imported with `lowrl import-sb3`.
+"""Make a shipped demo policy: SB3 SAC on Pendulum-v1 (or InvertedPendulum-v5), via `lowrl import-sb3`.
 
-Reproducible (fixed seed, one torch thread). Writes, under --out (default models/):
+Reproducible (fixed seed, one torch thread). Writes, under --out (default models/), with PREFIX
+"pendulum" for Pendulum-v1 and "inverted_pendulum" for InvertedPendulum-v5:
 
-- pendulum_sac_int8.onnx: the deployed artifact (int8, dense), tier "full";
-- pendulum_sac.lowrl: a two-tier bundle: "full" (int8) and "lite": a 3-32-32-1 student distilled
+- PREFIX_sac_int8.onnx: the deployed artifact (int8, dense), tier "full";
+- PREFIX_sac.lowrl: a two-tier bundle: "full" (int8) and "lite": a obs-32-32-act student distilled
   from the deployed full artifact by behaviour cloning on states it visits (with exploration noise
   for coverage), then int8. Pruning the 256-wide actor by magnitude without retraining does not
   work here: measured, 50-90% pruned actors score -700 to -1250, so the lite tier is distilled;
   the project's `lowrl distill` does this properly (RLx2/sparse students);
-- pendulum_sac.json: how they were made and the mean return of every DEPLOYED artifact, evaluated
+- PREFIX_sac.json: how they were made and the mean return of every DEPLOYED artifact, evaluated
   through lowrl's own runtime in Pendulum-v1 (not the fp32 SB3 model that was trained).
 
-    .venv/bin/python scripts/make_demo_model.py            # ~1-3 min on 2 cores
+    .venv/bin/python scripts/make_demo_model.py            # Pendulum-v1, ~2-3 min on 2 cores
+    .venv/bin/python scripts/make_demo_model.py --env InvertedPendulum-v5 --steps 10000
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV_ID = "Pendulum-v1"
+ENV_ID = "Pendulum-v1"  # set from --env in main()
+PREFIXES = {"Pendulum-v1": "pendulum", "InvertedPendulum-v5": "inverted_pendulum"}
 
 
 def evaluate(act, episodes: int, seed: int) -> list[float]:
@@ -117,13 +120,15 @@ def distill_lite(teacher_path: Path, out: Path, hidden: list[int], seed: int, ep
         if step % 300 == 0 or step == steps - 1:
             print(f"\rdistilling lite {dims}: step {step + 1}/{steps}, loss {loss.item():.4f}", end="", flush=True)
     print()
-    weights = MlpWeights([(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in net if isinstance(m, torch.nn.Linear)])
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    weights = MlpWeights([(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in linears])
     provenance = {**c.provenance, "tool": "make_demo_model.py distill_lite", "teacher_sha256": teacher.sha256}
     return save_artifact(out, weights, dataclasses.replace(c, tier="lite", provenance=provenance), int8=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", choices=list(PREFIXES), default="Pendulum-v1", help="gymnasium environment")
     parser.add_argument("--steps", type=int, default=5000, help="SAC environment steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lite-hidden", type=int, nargs="+", default=[32, 32], help="hidden sizes of the lite student")
@@ -132,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "models")
     parser.add_argument("--save-sb3-zip", type=Path, default=None, help="also keep the trained SB3 zip here")
     args = parser.parse_args(argv)
+    global ENV_ID
+    ENV_ID = args.env
+    prefix = PREFIXES[args.env]
 
     from stable_baselines3 import SAC
 
@@ -145,20 +153,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.sb3_zip:
             model_zip, train_s = args.sb3_zip, float("nan")
         else:
-            model_zip = args.save_sb3_zip or tmp / "pendulum_sac_sb3.zip"
+            model_zip = args.save_sb3_zip or tmp / f"{prefix}_sac_sb3.zip"
             train_s = train(args.steps, args.seed, model_zip)
-        full = import_sb3(model_zip, args.out / "pendulum_sac_int8.onnx", int8=True, env_id=ENV_ID)
+        full = import_sb3(model_zip, args.out / f"{prefix}_sac_int8.onnx", int8=True, env_id=ENV_ID)
         eval_seed = 10_000  # episodes the policy never trained on
         lite = distill_lite(full, tmp / "lite.onnx", args.lite_hidden, args.seed)
-        bundle_path = save_bundle(args.out / "pendulum_sac.lowrl", {"full": full, "lite": lite})
+        bundle_path = save_bundle(args.out / f"{prefix}_sac.lowrl", {"full": full, "lite": lite})
         sb3_model = SAC.load(model_zip, device="cpu")
         results = {"sb3_fp32_predict": evaluate(lambda o: sb3_model.predict(o, deterministic=True)[0],
                                                 args.episodes, eval_seed)}
         deployed = load_artifact(full)
-        results["pendulum_sac_int8.onnx"] = evaluate(deployed.act, args.episodes, eval_seed)
+        results[f"{prefix}_sac_int8.onnx"] = evaluate(deployed.act, args.episodes, eval_seed)
         bundle = load_bundle(bundle_path)
         for name, policy in bundle.policies.items():
-            results[f"pendulum_sac.lowrl:{name}"] = evaluate(policy.act, args.episodes, eval_seed)
+            results[f"{prefix}_sac.lowrl:{name}"] = evaluate(policy.act, args.episodes, eval_seed)
         report = {
             "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
             "env_id": ENV_ID,
@@ -175,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             "lite": {"hidden": args.lite_hidden, "distilled_from": full.name, "macs": bundle.policies["lite"].macs,
                      "full_macs": bundle.policies["full"].macs},
         }
-    (args.out / "pendulum_sac.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / f"{prefix}_sac.json").write_text(json.dumps(report, indent=2) + "\n")
     how = f"reused {args.sb3_zip}" if args.sb3_zip else f"trained {args.steps} steps in {train_s:.0f} s"
     print(f"{how}; mean return over {args.episodes} episodes:")
     for k, v in report["mean_return"].items():
         print(f"  {k:32s} {v:8.1f} ± {report['std_return'][k]:.1f}")
-    print(f"wrote {full}, {bundle_path}, {args.out / 'pendulum_sac.json'}")
+    print(f"wrote {full}, {bundle_path}, {args.out / f'{prefix}_sac.json'}")
     return 0
 
 

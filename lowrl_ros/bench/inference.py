@@ -98,7 +98,13 @@ def _time_rounds(variants: dict, obs: np.ndarray, calls: int, rounds: int, label
 
 def bench_net(name: str, hidden: list[int], calls: int, rounds: int, tmp: Path, seed: int) -> list[dict]:
     from lowrl_ros.commands.import_sb3 import sb3_actor
-    from lowrl_ros.core.artifact import PolicyContract, load_artifact, prune_by_magnitude, reference_action, save_artifact
+    from lowrl_ros.core.artifact import (
+        PolicyContract,
+        load_artifact,
+        prune_by_magnitude,
+        reference_action,
+        save_artifact,
+    )
 
     model = _sb3_model(hidden, seed)
     weights = sb3_actor(model, "sac")
@@ -211,7 +217,8 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calls", type=int, default=20000, help="timed calls per variant (>= 20000 for reported figures)")
+    parser.add_argument("--calls", type=int, default=20000,
+                        help="timed calls per variant (>= 20000 for reported figures)")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds the calls are split into")
     parser.add_argument("--nets", nargs="+", choices=list(NETS), default=list(NETS))
     parser.add_argument("--seed", type=int, default=0)
@@ -238,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
 
     out_dir = args.out or RESULTS_DIR
     md = _markdown(rows, args.calls, args.rounds)
-    md += f"\n\nsb3_predict and torch_eager_fp32 ran with torch's default {threads} threads; sb3_predict_1thread with 1."
+    md += (f"\n\nsb3_predict and torch_eager_fp32 ran with torch's default {threads} threads; "
+           "sb3_predict_1thread with 1.")
     targets = _targets(rows)
     reasons = sorted({f"- {r['net']} {r['variant']}: {r['reason']}" for r in rows if r["variant"].startswith("auto_")})
     md += "\n\nTargets:\n" + "\n".join(targets) + "\n\nAuto engine choices (measured at load):\n" + "\n".join(reasons)
@@ -246,8 +254,9 @@ def run(args: argparse.Namespace) -> int:
     png = Path(out_dir) / "inference.png"
     _plot(rows, png)
     md += f"\n\n![latency]({png.name})\n"
-    path = write_result("inference", {"rows": rows, "torch_threads": threads, "calls": args.calls, "rounds": args.rounds, "targets": targets,
-                                      "plot": str(png)}, md, out_dir)
+    results = {"rows": rows, "torch_threads": threads, "calls": args.calls, "rounds": args.rounds,
+               "targets": targets, "plot": str(png)}
+    path = write_result("inference", results, md, out_dir)
     print(md)
     print(f"\nwrote {path} and {png}")
     return 0

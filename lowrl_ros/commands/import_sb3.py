@@ -41,9 +41,13 @@ def detect_algo(model_path: Path) -> str:
     except FileNotFoundError:
         raise ValueError(f"{model_path}: no such file; give the .zip written by model.save()") from None
     except (zipfile.BadZipFile, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{model_path}: not a Stable-Baselines3 model zip ({exc}); give the .zip written by model.save()") from None
+        raise ValueError(
+            f"{model_path}: not a Stable-Baselines3 model zip ({exc}); give the .zip written by model.save()"
+        ) from None
     if module not in _ALGOS:
-        raise ValueError(f"{model_path}: policy module {module!r} is not SAC or TD3; only SAC and TD3 actors can be imported")
+        raise ValueError(
+            f"{model_path}: policy module {module!r} is not SAC or TD3; only SAC and TD3 actors can be imported"
+        )
     return _ALGOS[module]
 
 
@@ -62,7 +66,9 @@ def _mlp_from_sequential(modules, where: str) -> tuple[list, str | None]:
         elif isinstance(m, nn.Tanh):
             acts.add("tanh")
         else:
-            raise ValueError(f"{where}: unsupported layer {type(m).__name__}; only Linear with ReLU or Tanh can be exported")
+            raise ValueError(
+                f"{where}: unsupported layer {type(m).__name__}; only Linear with ReLU or Tanh can be exported"
+            )
     if len(acts) > 1:
         raise ValueError(f"{where}: mixed activations {sorted(acts)}; use one activation_fn")
     return layers, (acts.pop() if acts else None)
@@ -172,7 +178,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sparsity", type=float, default=0.0, help="prune this fraction of each hidden layer (0..1)")
     parser.add_argument("--version", type=int, default=1, help="policy version (>= 1)")
     parser.add_argument("--tier", default="full", help="compute tier this artifact serves (full, lite, ...)")
-    parser.add_argument("--env-id", default=None, help="gymnasium id it was trained in (recorded; sets the control period)")
+    parser.add_argument("--env-id", default=None,
+                        help="gymnasium id it was trained in (recorded; sets the control period)")
     parser.add_argument("--control-period", type=float, default=None, help="seconds; default: the env's dt, else 0.02")
     parser.add_argument("--algo", choices=["auto", "sac", "td3"], default="auto", help="default: read from the zip")
 

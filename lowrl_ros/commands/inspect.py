@@ -74,14 +74,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"tiers: {', '.join(info['tiers'])} (smallest: {info['smallest_tier']})")
     for name, t in info["tiers"].items():
         c = t["contract"]
-        print(f"\n[{name}] {t['bytes']} bytes, {t['macs']} MACs per call on {t['engine']} ({t['nnz_macs']} non-zero of {t['dense_macs']}), activations {t['activations']}")
+        print(f"\n[{name}] {t['bytes']} bytes, {t['macs']} MACs per call on {t['engine']} "
+              f"({t['nnz_macs']} non-zero of {t['dense_macs']}), activations {t['activations']}")
         for i, layer in enumerate(t["layers"]):
             print(f"  layer {i}: {layer['shape']:>11} {layer['dtype']} {layer['storage']:<6} "
                   f"nnz {layer['nnz']} (sparsity {layer['sparsity']:.0%}), {layer['stored_bytes']} bytes")
         print(f"  engine: {t['engine']} ({t['engine_choice_reason']})")
         print(f"  obs ({len(c['obs_names'])}): {', '.join(c['obs_names'])}")
         print(f"  actions ({len(c['action_names'])}): "
-              + ", ".join(f"{n} [{lo:g}, {hi:g}]" for n, lo, hi in zip(c["action_names"], c["action_low"], c["action_high"])))
+              + ", ".join(f"{n} [{lo:g}, {hi:g}]"
+                          for n, lo, hi in zip(c["action_names"], c["action_low"], c["action_high"])))
         print(f"  control period {c['control_period_s']} s, version {c['version']}, parent {c['parent_version']}, "
               f"tier {c['tier']}, env {c['env_id']}")
         if c["provenance"]:

@@ -360,7 +360,8 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
     try:
         model = onnx.load_from_string(data)
     except Exception as exc:  # protobuf raises DecodeError and others, depending on the damage
-        raise fail(f"not a readable ONNX file ({type(exc).__name__}: {exc})", f"the file is truncated or corrupt; {regen}") from None
+        raise fail(f"not a readable ONNX file ({type(exc).__name__}: {exc})",
+                   f"the file is truncated or corrupt; {regen}") from None
     props = {p.key: p.value for p in model.metadata_props}
     if METADATA_KEY not in props:
         raise fail(f"no '{METADATA_KEY}' entry in the ONNX metadata", f"this ONNX file was not made by lowrl; {regen}")
@@ -379,13 +380,16 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
     except (TypeError, ValueError) as exc:
         raise fail(f"invalid contract: {exc}", f"fix the contract and {regen}") from None
     arch = meta.get("arch")
-    if not isinstance(arch, dict) or arch.get("kind") != "mlp" or not isinstance(arch.get("layers"), list) or not arch["layers"]:
+    if not (isinstance(arch, dict) and arch.get("kind") == "mlp"
+            and isinstance(arch.get("layers"), list) and arch["layers"]):
         raise fail("the architecture description ('arch') is missing or not an MLP", regen)
-    if arch.get("hidden_activation") not in ACTIVATIONS_HIDDEN or arch.get("output_activation") not in ACTIVATIONS_OUTPUT:
+    if (arch.get("hidden_activation") not in ACTIVATIONS_HIDDEN
+            or arch.get("output_activation") not in ACTIVATIONS_OUTPUT):
         raise fail(f"unknown activations {arch.get('hidden_activation')!r}/{arch.get('output_activation')!r}", regen)
     specs = arch["layers"]
     for i, spec in enumerate(specs):
-        if not isinstance(spec, dict) or spec.get("storage") not in onnx_graph.STORAGES or spec.get("dtype") not in onnx_graph.DTYPES:
+        if not (isinstance(spec, dict) and spec.get("storage") in onnx_graph.STORAGES
+                and spec.get("dtype") in onnx_graph.DTYPES):
             raise fail(f"layer {i} description {spec!r} is malformed", regen)
         if not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("in", "out")):
             raise fail(f"layer {i} sizes {spec.get('in')!r}x{spec.get('out')!r} are not positive integers", regen)
@@ -415,7 +419,8 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
 def _check_layer(i: int, layer: StoredLayer, fail, regen: str) -> None:
     want = np.int8 if layer.dtype == "int8" else np.float32
     if layer.bias.shape != (layer.out_dim,) or layer.bias.dtype != np.float32:
-        raise fail(f"layer {i} bias has shape {layer.bias.shape} {layer.bias.dtype}, expected ({layer.out_dim},) float32", regen)
+        raise fail(f"layer {i} bias has shape {layer.bias.shape} {layer.bias.dtype}, "
+                   f"expected ({layer.out_dim},) float32", regen)
     if layer.storage == "dense":
         if layer.weight_t.shape != (layer.in_dim, layer.out_dim) or layer.weight_t.dtype != want:
             raise fail(f"layer {i} weight has shape {layer.weight_t.shape} {layer.weight_t.dtype}, "
@@ -423,7 +428,8 @@ def _check_layer(i: int, layer: StoredLayer, fail, regen: str) -> None:
     else:
         n = layer.in_dim * layer.out_dim
         if layer.mask.dtype != np.uint8 or layer.mask.shape != ((n + 7) // 8,):
-            raise fail(f"layer {i} sparse mask has shape {layer.mask.shape} {layer.mask.dtype}, expected ({(n + 7) // 8},) uint8", regen)
+            raise fail(f"layer {i} sparse mask has shape {layer.mask.shape} {layer.mask.dtype}, "
+                       f"expected ({(n + 7) // 8},) uint8", regen)
         set_bits = int(np.unpackbits(layer.mask, bitorder="little")[:n].sum())
         if layer.values.dtype != want or layer.values.ndim != 1 or layer.values.size != set_bits + 1:
             raise fail(f"layer {i} stores {layer.values.size - 1} non-zero values but its mask has {set_bits}", regen)

@@ -145,13 +145,16 @@ def load_bundle(path: str | Path, engine: str = "auto") -> PolicyBundle:
         except (KeyError, TypeError, zipfile.BadZipFile) as exc:
             raise ArtifactError(f"{source}: tier file missing or unreadable ({exc}); rebuild the bundle") from None
         if hashlib.sha256(blob).hexdigest() != entry.get("sha256"):
-            raise ArtifactError(f"{source}: sha256 does not match the manifest; the bundle is corrupt, fetch or rebuild it")
+            raise ArtifactError(
+                f"{source}: sha256 does not match the manifest; the bundle is corrupt, fetch or rebuild it"
+            )
         parsed[name] = parse_artifact(blob, source)
     _check_tiers(str(path), {n: p.contract for n, p in parsed.items()})
     version = next(iter(parsed.values())).contract.version
     if manifest.get("version") != version:
         raise ArtifactError(
-            f"{path}: manifest version {manifest.get('version')!r} but the tiers are version {version}; rebuild the bundle"
+            f"{path}: manifest version {manifest.get('version')!r} but the tiers are version {version}; "
+            "rebuild the bundle"
         )
     policies = {name: build_policy(p, engine, path=path) for name, p in parsed.items()}
     return PolicyBundle(policies, version, path, digest)
