@@ -99,6 +99,11 @@ def test_act_input_checks_and_no_aliasing(tmp_path, engine):
     p = load_artifact(save_artifact(tmp_path / "p.onnx", make_weights(DIMS), c), engine=engine)
     with pytest.raises(ValueError, match=r"expects \(5,\)"):
         p.act(np.zeros(4))
+    for bad in (np.nan, np.inf, -np.inf):
+        obs = np.zeros(5)
+        obs[3] = bad
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            p.act(obs)
     a1 = p.act([0.0] * 5)  # lists are accepted
     a2 = p.act(np.ones(5))
     assert not np.shares_memory(a1, a2) and not np.array_equal(a1, a2)

@@ -19,6 +19,7 @@ them interleaved, and keeps the faster; ``Policy.engine_choice_reason`` says why
 from __future__ import annotations
 
 import functools
+import math
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from lowrl_ros.core.artifact import ArtifactError, ParsedArtifact, PolicyContrac
 from lowrl_ros.core.onnx_graph import IN_NAME, OUT_NAME
 
 ENGINES = ("auto", "ort", "numpy")
+_isfinite = math.isfinite
 _SPARSE_KERNEL_MAX_DENSITY = 0.5  # above this a gather kernel cannot beat a dense matvec
 
 
@@ -253,7 +255,14 @@ class Policy:
         self._out = np.zeros(c.action_dim, np.float64)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        """The action for one observation [obs_dim]: a new float64 array, clamped to the limits."""
+        """The action for one observation [obs_dim]: a new float64 array, clamped to the limits.
+
+        Raises:
+            ValueError: the observation has the wrong size or contains NaN/Inf (a NaN would pass
+                through any clamp, so it is refused rather than turned into an action).
+
+        Not thread-safe: a Policy owns its buffers; use one Policy per thread.
+        """
         return self.act_into(obs, self._out).copy()
 
     def act_into(self, obs: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -265,6 +274,11 @@ class Policy:
                     f"observation has shape {obs.shape} but the policy expects ({self.contract.obs_dim},) "
                     f"in the order {list(self.contract.obs_names)}"
                 )
+        if not _isfinite(obs.dot(obs)):  # one cheap reduction: any NaN/Inf makes it non-finite
+            raise ValueError(
+                "observation contains NaN or Inf (or values so large their square overflows); "
+                "the caller must hold the safe action and fix the sensor or adapter"
+            )
         self._run(obs, out)
         # Clamp in float64 too: the graph's float32 limits can sit a hair outside the contract's.
         np.minimum(out, self._high, out=out)
