@@ -130,3 +130,12 @@ def test_estimated_source_in_a_probe_set_is_labelled():
 def test_source_none_is_stale_with_the_reason():
     r = ProbeSet(BudgetConfig(temperature_source="none"), lambda: None).sample()["cpu_temperature"]
     assert r.value is None and "not monitored" in r.detail
+
+
+def test_available_memory_agrees_with_psutil():
+    import psutil
+
+    from lowrl_ros.core.probes import AvailableMemoryProbe
+
+    ours = AvailableMemoryProbe().read().value
+    assert ours == pytest.approx(psutil.virtual_memory().available / 1e6, rel=0.05)

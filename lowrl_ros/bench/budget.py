@@ -155,7 +155,7 @@ STAND_IN_CODE = textwrap.dedent("""\
         if t == 3:
             action = np.zeros(6)
         us = (time.perf_counter() - t0) * 1e6
-        cmd_pub.publish(Float64MultiArray(data=[float(x) for x in action] + [float(t)]))
+        cmd_pub.publish(Float64MultiArray(data=[float(x) for x in action]))
         ticks += 1
         if n:
             lat.append(us)
@@ -210,9 +210,11 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
             proc.wait(timeout=timeout)
 
 
-def start_monitor(params: dict[str, Any]) -> subprocess.Popen:
-    """budget_monitor_node as its own process, with ``-p name:=value`` overrides."""
+def start_monitor(params: dict[str, Any], params_file: Path | None = None) -> subprocess.Popen:
+    """budget_monitor_node as its own process: a params file, then ``-p name:=value`` overrides."""
     args = [sys.executable, "-m", "lowrl_ros.ros.budget_monitor_node", "--ros-args"]
+    if params_file is not None:
+        args += ["--params-file", str(params_file)]
     for k, v in params.items():
         if isinstance(v, (list, tuple)):
             v = "[" + ",".join(json.dumps(x) for x in v) + "]"
@@ -223,10 +225,236 @@ def start_monitor(params: dict[str, Any]) -> subprocess.Popen:
 
 
 # --- the benchmark ----------------------------------------------------------------------------
+IDLE_NODE_CODE = textwrap.dedent("""\
+    # Baseline for the monitor's CPU use: an rclpy node that only spins (no timers, no probes).
+    import rclpy
+    rclpy.init()
+    node = rclpy.create_node("idle_baseline")
+    try:
+        rclpy.spin(node)
+    except BaseException:
+        pass
+""")
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def measure_cpu(proc: subprocess.Popen, warmup_s: float, seconds: float) -> float:
+    """% of one core a process uses over ``seconds``, after ``warmup_s`` (imports, discovery)."""
+    time.sleep(warmup_s)
+    c0, t0 = _cpu_seconds(proc.pid), time.monotonic()
+    time.sleep(seconds)
+    c1, t1 = _cpu_seconds(proc.pid), time.monotonic()
+    return 100.0 * (c1 - c0) / (t1 - t0)
+
+
+class _Watcher:
+    """A bench-side rclpy node: tier messages, policy stats and commands, with arrival times."""
+
+    def __init__(self, commands: str) -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from std_msgs.msg import Float64MultiArray, UInt8
+
+        from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+
+        self.rclpy = rclpy
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx)
+        self.node = rclpy.create_node("budget_bench", context=self.ctx)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self.tiers: list[tuple[float, int]] = []
+        self.commands: list[tuple[float, tuple[float, ...]]] = []
+        self.stats: list[float] | None = None
+        self.node.create_subscription(UInt8, "/lowrl/compute_tier",
+                                      lambda m: self.tiers.append((time.monotonic(), m.data)), LATCHED)
+        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats",
+                                      lambda m: setattr(self, "stats", list(m.data)), STATS)
+        self.node.create_subscription(Float64MultiArray, commands, self._on_command, CONTROL)
+
+    def _on_command(self, msg) -> None:
+        self.commands.append((time.monotonic(), tuple(msg.data)))
+        del self.commands[:-2000]
+
+    def spin(self, seconds: float, until=None) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if until is not None and until():
+                return True
+            self.executor.spin_once(timeout_sec=0.005)
+        return bool(until and until())
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.rclpy.try_shutdown(context=self.ctx)
+
+
+def bench_cpu(seconds: float, repeats: int, params_file: Path) -> dict[str, Any]:
+    """Monitor process CPU at 10 Hz and 100 Hz (shipped config) vs an idle rclpy node, interleaved."""
+    samples: dict[str, list[float]] = {"monitor_10hz": [], "monitor_100hz": [], "idle_rclpy_node": []}
+    with StandInPolicy(period_ms=10.0, deadline_ms=5.0, work=4):  # stats flowing, as on a robot
+        for _ in range(repeats):
+            for label in samples:
+                if label == "idle_rclpy_node":
+                    proc = subprocess.Popen([sys.executable, "-c", IDLE_NODE_CODE], env=_env())
+                else:
+                    rate = 10.0 if label == "monitor_10hz" else 100.0
+                    proc = start_monitor({"sample_rate_hz": rate}, params_file)
+                try:
+                    samples[label].append(measure_cpu(proc, 3.0, seconds))
+                finally:
+                    stop_process(proc)
+    med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+    return {"samples_pct_of_one_core": samples, "median_pct_of_one_core": med,
+            "monitor_10hz_minus_idle_pct": med["monitor_10hz"] - med["idle_rclpy_node"],
+            "monitor_100hz_minus_idle_pct": med["monitor_100hz"] - med["idle_rclpy_node"]}
+
+
+def bench_reaction(trials: int, tmp: Path) -> dict[str, Any]:
+    """Breach (temperature file past the hard limit) -> SAFE published -> safe action applied.
+
+    The policy's first all-zero command after the tier message is the tier applied; both arrive
+    at this process over the same DDS path, so their difference is the policy's own delay.
+    """
+    temp = tmp / "temp"
+    temp.write_text("40000")
+    period_ms = 10.0
+    commands = "/lowrl_bench/commands"
+    watcher = _Watcher(commands)
+    policy = StandInPolicy(period_ms=period_ms, deadline_ms=5.0, work=4, commands=commands)
+    monitor = start_monitor({"temperature_source": "file", "temperature_file": str(temp), "sample_rate_hz": 10.0,
+                             "escalate_after": 3, "recover_dwell_s": 0.3, "cpu_load_limit_pct": 0.0,
+                             "publish_period_s": 1.0})
+    detect, applied = [], []
+    try:
+        if not watcher.spin(30.0, lambda: watcher.tiers and watcher.tiers[-1][1] == 0 and len(watcher.commands) > 10):
+            raise RuntimeError("monitor or policy did not come up within 30 s")
+        for _ in range(trials):
+            n_tiers = len(watcher.tiers)
+            t_breach = time.monotonic()
+            temp.write_text("95000")
+            if not watcher.spin(10.0, lambda: any(v == 3 for _, v in watcher.tiers[n_tiers:])):
+                raise RuntimeError("no SAFE tier within 10 s of the breach")
+            t_tier = next(t for t, v in watcher.tiers[n_tiers:] if v == 3)
+            watcher.spin(0.5)
+            t_safe = next((t for t, c in watcher.commands if t >= t_tier and c and not any(c)), None)
+            if t_safe is None:
+                raise RuntimeError("the policy did not apply the safe action within 0.5 s")
+            detect.append(t_tier - t_breach)
+            applied.append(t_safe - t_tier)
+            temp.write_text("40000")
+            watcher.spin(20.0, lambda: watcher.tiers and watcher.tiers[-1][1] == 0)
+            watcher.spin(0.3)
+    finally:
+        stop_process(monitor)
+        policy.stop()
+        watcher.close()
+    periods = [a * 1e3 / period_ms for a in applied]
+    return {"control_period_ms": period_ms, "breach_to_tier_published_s": detect,
+            "tier_published_to_applied_ms": [a * 1e3 for a in applied],
+            "tier_published_to_applied_periods": periods, "max_periods": max(periods),
+            "note": "detection takes escalate_after samples (3 at 10 Hz) by design"}
+
+
+def bench_misses(seconds: float, repeats: int, params_file: Path) -> dict[str, Any]:
+    """Deadline misses of a 100 Hz policy under two burners on its core, without / with the monitor.
+
+    Each phase starts a fresh policy process (so it starts on the full tier) pinned to core 0 at
+    nice 10, two burners (nice 0) on the same core, and counts misses over ``seconds``; with the
+    monitor, it runs the shipped config and the window includes its reaction.
+    """
+    out: dict[str, list[dict[str, float]]] = {"without_monitor": [], "with_monitor": []}
+    watcher = _Watcher("/lowrl_bench/commands")
+    try:
+        for _ in range(repeats):
+            for label in out:
+                policy = StandInPolicy(period_ms=10.0, deadline_ms=5.0, work=100, core=0, nice=10,
+                                       commands="/lowrl_bench/commands")
+                monitor = start_monitor({}, params_file) if label == "with_monitor" else None
+                try:
+                    watcher.stats = None
+                    ok = watcher.spin(30.0, lambda: watcher.stats is not None and watcher.stats[3] > 100
+                                      and (monitor is None or bool(watcher.tiers)))
+                    if not ok:
+                        raise RuntimeError("policy (or monitor) did not come up within 30 s")
+                    m0, k0 = watcher.stats[2], watcher.stats[3]
+                    with CpuBurner(0), CpuBurner(0):
+                        watcher.spin(seconds)
+                    watcher.spin(0.3)  # the last stats of the phase (the policy was starved)
+                    m1, k1 = watcher.stats[2], watcher.stats[3]
+                    out[label].append({"misses": m1 - m0, "ticks": k1 - k0, "final_tier": watcher.stats[6],
+                                       "miss_rate": (m1 - m0) / max(k1 - k0, 1.0)})
+                finally:
+                    if monitor is not None:
+                        stop_process(monitor)
+                    policy.stop()
+                    watcher.tiers.clear()
+    finally:
+        watcher.close()
+    total = {k: sum(p["misses"] for p in v) for k, v in out.items()}
+    return {"phases": out, "total_misses": total,
+            "ratio_with_over_without": total["with_monitor"] / max(total["without_monitor"], 1.0)}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=8.0, help="length of each measured phase")
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each measured phase (s)")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats of each phase")
+    parser.add_argument("--trials", type=int, default=5, help="breaches for the reaction time")
+    parser.add_argument("--params-file", type=Path, default=REPO / "config" / "budget_monitor.yaml",
+                        help="budget monitor parameters (the shipped config by default)")
+    parser.add_argument("--only", choices=("cpu", "reaction", "misses"), action="append",
+                        help="run only these parts (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("not implemented yet")
+    from lowrl_ros.bench.record import write_result
+
+    if not args.params_file.is_file():
+        print(f"error: --params-file {args.params_file} does not exist; pass the budget_monitor.yaml to use",
+              file=sys.stderr)
+        return 2
+    if args.seconds <= 0 or args.repeats < 1 or args.trials < 1:
+        print("error: --seconds must be > 0, --repeats and --trials >= 1", file=sys.stderr)
+        return 2
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+    parts = args.only or ["cpu", "reaction", "misses"]
+    results: dict[str, Any] = {"policy_process": "stand-in (lowrl_ros.bench.budget.StandInPolicy)"}
+    md = [f"Policy process: {results['policy_process']}.", ""]
+    if "cpu" in parts:
+        r = results["cpu"] = bench_cpu(args.seconds, args.repeats, args.params_file)
+        m = r["median_pct_of_one_core"]
+        md += ["## Monitor CPU use (% of one core, median of interleaved runs)", "",
+               "| process | % of one core |", "|---|---|",
+               *[f"| {k} | {v:.2f} |" for k, v in m.items()],
+               "", f"Monitor above an idle rclpy node: {r['monitor_10hz_minus_idle_pct']:.2f} % at 10 Hz, "
+               f"{r['monitor_100hz_minus_idle_pct']:.2f} % at 100 Hz (target at 10 Hz: <= 1 %).", ""]
+    if "reaction" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = results["reaction"] = bench_reaction(args.trials, Path(tmp))
+        md += ["## Reaction", "",
+               f"Breach -> SAFE published: {', '.join(f'{x * 1e3:.0f}' for x in r['breach_to_tier_published_s'])} ms "
+               "(escalate_after samples by design).",
+               f"SAFE published -> applied in the policy: "
+               f"{', '.join(f'{x:.2f}' for x in r['tier_published_to_applied_periods'])} control periods "
+               f"of {r['control_period_ms']:g} ms (target <= 2).", ""]
+    if "misses" in parts:
+        r = results["misses"] = bench_misses(args.seconds, args.repeats, args.params_file)
+        md += ["## Deadline misses, 100 Hz policy, two burners on its core", "",
+               "| phase | misses | ticks | final tier |", "|---|---|---|---|"]
+        for label, phases in r["phases"].items():
+            md += [f"| {label} | {p['misses']:.0f} | {p['ticks']:.0f} | {p['final_tier']:.0f} |" for p in phases]
+        md += ["", f"Misses with the monitor / without: {r['ratio_with_over_without']:.3f} (target <= 0.1).", ""]
+    path = write_result("budget", results, "\n".join(md))
+    print("\n".join(md))
+    print(f"results: {path}")
+    return 0

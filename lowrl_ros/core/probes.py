@@ -5,8 +5,8 @@ Every probe returns a ``Reading``; a probe that raises becomes a STALE reading i
 
 Temperature sources (``BudgetConfig.temperature_source``):
 
-- ``auto``: psutil.sensors_temperatures, then /sys/class/thermal/thermal_zone*/temp, then
-  /sys/class/hwmon/hwmon*/temp*_input. Many boxes (VMs, this development machine) have none:
+- ``auto``: /sys/class/thermal/thermal_zone*/temp (CPU/SoC zones preferred), then
+  /sys/class/hwmon/hwmon*/temp*_input, then psutil.sensors_temperatures. Many boxes (VMs, this development machine) have none:
   the reading is then STALE with "no sensor", never a made-up number.
 - ``file``: a path whose content is millidegrees Celsius, exactly like a sysfs thermal zone. Point
   it at a zone auto does not pick, at a file an external sensor driver writes, or (in tests) at a
@@ -103,9 +103,21 @@ class ProcessRssProbe:
 
 
 class AvailableMemoryProbe:
-    """System memory available to new allocations (MB), psutil's ``available``."""
+    """System memory available to new allocations (MB): MemAvailable, as psutil's ``available``.
+
+    On Linux it reads the one line of /proc/meminfo it needs (psutil.virtual_memory parses the
+    whole file and was a third of a sample's cost); elsewhere psutil.
+    """
+
+    def __init__(self, meminfo: Path = Path("/proc/meminfo")) -> None:
+        self.meminfo = meminfo if meminfo.exists() else None
 
     def read(self) -> Reading:
+        if self.meminfo is not None:
+            with open(self.meminfo, "rb") as f:
+                for line in f:
+                    if line.startswith(b"MemAvailable:"):
+                        return Reading(int(line.split()[1]) * 1024 / MB, "/proc/meminfo")
         return Reading(psutil.virtual_memory().available / MB, "psutil")
 
 
@@ -119,6 +131,22 @@ class CpuLoadProbe:
         return Reading(psutil.cpu_percent(interval=None), "psutil")
 
 
+class _Discovered:
+    """Sensor files found by a glob, found again only every ``rediscover_s`` (globbing sysfs at
+    every sample would cost more than the rest of the monitor)."""
+
+    def __init__(self, find: Callable[[], list], rediscover_s: float = 30.0) -> None:
+        self._find, self.rediscover_s = find, rediscover_s
+        self._found: list = []
+        self._at = -math.inf
+
+    def get(self, stale: bool = False) -> list:
+        now = time.monotonic()
+        if stale or now - self._at >= self.rediscover_s:
+            self._found, self._at = self._find(), now
+        return self._found
+
+
 class ThrottleProbe:
     """Fraction of the maximum CPU frequency lost (0 = full speed), the worst core.
 
@@ -128,10 +156,14 @@ class ThrottleProbe:
 
     def __init__(self, root: Path = Path("/sys")) -> None:
         self.root = Path(root)
+        self._real = self.root == Path("/sys")  # psutil reads the real /sys only
+        self._dirs = _Discovered(lambda: sorted(self.root.glob("devices/system/cpu/cpu[0-9]*/cpufreq")))
+        # psutil.cpu_freq parses /proc/cpuinfo (slow); where it knows no maximum, ask again rarely.
+        self._psutil = _Discovered(lambda: [True] if self._psutil_losses() else [])
 
     def read(self) -> Reading:
         worst: float | None = None
-        for d in sorted(self.root.glob("devices/system/cpu/cpu[0-9]*/cpufreq")):
+        for d in self._dirs.get():
             try:
                 cur = float((d / "scaling_cur_freq").read_text())
                 top = float((d / "cpuinfo_max_freq").read_text())
@@ -141,41 +173,71 @@ class ThrottleProbe:
                 worst = max(worst or 0.0, 1.0 - cur / top)
         if worst is not None:
             return Reading(max(worst, 0.0), "sysfs cpufreq")
-        if self.root == Path("/sys"):
-            freqs = psutil.cpu_freq(percpu=True) or []
-            losses = [1.0 - f.current / f.max for f in freqs if f.max and f.max > 0]
+        if self._real and self._psutil.get():
+            losses = self._psutil_losses()
             if losses:
                 return Reading(max(0.0, max(losses)), "psutil")
         return Reading(None, "cpufreq", "no sensor: CPU maximum frequency unknown (no cpufreq)")
 
+    @staticmethod
+    def _psutil_losses() -> list[float]:
+        freqs = psutil.cpu_freq(percpu=True) or []
+        return [1.0 - f.current / f.max for f in freqs if f.max and f.max > 0]
+
 
 class SystemTemperatureProbe:
-    """Hottest CPU/SoC temperature (C) from psutil, /sys/class/thermal or hwmon; STALE "no sensor"."""
+    """Hottest CPU/SoC temperature (C) from /sys/class/thermal, hwmon or psutil; STALE "no sensor".
+
+    The sensor files are found once (and again every 30 s, or when one disappears); each sample
+    then reads only those files.
+    """
 
     def __init__(self, root: Path = Path("/sys")) -> None:
         self.root = Path(root)
+        self._real = self.root == Path("/sys")  # psutil reads the real /sys only
+        self._files = _Discovered(self._find)
+        # psutil's sensor scan costs as much as the rest of a sample; without sensors, ask rarely.
+        self._psutil = _Discovered(lambda: [True] if self._psutil_temps() else [])
 
-    def read(self) -> Reading:
-        if self.root == Path("/sys") and hasattr(psutil, "sensors_temperatures"):
-            sensors = psutil.sensors_temperatures() or {}
-            picked = {k: v for k, v in sensors.items() if _is_cpu_sensor(k)} or sensors
-            temps = [t.current for entries in picked.values() for t in entries if t.current is not None]
-            if temps:
-                return Reading(max(temps), "psutil")
+    def _find(self) -> list[tuple[str, Path]]:
         zones: list[tuple[str, Path]] = []
         for zone in sorted(self.root.glob("class/thermal/thermal_zone*")):
             kind = (zone / "type").read_text().strip() if (zone / "type").exists() else ""
             if (zone / "temp").exists():
                 zones.append((kind, zone / "temp"))
-        picked_zones = [p for k, p in zones if _is_cpu_sensor(k)] or [p for _, p in zones]
-        temps = [read_millidegrees(p) for p in picked_zones]
-        if temps:
-            return Reading(max(temps), "sysfs thermal")
-        hw = sorted(self.root.glob("class/hwmon/hwmon*/temp*_input"))
-        temps = [read_millidegrees(p) for p in hw]
-        if temps:
-            return Reading(max(temps), "sysfs hwmon")
-        return Reading(None, "auto", "no sensor: no psutil sensors, thermal zones or hwmon; "
+        picked = [p for k, p in zones if _is_cpu_sensor(k)] or [p for _, p in zones]
+        if picked:
+            return [("sysfs thermal", p) for p in picked]
+        hwmon: list[tuple[str, Path]] = []
+        for d in sorted(self.root.glob("class/hwmon/hwmon*")):
+            name = (d / "name").read_text().strip() if (d / "name").exists() else ""
+            hwmon += [(name, p) for p in sorted(d.glob("temp*_input"))]
+        picked = [p for k, p in hwmon if _is_cpu_sensor(k)] or [p for _, p in hwmon]
+        return [("sysfs hwmon", p) for p in picked]
+
+    @staticmethod
+    def _psutil_temps() -> list[float]:
+        if not hasattr(psutil, "sensors_temperatures"):
+            return []
+        sensors = psutil.sensors_temperatures() or {}
+        picked = {k: v for k, v in sensors.items() if _is_cpu_sensor(k)} or sensors
+        return [t.current for entries in picked.values() for t in entries if t.current is not None]
+
+    def read(self) -> Reading:
+        files = self._files.get()
+        if files:
+            try:
+                return Reading(max(read_millidegrees(p) for _, p in files), files[0][0])
+            except FileNotFoundError:
+                files = self._files.get(stale=True)  # a sensor went away: look again
+                if files:
+                    return Reading(max(read_millidegrees(p) for _, p in files), files[0][0])
+        if self._real and self._psutil.get():
+            # Platforms where psutil knows sensors that sysfs globbing does not find.
+            temps = self._psutil_temps()
+            if temps:
+                return Reading(max(temps), "psutil")
+        return Reading(None, "auto", "no sensor: no thermal zones, hwmon or psutil sensors; "
                        "use temperature_source 'file' or 'estimated'")
 
 
