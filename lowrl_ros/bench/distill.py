@@ -1,0 +1,118 @@
+"""Deployed int8 sparse students vs their teacher: return kept and size, per environment.
+
+For each ENV=TEACHER case the teacher is distilled (BC + DAgger, lowrl_ros.core.distill) into the
+given students; each student is scored as its int8 artifact through ``load_artifact`` on the same
+seeded episodes as the teacher (fp32). Sizes: ``torch.save`` of the teacher's fp32 actor
+state_dict vs the bytes of the student's artifact file. Targets (issue 5): keeps >= 97% of the
+teacher's return, >= 40x smaller. It also measures, on held-out states, the action error of the
+int8 graph with dynamic activations (what the artifact runs) against static activations
+calibrated on teacher rollouts (what a static graph would add). No timings: nothing here is a speed.
+
+    lowrl bench distill                                  # Pendulum-v1 (shipped teacher) + InvertedPendulum-v5
+    lowrl bench distill --case Pendulum-v1=models/pendulum_sac_int8.onnx --eval-episodes 5   # quick look
+
+The InvertedPendulum-v5 teacher is a `lowrl train` run:
+    lowrl train --env-id InvertedPendulum-v5 --variant dense --algo sac --total-steps 20000 \\
+        --eval-interval 2500 --eval-episodes 5 --stop-return 1000 --run-dir runs/e1_invpend_teacher
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_CASES = ["Pendulum-v1=models/pendulum_sac_int8.onnx", "InvertedPendulum-v5=runs/e1_invpend_teacher"]
+KEEP_TARGET, SIZE_TARGET = 0.97, 40.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--case", action="append", default=None, metavar="ENV=TEACHER",
+                        help=f"environment and teacher (artifact, run dir or SB3 zip); repeatable (default {DEFAULT_CASES})")
+    parser.add_argument("--students", nargs="+", default=["full:256x2@0.9", "lite:64x2@0.8", "micro:32x2@0.8"],
+                        help="students NAME:WIDTHxDEPTH@SPARSITY")
+    parser.add_argument("--eval-episodes", type=int, default=20, help="seeded episodes for teacher and students")
+    parser.add_argument("--bc-steps", type=int, default=3000)
+    parser.add_argument("--dagger-rounds", type=int, default=3)
+    parser.add_argument("--dagger-steps", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
+
+
+def quantization_analysis(student, teacher, env_id: str, seed: int) -> dict[str, float]:
+    """Action error (fraction of the range) of dynamic vs static int8 activations on held-out states."""
+    from lowrl_ros.core.distill import collect_teacher_states
+    from lowrl_ros.core.quantize import calibrate_activation_ranges, int8_forward
+
+    c = teacher.contract
+    calib = collect_teacher_states(teacher, env_id, 3, 0.2, seed + 1)
+    held_out = collect_teacher_states(teacher, env_id, 3, 0.2, seed + 2)[::4]
+    ref = student.weights.forward((held_out - np.array(c.obs_offset)) * np.array(c.obs_scale))
+    low, high = np.array(c.action_low), np.array(c.action_high)
+    if student.weights.output_activation == "tanh":
+        ref = low + (ref + 1) / 2 * (high - low)
+    ref = np.clip(ref, low, high)
+    span = high - low
+    out = {}
+    dyn = int8_forward(student.weights, c, held_out, activations="dynamic")
+    out["dynamic_max"] = float((np.abs(dyn - ref) / span).max())
+    out["dynamic_mean"] = float((np.abs(dyn - ref) / span).mean())
+    for p in (100.0, 99.9):
+        ranges = calibrate_activation_ranges(student.weights, c, calib, percentile=p)
+        st = int8_forward(student.weights, c, held_out, activations="static", ranges=ranges)
+        out[f"static_p{p:g}_max"] = float((np.abs(st - ref) / span).max())
+        out[f"static_p{p:g}_mean"] = float((np.abs(st - ref) / span).mean())
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.bench.record import RESULTS_DIR, write_result
+    from lowrl_ros.core.distill import DistillConfig, distill, load_teacher
+
+    out_dir = args.out or RESULTS_DIR
+    results, rows = {}, []
+    for case in args.case or DEFAULT_CASES:
+        env_id, _, source = case.partition("=")
+        if not source:
+            print(f"lowrl bench distill: --case {case!r} is not ENV=TEACHER", file=sys.stderr)
+            return 2
+        try:
+            teacher = load_teacher(source, env_id=env_id)
+        except (ValueError, ImportError) as exc:
+            print(f"lowrl bench distill: {env_id}: {exc}\n(see `lowrl bench distill -h` for how the teacher is made)",
+                  file=sys.stderr)
+            return 2
+        cfg = DistillConfig(students=tuple(args.students), env_id=env_id, eval_episodes=args.eval_episodes,
+                            bc_steps=args.bc_steps, dagger_rounds=args.dagger_rounds, dagger_steps=args.dagger_steps,
+                            seed=args.seed)
+        print(f"{env_id}: distilling {source} into {', '.join(cfg.students)}", file=sys.stderr)
+        res = distill(teacher, cfg, Path(out_dir) / f"distill_{env_id}")
+        t = res.teacher_eval
+        case_res = {"teacher": {"source": source, "kind": teacher.kind, "return_mean": t.mean, "return_std": t.std,
+                                "state_dict_bytes": teacher.state_dict_bytes, "weights": teacher.weights.macs},
+                    "students": {}, "plot": str(res.plot_path)}
+        for s in res.students:
+            ratio = teacher.state_dict_bytes / s.artifact_bytes
+            q = quantization_analysis(s, teacher, env_id, args.seed)
+            case_res["students"][s.spec.name] = {
+                "spec": str(s.spec), "deployed_return_mean": s.deployed.mean, "deployed_return_std": s.deployed.std,
+                "kept": s.kept, "artifact_bytes": s.artifact_bytes, "smaller_x": ratio, "nnz_weights": s.nnz,
+                "meets_return_target": s.kept >= KEEP_TARGET, "meets_size_target": ratio >= SIZE_TARGET,
+                "int8_action_error": q}
+            rows.append(f"| {env_id} | {s.spec} | {t.mean:.1f} ± {t.std:.1f} | {s.deployed.mean:.1f} ± {s.deployed.std:.1f} "
+                        f"| {s.kept:.1%} {'✓' if s.kept >= KEEP_TARGET else '✗'} | {teacher.state_dict_bytes} "
+                        f"| {s.artifact_bytes} | {ratio:.1f}x {'✓' if ratio >= SIZE_TARGET else '✗'} | {s.nnz} "
+                        f"| {q['dynamic_max']:.2%} / {q['static_p100_max']:.2%} / {q['static_p99.9_max']:.2%} |")
+        results[env_id] = case_res
+    md = ("Teacher: fp32 (reference forward); students: int8 sparse artifacts through `load_artifact`, "
+          f"same seeded episodes. Targets: keeps >= {KEEP_TARGET:.0%} of the teacher's return, artifact >= "
+          f"{SIZE_TARGET:.0f}x smaller than the teacher's fp32 actor state_dict (torch.save bytes).\n\n"
+          "| env | student | teacher return | deployed return | kept | teacher state_dict B | artifact B | smaller "
+          "| non-zero weights | int8 max action error: dynamic / static p100 / static p99.9 |\n"
+          "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\nPlots: " +
+          ", ".join(f"`{r['plot']}`" for r in results.values()) + "\n")
+    path = write_result("distill", results, md, out_dir)
+    print(md)
+    print(f"wrote {path}")
+    return 0
