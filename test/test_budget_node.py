@@ -251,3 +251,10 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
         executor.remove_node(ear.node)
         ear.node.destroy_node()
         executor.shutdown()
+
+
+def test_the_monitor_node_imports_no_torch():
+    code = ("import sys, lowrl_ros.ros.budget_monitor_node, lowrl_ros.core.probes; "
+            "sys.exit('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, "budget monitor imports torch: " + r.stderr
