@@ -18,6 +18,7 @@ The InvertedPendulum-v5 teacher is a `lowrl train` run:
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dagger-steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
+    parser.add_argument("--work-dir", type=Path, default=Path("runs/bench_distill"),
+                        help="where the students (artifacts, torch states) are kept")
 
 
 def quantization_analysis(student, teacher, env_id: str, seed: int) -> dict[str, float]:
@@ -87,11 +90,16 @@ def run(args: argparse.Namespace) -> int:
                             bc_steps=args.bc_steps, dagger_rounds=args.dagger_rounds, dagger_steps=args.dagger_steps,
                             seed=args.seed)
         print(f"{env_id}: distilling {source} into {', '.join(cfg.students)}", file=sys.stderr)
-        res = distill(teacher, cfg, Path(out_dir) / f"distill_{env_id}")
+        res = distill(teacher, cfg, args.work_dir / env_id)
+        plot = Path(out_dir) / f"distill_{env_id}.png"
+        if res.plot_path:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(res.plot_path, plot)
         t = res.teacher_eval
         case_res = {"teacher": {"source": source, "kind": teacher.kind, "return_mean": t.mean, "return_std": t.std,
                                 "state_dict_bytes": teacher.state_dict_bytes, "weights": teacher.weights.macs},
-                    "students": {}, "plot": str(res.plot_path)}
+                    "students": {}, "plot": str(plot),
+                    "students_dir": str(res.out_dir)}
         for s in res.students:
             ratio = teacher.state_dict_bytes / s.artifact_bytes
             q = quantization_analysis(s, teacher, env_id, args.seed)
