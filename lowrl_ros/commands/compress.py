@@ -47,7 +47,7 @@ def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
         doc = json.loads(manifest.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{manifest}: cannot read it ({exc}); run `lowrl distill` into {students_dir} first") from None
-    teacher = load_teacher(teacher_arg or doc["teacher"]["source"], env_id=doc.get("env_id"))
+    teacher = load_teacher(teacher_arg or doc["teacher"].get("path", doc["teacher"]["source"]), env_id=doc.get("env_id"))
     cands = []
     for s in doc["students"]:
         weights, contract = load_weights(students_dir / s["fp32_artifact"])

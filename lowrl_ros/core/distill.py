@@ -495,7 +495,7 @@ def write_report(result: DistillResult, cfg: DistillConfig, env_id: str) -> Path
     t = result.teacher
     doc = {
         "env_id": env_id,
-        "teacher": {"source": t.source, "kind": t.kind, "state_dict_bytes": t.state_dict_bytes,
+        "teacher": {"source": t.source, "path": str(Path(t.source).resolve()), "kind": t.kind, "state_dict_bytes": t.state_dict_bytes,
                     "return_mean": result.teacher_eval.mean, "return_std": result.teacher_eval.std,
                     "returns": list(result.teacher_eval.returns), "params": t.weights.macs},
         "students": [{
