@@ -1,0 +1,140 @@
+"""A simulated robot for demos and tests: a gymnasium environment seen as named joints (no ROS).
+
+The sim robot node (lowrl_ros/ros/sim_robot_node.py) steps this once per control tick and
+publishes the joint state; the policy node answers with a command. Joint naming:
+
+- Pendulum-v1: one joint ``pendulum_joint`` (position θ wrapped to [-π, π), velocity θdot,
+  effort = the torque applied in the last step). The policy's cos θ, sin θ, θdot come from the
+  policy node's observation adapter (``cos_position``, ``sin_position``, ``velocity``).
+- MuJoCo environments (InvertedPendulum-v5: ``slider`` and ``hinge``): the model's own hinge and
+  slide joints, by name, with qpos/qvel/actuator force.
+
+One env step per tick: the simulation advances by the env's own dt per tick, whatever the tick
+rate, so at 100 Hz Pendulum-v1 (dt 0.05 s) runs 5x faster than its physical time.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5")
+
+
+@dataclass(frozen=True)
+class SimRobotConfig:
+    """Settings of the simulated robot.
+
+    Attributes:
+        env_id: gymnasium environment, one of ``SUPPORTED_ENVS``.
+        control_period_s: wall-clock period of one env step (the robot's control rate).
+        seed: seed of the first episode's reset (later episodes continue the env's RNG).
+        max_episode_steps: episode length in steps (0: the env's default).
+    """
+
+    env_id: str = "Pendulum-v1"
+    control_period_s: float = 0.01
+    seed: int = 0
+    max_episode_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.env_id not in SUPPORTED_ENVS:
+            raise ValueError(f"env_id {self.env_id!r} is not supported by the sim robot; use one of "
+                             f"{', '.join(SUPPORTED_ENVS)}")
+        if not 1e-4 <= self.control_period_s <= 10.0:
+            raise ValueError(f"control_period_s={self.control_period_s} is outside 0.0001..10 s; e.g. 0.01 for 100 Hz")
+        if self.max_episode_steps < 0:
+            raise ValueError(f"max_episode_steps must be >= 0 (0: the env's default), got {self.max_episode_steps}")
+
+
+@dataclass
+class JointReading:
+    """A joint state as plain arrays (the node copies them into sensor_msgs/JointState)."""
+
+    names: tuple[str, ...]
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
+
+
+@dataclass
+class StepOutcome:
+    reward: float
+    episode_done: bool
+    episode_return: float  # the finished episode's return when episode_done, else the running sum
+    episode_steps: int
+
+
+class SimRobot:
+    """A gymnasium env behind a joint-level interface: ``step(action)`` then ``joints()``."""
+
+    def __init__(self, config: SimRobotConfig) -> None:
+        import gymnasium as gym  # the sim is off-board / test only; the robot side never imports it
+
+        self.config = config
+        kwargs = {"max_episode_steps": config.max_episode_steps} if config.max_episode_steps else {}
+        self.env = gym.make(config.env_id, **kwargs)
+        space = self.env.action_space
+        self.action_low = np.asarray(space.low, dtype=np.float64)
+        self.action_high = np.asarray(space.high, dtype=np.float64)
+        self.action_dim = int(np.prod(space.shape))
+        self._mujoco = config.env_id != "Pendulum-v1"
+        if self._mujoco:
+            import mujoco
+
+            model = self.env.unwrapped.model
+            keep = [i for i in range(model.njnt)
+                    if int(model.jnt_type[i]) in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))]
+            self.joint_names = tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, i) for i in keep)
+            self._qpos = np.asarray([model.jnt_qposadr[i] for i in keep], dtype=np.intp)
+            self._qvel = np.asarray([model.jnt_dofadr[i] for i in keep], dtype=np.intp)
+        else:
+            self.joint_names = ("pendulum_joint",)
+        self.episodes = 0
+        self.returns: list[float] = []
+        self._return = 0.0
+        self._steps = 0
+        self._last_action = np.zeros(self.action_dim)
+        self.env.reset(seed=config.seed)
+
+    def check_action(self, action) -> np.ndarray:
+        """The action as a float array of the right size; ValueError (with the fix) otherwise."""
+        arr = np.asarray(action, dtype=np.float64).ravel()
+        if arr.size != self.action_dim:
+            raise ValueError(f"command has {arr.size} values, {self.config.env_id} takes {self.action_dim}; "
+                             "check the policy's action_names against the robot")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"command {arr.tolist()} is not finite; the controller sent NaN/Inf")
+        return arr
+
+    def step(self, action) -> StepOutcome:
+        """Advance one env step with ``action`` (clipped to the action space); resets at episode end."""
+        act = np.clip(self.check_action(action), self.action_low, self.action_high)
+        _, reward, terminated, truncated, _ = self.env.step(act.astype(np.float32))
+        self._last_action = act
+        self._return += float(reward)
+        self._steps += 1
+        outcome = StepOutcome(float(reward), bool(terminated or truncated), self._return, self._steps)
+        if outcome.episode_done:
+            self.episodes += 1
+            self.returns.append(self._return)
+            self._return, self._steps = 0.0, 0
+            self.env.reset()
+        return outcome
+
+    def joints(self) -> JointReading:
+        """The current joint positions/velocities/efforts, by name."""
+        u = self.env.unwrapped
+        if self._mujoco:
+            pos = np.asarray(u.data.qpos[self._qpos], dtype=np.float64)
+            vel = np.asarray(u.data.qvel[self._qvel], dtype=np.float64)
+            eff = np.asarray(u.data.qfrc_actuator[self._qvel], dtype=np.float64)
+        else:
+            theta, theta_dot = (float(v) for v in u.state)
+            wrapped = (theta + math.pi) % (2 * math.pi) - math.pi
+            pos, vel, eff = np.array([wrapped]), np.array([theta_dot]), self._last_action.copy()
+        return JointReading(self.joint_names, pos, vel, eff)
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,502 @@
+"""policy_node: runs a compressed policy on the robot (rclpy LifecycleNode; never imports torch).
+
+configure: load the artifact/bundle and the config   activate: start control
+deactivate: publish the safe action and stop          cleanup/shutdown: release everything
+
+In: ``/joint_states`` (sensor_msgs/JointState, through the observation adapter) or
+``/lowrl/observation`` (std_msgs/Float32MultiArray); ``/lowrl/compute_tier`` (std_msgs/UInt8, latched).
+Out: ``/<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_command_controller),
+``/diagnostics``, ``/lowrl/policy/latency_us`` (per inference), ``/lowrl/policy/stats`` (10 Hz).
+
+The decisions (safety, watchdog, soft start, decimation, tiers) live in
+:class:`lowrl_ros.core.control.PolicyController`; this node converts messages, owns the timers and
+the hot-swap worker, and turns every exception at a callback boundary into the safe action and an
+ERROR diagnostic, so bad input never takes it down.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import rclpy
+import rclpy.executors
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rclpy.executors import ExternalShutdownException
+from rclpy.signals import SignalHandlerOptions
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, UInt8
+
+from lowrl_ros.core.bundle import load_bundle
+from lowrl_ros.core.control import ControlConfig, PolicyController
+from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.policy_stats import STATS_FIELDS, PolicyStats
+from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.ros import diagnostics as diag
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+
+DIAG_PREFIX = "lowrl/policy"
+INPUTS = ("joint_states", "observation")
+ENGINES = ("auto", "ort", "numpy")
+# Levels as ints: diagnostics.status() takes an int (DiagnosticStatus.OK etc. are one-byte bytes in rclpy).
+OK, WARN, ERROR = 0, 1, 2
+ERROR_HOLD_S = 2.0  # an input error keeps the status at ERROR this long after the last bad message
+# ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
+LIVE_CONTROL = ("decimation", "tier_decimation", "watchdog_timeout_s", "soft_start_steps", "safe_action",
+                "default_pose", "deadline_s")
+
+
+def _desc(text: str, *, read_only: bool = False, floats: tuple[float, float] | None = None,
+          ints: tuple[int, int] | None = None, dynamic: bool = False) -> ParameterDescriptor:
+    d = ParameterDescriptor(description=text, read_only=read_only, dynamic_typing=dynamic)
+    if floats:
+        d.floating_point_range = [FloatingPointRange(from_value=floats[0], to_value=floats[1], step=0.0)]
+    if ints:
+        d.integer_range = [IntegerRange(from_value=ints[0], to_value=ints[1], step=1)]
+    return d
+
+
+class PolicyNode(LifecycleNode):
+    """The on-robot policy runner. See the module docstring and docs/policy_node.md."""
+
+    def __init__(self, node_name: str = "policy_node", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        c = ControlConfig()
+        p = self.declare_parameter
+        p("policy_path", "", _desc("artifact (.onnx) or bundle (.lowrl); a change hot-swaps it"))
+        p("engine", "auto", _desc("inference engine: auto | ort | numpy", read_only=True))
+        p("autostart", True, _desc("configure and activate at start (no lifecycle manager needed)", read_only=True))
+        p("input", "joint_states", _desc("observation source: joint_states | observation", read_only=True))
+        p("joint_states_topic", "/joint_states", _desc("sensor_msgs/JointState input", read_only=True))
+        p("observation_topic", "/lowrl/observation", _desc("std_msgs/Float32MultiArray input", read_only=True))
+        p("extra_observation_topic", "/lowrl/extra_observation",
+          _desc("Float32MultiArray appended to the joint observation", read_only=True))
+        p("controller_name", "forward_command_controller",
+          _desc("commands go to /<controller_name>/commands", read_only=True))
+        p("obs_fields", [""], _desc("'<joint>.<field>' per observation entry", read_only=True))
+        p("obs_offset", [], _desc("per entry: obs = (raw - offset) * scale", read_only=True, dynamic=True))
+        p("obs_scale", [], _desc("per entry: obs = (raw - offset) * scale", read_only=True, dynamic=True))
+        p("extra_obs_dim", 0, _desc("size of the extra observation (0: none)", read_only=True, ints=(0, 1024)))
+        p("mode", c.mode, _desc("event (act on each observation) | fixed_rate (timer)", read_only=True))
+        p("control_period_s", c.control_period_s, _desc("fixed_rate period; deadline reference",
+                                                         read_only=True, floats=(1e-4, 10.0)))
+        p("decimation", c.decimation, _desc("fixed_rate: policy every k-th tick", ints=(1, 100)))
+        p("tier_decimation", c.tier_decimation, _desc("extra decimation in the decimated tier", ints=(1, 100)))
+        p("watchdog_timeout_s", c.watchdog_timeout_s, _desc("no observation this long -> safe action",
+                                                             floats=(1e-3, 10.0)))
+        p("soft_start_steps", c.soft_start_steps, _desc("blend from the safe action over N steps", ints=(0, 10000)))
+        p("safe_action", c.safe_action, _desc("zero | hold | default_pose"))
+        p("default_pose", [], _desc("the safe action for default_pose", dynamic=True))
+        p("deadline_s", c.deadline_s, _desc("output deadline after the reference (0: control period)",
+                                           floats=(0.0, 10.0)))
+        p("latency_window", c.latency_window, _desc("latencies kept for p50/p99", read_only=True, ints=(1, 100000)))
+        p("stats_rate_hz", 10.0, _desc("rate of /lowrl/policy/stats", read_only=True, floats=(0.1, 100.0)))
+        p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", read_only=True, floats=(0.05, 60.0)))
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
+        self._lock = threading.Lock()  # guards _pending and the swap status
+        self._pending = None  # a validated, warmed-up bundle waiting for the next tick
+        self._swap_thread: threading.Thread | None = None
+        self._swap_status = (OK, "no swap requested")
+        self._clear_runtime()
+
+    def _clear_runtime(self) -> None:
+        self.controller: PolicyController | None = None
+        self.adapter: ObservationAdapter | None = None
+        self._pubs: list = []
+        self._subs: list = []
+        self._timers: list = []
+        self._control_timer = None
+        self._next_due: float | None = None
+        self._last_diag_error = 0.0
+        self.active_policy_path = ""
+
+    # ---- configuration ---------------------------------------------------------------------
+    def _get(self, name: str) -> Any:
+        return self.get_parameter(name).value
+
+    def _control_config(self, overrides: dict[str, Any] | None = None) -> ControlConfig:
+        values = {f.name: self._get(f.name) for f in dataclasses.fields(ControlConfig)}
+        values.update(overrides or {})
+        values["default_pose"] = tuple(float(v) for v in (values["default_pose"] or ()))
+        return ControlConfig(**values)
+
+    def _adapter_config(self) -> ObsAdapterConfig:
+        return ObsAdapterConfig(obs_fields=tuple(f for f in self._get("obs_fields") if f),
+                                obs_offset=tuple(self._get("obs_offset") or ()),
+                                obs_scale=tuple(self._get("obs_scale") or ()),
+                                extra_obs_dim=self._get("extra_obs_dim"))
+
+    def _validate_parameters(self, params) -> SetParametersResult:
+        """Reject a live change the core config refuses, with its reason (shown by rqt_reconfigure)."""
+        changes = {p.name: p.value for p in params if p.name in LIVE_CONTROL}
+        try:
+            if changes:
+                config = self._control_config(changes)
+                if self.controller is not None and config.safe_action == "default_pose" \
+                        and len(config.default_pose) != self.controller.action_dim:
+                    raise ValueError(f"default_pose needs {self.controller.action_dim} values")
+            for p in params:
+                if p.name == "policy_path" and not isinstance(p.value, str):
+                    raise ValueError("policy_path must be a string path to a .onnx or .lowrl file")
+        except ValueError as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    def _apply_parameters(self, params) -> None:
+        names = {p.name for p in params}
+        if self.controller is not None and names & set(LIVE_CONTROL):
+            self.controller.config = self._control_config()
+        path = next((p.value for p in params if p.name == "policy_path"), None)
+        if path is not None and self.controller is not None and path != self.active_policy_path:
+            self._start_swap(path)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            path = self._get("policy_path")
+            if not path:
+                raise ValueError("policy_path is empty; set it to a .onnx artifact or .lowrl bundle "
+                                 "(e.g. models/pendulum_sac_int8.onnx)")
+            for name, allowed in (("input", INPUTS), ("engine", ENGINES)):
+                if self._get(name) not in allowed:
+                    raise ValueError(f"{name} {self._get(name)!r} is unknown; use one of {', '.join(allowed)}")
+            config = self._control_config()
+            bundle = load_bundle(path, engine=self._get("engine"))
+            controller = PolicyController(config, bundle, clock=time.perf_counter)
+            if self._get("input") == "joint_states":
+                adapter = ObservationAdapter(self._adapter_config())
+                if adapter.obs_dim != controller.obs_dim:
+                    raise ValueError(f"obs_fields (+ extra_obs_dim) give {adapter.obs_dim} observation entries but "
+                                     f"the policy reads {controller.obs_dim} ({', '.join(bundle.contract.obs_names)}); "
+                                     "list one '<joint>.<field>' per policy observation")
+                self.adapter = adapter
+        except Exception as exc:  # noqa: BLE001 - any load failure must become a FAILURE, not a crash
+            self.get_logger().error(f"configure failed: {exc}")
+            self._publish_diag([diag.status(f"{DIAG_PREFIX}/policy", ERROR, f"configure failed: {exc}")])
+            self._clear_runtime()
+            return TransitionCallbackReturn.FAILURE
+        self.controller = controller
+        self.active_policy_path = path
+        self._create_io()
+        self.get_logger().info(
+            f"configured: {path} v{bundle.version}, tiers {', '.join(bundle.policies)}, "
+            f"{controller.obs_dim} obs -> {controller.action_dim} actions, mode {config.mode}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def _create_io(self) -> None:
+        cmd_topic = f"/{self._get('controller_name').strip('/')}/commands"
+        self._cmd_pub = self.create_publisher(Float64MultiArray, cmd_topic, CONTROL)
+        self._latency_pub = self.create_publisher(Float64, "/lowrl/policy/latency_us", STATS)
+        self._stats_pub = self.create_publisher(Float64MultiArray, "/lowrl/policy/stats", STATS)
+        self._pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
+        if self._get("input") == "joint_states":
+            self._subs.append(self.create_subscription(JointState, self._get("joint_states_topic"),
+                                                       self._on_joint_state, CONTROL))
+            if self.adapter.config.extra_obs_dim:
+                self._subs.append(self.create_subscription(Float32MultiArray, self._get("extra_observation_topic"),
+                                                           self._on_extra, CONTROL))
+        else:
+            self._subs.append(self.create_subscription(Float32MultiArray, self._get("observation_topic"),
+                                                       self._on_observation, CONTROL))
+        self._subs.append(self.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED))
+        self._timers.append(self.create_timer(1.0 / self._get("stats_rate_hz"), self._guarded(self._publish_stats)))
+        self._timers.append(self.create_timer(self._get("diagnostics_period_s"), self._guarded(self._publish_status)))
+        self._cmd_msg = Float64MultiArray()
+        self._stats_msg = Float64MultiArray()
+        self._stats_msg.layout.dim = [MultiArrayDimension(label=",".join(STATS_FIELDS), size=len(STATS_FIELDS),
+                                                          stride=len(STATS_FIELDS))]
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.controller.activate()
+        config = self.controller.config
+        if config.mode == "fixed_rate":
+            self._next_due = None
+            self._control_timer = self.create_timer(config.control_period_s, self._on_control_tick)
+        else:
+            # Event mode acts on observations; this timer only notices when they stop (watchdog).
+            self._control_timer = self.create_timer(config.watchdog_timeout_s / 2, self._on_watchdog_tick)
+        self.get_logger().info("activated")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._destroy_control_timer()
+        self._publish_command(self.controller.deactivate())
+        self.get_logger().info("deactivated: safe action sent")
+        return super().on_deactivate(state)
+
+    def _destroy_control_timer(self) -> None:
+        if self._control_timer is not None:
+            self.destroy_timer(self._control_timer)
+            self._control_timer = None
+
+    def _release(self) -> None:
+        self._destroy_control_timer()
+        for t in self._timers:
+            self.destroy_timer(t)
+        for s in self._subs:
+            self.destroy_subscription(s)
+        for pub in self._pubs:
+            self.destroy_publisher(pub)
+        with self._lock:
+            self._pending = None
+        self._clear_runtime()
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        self.get_logger().info("cleaned up")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self.controller is not None and self.controller.active:
+            self._publish_command(self.controller.deactivate())
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    # ---- control path ----------------------------------------------------------------------
+    def _take_pending(self) -> None:
+        if self._pending is None:  # unlocked read: the common case costs nothing
+            return
+        with self._lock:
+            bundle, self._pending = self._pending, None
+        if bundle is None:
+            return
+        try:
+            self.controller.swap(bundle)
+        except ValueError as exc:
+            self._swap_rejected(str(bundle.path), str(exc))
+            return
+        self.active_policy_path = str(bundle.path)
+        with self._lock:
+            self._swap_status = (OK, f"swapped to {bundle.path} v{bundle.version}")
+        self.get_logger().info(f"hot-swapped to {bundle.path} v{bundle.version} (soft start)")
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        t0 = time.perf_counter()
+        try:
+            obs = self.adapter.from_joint_state(msg.name, msg.position, msg.velocity, msg.effort)
+            self.controller.observe(obs)
+        except ObservationError as exc:
+            self.controller.observe(None, str(exc))
+        except Exception as exc:  # noqa: BLE001 - never die on input
+            self.controller.observe(None, f"unexpected {type(exc).__name__}: {exc}")
+        if self.controller.config.mode == "event":
+            self._tick(t0)
+
+    def _on_observation(self, msg: Float32MultiArray) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.controller.observe(from_array(msg.data, self.controller.obs_dim))
+        except ObservationError as exc:
+            self.controller.observe(None, str(exc))
+        if self.controller.config.mode == "event":
+            self._tick(t0)
+
+    def _on_extra(self, msg: Float32MultiArray) -> None:
+        try:
+            self.adapter.set_extra(msg.data)
+        except ObservationError as exc:
+            self.controller.observe(None, str(exc))
+
+    def _on_control_tick(self) -> None:
+        """fixed_rate: the timer keeps an absolute schedule; the reference is when the tick was due."""
+        now = time.perf_counter()
+        period = self.controller.config.control_period_s
+        due = now if self._next_due is None else self._next_due
+        behind = int((now - due) / period)
+        if behind >= 1:  # whole periods skipped: each one is a missed output
+            self.controller.deadline_misses += behind
+            due += behind * period
+        self._next_due = due + period
+        self._tick(due)
+
+    def _on_watchdog_tick(self) -> None:
+        c = self.controller
+        if c._obs_time is None or time.perf_counter() - c._obs_time > c.config.watchdog_timeout_s:
+            self._tick(time.perf_counter())
+
+    def _tick(self, reference: float) -> None:
+        if self.controller is None or not self.controller.active:
+            return
+        try:
+            self._take_pending()
+            result = self.controller.step(reference)
+        except Exception as exc:  # noqa: BLE001 - a failing policy call must still end in a command
+            self.controller.last_error = f"control step failed: {type(exc).__name__}: {exc}"
+            self.controller.last_error_time = time.perf_counter()
+            result = None
+        action = self.controller.safe_action() if result is None else result.action
+        self._publish_command(action)
+        if result is not None and result.latency_s is not None:
+            self._latency_pub.publish(Float64(data=result.latency_s * 1e6))
+        if result is None or result.source == "safe" and result.reason not in ("inactive",):
+            self._input_error_diag(result.reason if result else self.controller.last_error)
+
+    def _publish_command(self, action: np.ndarray) -> None:
+        self._cmd_msg.data = action.tolist()
+        self._cmd_pub.publish(self._cmd_msg)
+
+    # ---- tiers, hot-swap -------------------------------------------------------------------
+    def _on_tier(self, msg: UInt8) -> None:
+        try:
+            line = self.controller.set_tier(msg.data)
+        except ValueError as exc:
+            self.get_logger().error(f"ignoring compute tier: {exc}")
+            return
+        if line:
+            self.get_logger().warning(line) if self.controller.tier > ComputeTier.FULL else self.get_logger().info(line)
+            self._publish_status()
+
+    def _start_swap(self, path: str) -> None:
+        """Load, validate and warm up ``path`` on a worker thread; the control path never waits."""
+        if self._swap_thread is not None and self._swap_thread.is_alive():
+            self._swap_thread.join()  # one swap at a time; the newest request wins after this
+        engine = self._get("engine")
+        controller = self.controller
+
+        def work() -> None:
+            try:
+                bundle = load_bundle(path, engine=engine)  # validates and warms up every tier
+                controller.check_compatible(bundle)
+            except Exception as exc:  # noqa: BLE001 - a bad artifact is reported, never raised
+                self._swap_rejected(path, str(exc))
+                return
+            with self._lock:
+                self._pending = bundle
+                self._swap_status = (OK, f"{path} v{bundle.version} validated, swapping at the next tick")
+
+        self.get_logger().info(f"hot-swap requested: {path}")
+        self._swap_thread = threading.Thread(target=work, name="policy-swap", daemon=True)
+        self._swap_thread.start()
+
+    def _swap_rejected(self, path: str, reason: str) -> None:
+        with self._lock:
+            self._swap_status = (ERROR, f"rejected {path}: {reason}")
+        self.get_logger().error(f"hot-swap rejected, keeping {self.active_policy_path}: {reason}")
+        self._publish_status()
+
+    def wait_for_swap(self, timeout: float | None = None) -> None:
+        """Block until a running swap worker finishes (tests and tools)."""
+        if self._swap_thread is not None:
+            self._swap_thread.join(timeout)
+
+    # ---- reporting -------------------------------------------------------------------------
+    def _input_error_diag(self, reason: str) -> None:
+        now = time.perf_counter()
+        if now - self._last_diag_error > 0.2:  # immediate, but a flood of bad input is rate-limited
+            self._last_diag_error = now
+            self._publish_status()
+
+    def _guarded(self, fn) -> Any:
+        """Wrap a timer callback: report an exception instead of letting it stop the executor."""
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - reporting must never take control down
+                self.get_logger().error(f"{fn.__name__} failed: {type(exc).__name__}: {exc}")
+        return run
+
+    def _publish_stats(self) -> None:
+        c = self.controller
+        if c is None:
+            return
+        stats = PolicyStats(pid=float(os.getpid()), **c.stats())
+        self._stats_msg.data = stats.to_list()
+        self._stats_pub.publish(self._stats_msg)
+
+    def _publish_diag(self, statuses: list) -> None:
+        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+
+    def _publish_status(self) -> None:
+        c = self.controller
+        if c is None:
+            return
+        s = c.stats()
+        now = time.perf_counter()
+        statuses = []
+        late = s["deadline_misses"] > 0
+        statuses.append(diag.status(
+            f"{DIAG_PREFIX}/latency", WARN if late else OK,
+            f"p99 {s['window_p99_us']:.0f} us, {int(s['deadline_misses'])} deadline misses",
+            {"p50_us": s["window_p50_us"], "p99_us": s["window_p99_us"], "deadline_misses": int(s["deadline_misses"]),
+             "ticks": int(s["ticks"]), "deadline_us": s["deadline_us"]}))
+        recent = c.last_error_time is not None and now - c.last_error_time < ERROR_HOLD_S
+        statuses.append(diag.status(
+            f"{DIAG_PREFIX}/input", ERROR if recent else OK,
+            c.last_error if recent else "observations OK",
+            {"last_error": c.last_error or "none"}))
+        with self._lock:
+            swap_level, swap_message = self._swap_status
+        bundle = c.bundle
+        statuses.append(diag.status(
+            f"{DIAG_PREFIX}/policy", swap_level, swap_message if swap_level != OK else
+            f"v{bundle.version} {self.active_policy_path}",
+            {"version": bundle.version, "path": self.active_policy_path, "tiers": ",".join(bundle.policies),
+             "swap": swap_message, "active": c.active}))
+        statuses.append(diag.status(
+            f"{DIAG_PREFIX}/tier", OK if c.tier == ComputeTier.FULL else WARN,
+            f"tier {c.tier.label}", {"tier": c.tier.label, "requested": c.requested_tier.label,
+                                     "tier_value": int(c.tier)}))
+        self._publish_diag(statuses)
+
+
+def make_executor():
+    """rclpy's EventsExecutor where present (measured ~2x lower pub->sub latency here), else single-threaded."""
+    try:
+        from rclpy.experimental import EventsExecutor
+
+        return EventsExecutor()
+    except ImportError:
+        return rclpy.executors.SingleThreadedExecutor()
+
+
+def spin_until_signal(node) -> None:
+    """Spin until SIGINT/SIGTERM, keeping the context alive so the node can still say goodbye.
+
+    rclpy's own handler shuts the context down on Ctrl-C, after which the safe action can no
+    longer be published, and EventsExecutor.spin() does not return on it here; so the node owns
+    the signals and spins with spin_once.
+    """
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    executor = make_executor()
+    executor.add_node(node)
+    while not stop.is_set() and rclpy.ok():
+        executor.spin_once(timeout_sec=0.1)
+
+
+def main(args: list[str] | None = None) -> int:
+    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    node = None
+    try:
+        node = PolicyNode()
+        if node.get_parameter("autostart").value:
+            node.trigger_configure()
+            if node.controller is None:
+                print("policy_node: configure failed (see the error above); fix the parameters and restart",
+                      file=sys.stderr)
+                return 1
+            node.trigger_activate()
+        spin_until_signal(node)
+        if node.controller is not None and node.controller.active:
+            node.trigger_deactivate()  # the actuators get the safe action on the way out
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
