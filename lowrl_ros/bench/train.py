@@ -1,0 +1,321 @@
+"""Trainer benchmark: time per gradient step vs SB3, Pendulum to -200, MuJoCo at a fixed budget, kernels.
+
+Parts (``--part``, repeatable; default speed, pendulum, kernels):
+
+* speed     HalfCheetah-v5 minibatch updates, SB3 SAC/TD3 vs ours (dense and RLx2), interleaved in
+            chunks so drift of this shared CPU hits both alike; ratios of medians.
+* pendulum  Pendulum-v1, ``--seeds`` seeds, interleaved per seed: SB3 SAC (its defaults), our dense
+            SAC and our RLx2 SAC (presets config/train_pendulum_sac*.yaml): env steps and training
+            wall-clock (evaluations excluded) to a deterministic mean return >= -200, evaluated every
+            1000 steps on the same 5 fixed-seed episodes for all three.
+* mujoco    HalfCheetah-v5 / Hopper-v5 at ``--steps`` env steps (the issue's budget is 300k: hours on
+            a CPU), dense vs RLx2 SAC at the paper's sparsities: return, % of dense, compression,
+            analytic FLOPs reduction, wall-clock.
+* kernels   dense vs CSR sparse matmul at the densities Erdős–Rényi gives the hidden layers, and
+            Adam implementations: the measurements behind the trainer's kernel choices.
+
+Each part writes bench_results/train_<part>.json and .md with the command and the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+PARTS = ("speed", "pendulum", "mujoco", "kernels")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--part", action="append", choices=PARTS,
+                        help="which part(s) to run (repeatable; default speed, pendulum, kernels)")
+    parser.add_argument("--seeds", type=int, default=3, help="pendulum: number of seeds (default 3)")
+    parser.add_argument("--max-steps", type=int, default=10_000, help="pendulum: env-step budget per run")
+    parser.add_argument("--steps", type=int, default=300_000, help="mujoco: env steps per run (default 300k)")
+    parser.add_argument("--envs", default="HalfCheetah-v5,Hopper-v5", help="mujoco: comma-separated env ids")
+    parser.add_argument("--chunks", type=int, default=8, help="speed: interleaved chunks per contender")
+    parser.add_argument("--chunk-updates", type=int, default=40, help="speed: gradient steps per chunk")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for our trainer (default 1)")
+    parser.add_argument("--runs-dir", default="runs/bench_train", help="where the benchmark's runs are written")
+
+
+def _quiet_env(env_id: str):
+    import gymnasium as gym
+
+    return gym.make(env_id)
+
+
+# --- speed --------------------------------------------------------------------------------------
+def _speed(args) -> tuple[dict, str]:
+    import torch
+    from stable_baselines3 import SAC, TD3
+
+    from lowrl_ros.core.train.config import TrainConfig
+    from lowrl_ros.core.train.loop import make_agent
+    from lowrl_ros.core.train.replay import ReplayBuffer
+
+    env_id = "HalfCheetah-v5"
+    default_threads = torch.get_num_threads()
+    results: dict = {"env": env_id, "batch_size": 256, "sb3_default_threads": default_threads,
+                     "our_threads": args.threads}
+    lines = [f"HalfCheetah-v5, batch 256, {args.chunks} interleaved chunks of {args.chunk_updates} gradient "
+             "steps each; medians in ms per gradient step.\n",
+             "| algo | SB3 (default threads) | SB3 (1 thread) | ours dense | ours RLx2 | dense/SB3-default "
+             "| dense/SB3-1thread |", "|---|---|---|---|---|---|---|"]
+    for algo, cls in (("sac", SAC), ("td3", TD3)):
+        env = _quiet_env(env_id)
+        model = cls("MlpPolicy", env, learning_starts=1000, verbose=0, seed=0)
+        model.learn(1200)  # fills its buffer with real transitions and initialises everything
+        obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+        buf = ReplayBuffer(obs_dim, act_dim, 5000)
+        rng = np.random.default_rng(0)
+        obs, _ = env.reset(seed=0)
+        for _ in range(5000):  # real HalfCheetah transitions for ours too
+            a = rng.uniform(-1, 1, act_dim).astype(np.float32)
+            nxt, r, term, trunc, _ = env.step(a)
+            buf.add(obs, a, float(r), nxt, term, trunc, a)
+            obs = env.reset()[0] if term or trunc else nxt
+        agents = {}
+        for variant in ("dense", "rlx2"):
+            cfg = TrainConfig(algo=algo, env_id=env_id, variant=variant, total_steps=1_000_000,
+                              warmup_steps=25_000, actor_sparsity=0.9, critic_sparsity=0.8 if algo == "sac" else 0.85)
+            agents[variant] = make_agent(cfg, obs_dim, act_dim)
+
+        def sb3(threads: int):
+            def run():
+                torch.set_num_threads(threads)
+                model.train(gradient_steps=args.chunk_updates, batch_size=256)
+            return run
+
+        def ours(variant: str):
+            def run():
+                torch.set_num_threads(args.threads)
+                agent = agents[variant]
+                for _ in range(args.chunk_updates):
+                    agent.update(buf.sample(256, rng))
+            return run
+
+        contenders = {"sb3_default": sb3(default_threads), "sb3_1thread": sb3(1), "ours_dense": ours("dense"),
+                      "ours_rlx2": ours("rlx2")}
+        for run in contenders.values():
+            run()  # warm-up chunk, not timed
+        times: dict[str, list[float]] = {k: [] for k in contenders}
+        for _ in range(args.chunks):
+            for name, run in contenders.items():
+                t = time.perf_counter()
+                run()
+                times[name].append(1e3 * (time.perf_counter() - t) / args.chunk_updates)
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        results[algo] = {"ms_per_gradient_step_median": med, "ms_per_gradient_step_all": times,
+                         "ratio_dense_vs_sb3_default": med["ours_dense"] / med["sb3_default"],
+                         "ratio_dense_vs_sb3_1thread": med["ours_dense"] / med["sb3_1thread"],
+                         "ratio_rlx2_vs_sb3_default": med["ours_rlx2"] / med["sb3_default"]}
+        r = results[algo]
+        lines.append(f"| {algo} | {med['sb3_default']:.2f} | {med['sb3_1thread']:.2f} | {med['ours_dense']:.2f} | "
+                     f"{med['ours_rlx2']:.2f} | {r['ratio_dense_vs_sb3_default']:.2f} | "
+                     f"{r['ratio_dense_vs_sb3_1thread']:.2f} |")
+    torch.set_num_threads(default_threads)
+    return results, "\n".join(lines)
+
+
+# --- pendulum -----------------------------------------------------------------------------------
+def _eval_sb3(model, env_id: str, seed: int, episodes: int) -> float:
+    env = _quiet_env(env_id)
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + 10_000 + i)  # the same start states our Trainer evaluates on
+        total, done = 0.0, False
+        while not done:
+            a, _ = model.predict(obs, deterministic=True)
+            obs, r, term, trunc, _ = env.step(a)
+            total += float(r)
+            done = term or trunc
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def _sb3_to_target(seed: int, max_steps: int, target: float, threads: int) -> dict:
+    import torch
+    from stable_baselines3 import SAC
+
+    torch.set_num_threads(threads)
+    model = SAC("MlpPolicy", _quiet_env("Pendulum-v1"), verbose=0, seed=seed)
+    train_s, steps = 0.0, 0
+    while steps < max_steps:
+        t = time.perf_counter()
+        model.learn(1000, reset_num_timesteps=False)
+        train_s += time.perf_counter() - t
+        steps += 1000
+        if _eval_sb3(model, "Pendulum-v1", seed, 5) >= target:
+            return {"steps": steps, "train_s": train_s, "reached": True}
+    return {"steps": None, "train_s": train_s, "reached": False}
+
+
+def _ours_to_target(preset: str, seed: int, max_steps: int, target: float, threads: int, runs: Path) -> dict:
+    from lowrl_ros.core.train.config import TrainConfig
+    from lowrl_ros.core.train.loop import Trainer
+
+    cfg = TrainConfig.from_yaml(REPO / "config" / preset, seed=seed, total_steps=max_steps, stop_return=target,
+                                progress=False, threads=threads, eval_episodes=5, eval_interval=1000)
+    result = Trainer(cfg, runs / f"pendulum-{cfg.variant}-s{seed}").run()
+    if result.steps_to_target is None:
+        return {"steps": None, "train_s": result.wall_s - result.eval_s, "reached": False}
+    return {"steps": result.steps_to_target, "train_s": result.wall_to_target - result.eval_s, "reached": True}
+
+
+def _pendulum(args) -> tuple[dict, str]:
+    import torch
+
+    runs = Path(args.runs_dir)
+    target = -200.0
+    sb3_threads = torch.get_num_threads()
+    rows: dict[str, list[dict]] = {"sb3_sac": [], "ours_dense_sac": [], "ours_rlx2_sac": []}
+    for seed in range(args.seeds):
+        rows["sb3_sac"].append(_sb3_to_target(seed, args.max_steps, target, sb3_threads))
+        rows["ours_dense_sac"].append(_ours_to_target("train_pendulum_sac_dense.yaml", seed, args.max_steps, target,
+                                                      args.threads, runs))
+        rows["ours_rlx2_sac"].append(_ours_to_target("train_pendulum_sac.yaml", seed, args.max_steps, target,
+                                                     args.threads, runs))
+        print(f"pendulum seed {seed}: " + ", ".join(f"{k} {v[-1]}" for k, v in rows.items()), flush=True)
+
+    def agg(rs: list[dict]) -> dict:
+        ok = [r for r in rs if r["reached"]]
+        return {"reached": f"{len(ok)}/{len(rs)}",
+                "mean_steps": float(np.mean([r["steps"] for r in ok])) if ok else None,
+                "mean_train_s": float(np.mean([r["train_s"] for r in ok])) if ok else None}
+
+    summary = {k: agg(v) for k, v in rows.items()}
+    base = summary["sb3_sac"]
+    lines = [f"Pendulum-v1, target mean return >= {target}, {args.seeds} seeds, budget {args.max_steps} env steps, "
+             "evaluated every 1000 steps (5 fixed-seed deterministic episodes). Training wall-clock excludes "
+             f"evaluations. SB3 at its default {sb3_threads} torch threads, ours at {args.threads}.\n",
+             "| trainer | reached | mean env steps | mean train s | steps vs SB3 | time vs SB3 | per seed (steps, s) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, s in summary.items():
+        vs_steps = vs_time = "-"
+        if s["mean_steps"] and base["mean_steps"]:
+            vs_steps = f"{s['mean_steps'] / base['mean_steps']:.2f}"
+            vs_time = f"{s['mean_train_s'] / base['mean_train_s']:.2f}"
+            s["steps_vs_sb3"], s["time_vs_sb3"] = float(vs_steps), float(vs_time)
+        seeds = "; ".join(f"{r['steps']}, {r['train_s']:.0f}" for r in rows[name])
+        ms = f"{s['mean_steps']:.0f}" if s["mean_steps"] else "-"
+        mt = f"{s['mean_train_s']:.1f}" if s["mean_train_s"] else "-"
+        lines.append(f"| {name} | {s['reached']} | {ms} | {mt} | {vs_steps} | {vs_time} | {seeds} |")
+    return {"target": target, "per_seed": rows, "summary": summary, "sb3_threads": sb3_threads}, "\n".join(lines)
+
+
+# --- mujoco -------------------------------------------------------------------------------------
+def _mujoco(args) -> tuple[dict, str]:
+    import json
+
+    from lowrl_ros.core.train.config import TrainConfig
+    from lowrl_ros.core.train.loop import Trainer
+
+    steps = args.steps
+    results: dict = {"steps": steps}
+    lines = [f"SAC, {steps} env steps per run, seed 0, warm-up min(25000, steps/10), 10 evaluations of 5 "
+             "episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ (not run unless --steps says so).\n",
+             "| env | variant | score | % of dense | compression | train FLOPs reduction | inference FLOPs reduction "
+             "| wall s | ms/grad step |", "|---|---|---|---|---|---|---|---|---|"]
+    for env_id in [e.strip() for e in args.envs.split(",") if e.strip()]:
+        preset = REPO / "config" / f"train_{env_id.split('-')[0].lower()}_sac.yaml"
+        scores = {}
+        for variant in ("dense", "rlx2"):
+            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps,
+                                        warmup_steps=min(25_000, steps // 10), eval_interval=max(1, steps // 10),
+                                        eval_episodes=5, checkpoint_interval=0, threads=args.threads,
+                                        nstep_delay=min(300_000, int(0.3 * steps)),
+                                        mask_interval=min(10_000, max(100, steps // 100)),
+                                        buffer_min=min(200_000, steps // 2), buffer_check_interval=min(10_000, steps // 20))
+            run_dir = Path(args.runs_dir) / f"{env_id}-{variant}-{steps}"
+            res = Trainer(cfg, run_dir).run()
+            summary = json.loads((run_dir / "run.json").read_text())
+            import csv
+
+            evals = [float(r["eval_return"]) for r in csv.DictReader((run_dir / "progress.csv").open())]
+            score = float(np.mean(evals[-3:]))
+            scores[variant] = score
+            costs = summary["costs"]
+            vs = costs.get("vs_full_dense", {})
+            entry = {"score": score, "wall_s": res.wall_s, "ms_per_gradient_step": summary["ms_per_gradient_step"],
+                     "compression": vs.get("compression", 1.0),
+                     "train_flops_reduction": vs.get("train_flops_reduction", 1.0),
+                     "inference_flops_reduction": vs.get("inference_flops_reduction", 1.0),
+                     "actor_sparsity": cfg.actor_sparsity if variant != "dense" else 0.0,
+                     "critic_sparsity": cfg.critic_sparsity if variant != "dense" else 0.0, "run_dir": str(run_dir)}
+            results[f"{env_id}/{variant}"] = entry
+        for variant in ("dense", "rlx2"):
+            e = results[f"{env_id}/{variant}"]
+            pct = 100 * e["score"] / scores["dense"] if scores["dense"] > 0 else math.nan
+            e["percent_of_dense"] = pct
+            lines.append(f"| {env_id} | {variant} | {e['score']:.1f} | {pct:.1f} | {e['compression']:.2f}x | "
+                         f"{e['train_flops_reduction']:.2f}x | {e['inference_flops_reduction']:.2f}x | "
+                         f"{e['wall_s']:.0f} | {e['ms_per_gradient_step']:.2f} |")
+    return results, "\n".join(lines)
+
+
+# --- kernels ------------------------------------------------------------------------------------
+def _kernels(args) -> tuple[dict, str]:
+    import torch
+
+    from lowrl_ros.core.train.sparse import erdos_renyi_densities
+
+    torch.set_num_threads(args.threads)
+
+    def timeit(fn, reps: int = 7, n: int = 30) -> float:
+        fn()
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            ts.append((time.perf_counter() - t) / n)
+        return 1e6 * float(np.median(ts))
+
+    gen = torch.Generator().manual_seed(0)
+    results: dict = {"matmul": [], "adam": {}}
+    lines = [f"{args.threads} torch thread(s); medians of 7 repeats, microseconds.\n",
+             "| layer (network, sparsity) | density | batch | dense mm | CSR sparse mm | CSR/dense |", "|---|---|---|---|---|---|"]
+    cases = [("actor 90%", [(17, 256), (256, 256), (256, 12)], 0.9),
+             ("critic 80%", [(23, 256), (256, 256), (256, 1)], 0.8),
+             ("actor 98% (Hopper)", [(11, 256), (256, 256), (256, 6)], 0.98)]
+    for name, shapes, sparsity in cases:
+        d = erdos_renyi_densities(shapes, sparsity)[1]  # the 256x256 hidden layer
+        w = torch.randn(256, 256, generator=gen) * (torch.rand(256, 256, generator=gen) < d)
+        w_csr = w.to_sparse_csr()
+        for batch in (1, 256):
+            x = torch.randn(256, batch, generator=gen)
+            t_dense = timeit(lambda: torch.mm(w, x))
+            t_csr = timeit(lambda: torch.sparse.mm(w_csr, x))
+            results["matmul"].append({"case": name, "density": d, "batch": batch, "dense_us": t_dense,
+                                      "csr_us": t_csr, "ratio": t_csr / t_dense})
+            lines.append(f"| hidden 256x256, {name} | {d:.3f} | {batch} | {t_dense:.1f} | {t_csr:.1f} | "
+                         f"{t_csr / t_dense:.2f} |")
+    params = [torch.nn.Parameter(torch.randn(2, 256, 256, generator=gen)) for _ in range(3)]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    lines += ["", "| Adam implementation (3 tensors of 2x256x256) | us per step |", "|---|---|"]
+    for label, kw in (("for-loop (torch default on CPU, used by SB3)", {"foreach": False}),
+                      ("foreach", {"foreach": True}), ("fused (ours)", {"fused": True})):
+        opt = torch.optim.Adam(params, lr=1e-4, **kw)
+        t = timeit(opt.step)
+        results["adam"][label] = t
+        lines.append(f"| {label} | {t:.0f} |")
+    return results, "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.bench.record import write_result
+
+    parts = args.part or ["speed", "pendulum", "kernels"]
+    fns = {"speed": _speed, "pendulum": _pendulum, "mujoco": _mujoco, "kernels": _kernels}
+    for part in parts:
+        print(f"== lowrl bench train: {part}", flush=True)
+        results, markdown = fns[part](args)
+        path = write_result(f"train_{part}", results, markdown)
+        print(markdown)
+        print(f"results: {path}", flush=True)
+    return 0
