@@ -141,6 +141,36 @@ def test_latency_against_the_policy_deadline_escalates_and_recovers():
     assert len(ups) == 2 and ups[1] - ups[0] >= 10
 
 
+def test_deadline_still_missed_on_the_decimated_tier_goes_to_safe_then_probes_back():
+    m = BudgetMonitor(BudgetConfig(escalate_after=2, recover_dwell_s=1.0, miss_window_s=1.0,
+                                   miss_rate_limit=1.0, cpu_load_limit_pct=0.0))
+    tiers = []
+    for i in range(60):  # 6 s; the policy applies each tier one stats message later
+        now = i / 10
+        applied = tiers[-1] if tiers else T.FULL
+        slow = applied != T.SAFE  # even decimated misses: a saturated core
+        m.on_policy_stats(now, stats(p99_us=3000.0 if slow else 0.0, ticks=10 * i, tier=float(applied)))
+        a = m.step(now, {})
+        tiers.append(a.tier)
+        if applied == T.SAFE:
+            assert status(a, "latency_p99").severity == Severity.STALE
+    assert tiers[1] == T.DECIMATED  # two hard samples
+    first_safe = tiers.index(T.SAFE)
+    assert 12 <= first_safe <= 16  # decimated applied at 0.2 s, one window (1 s) + 2 samples later
+    assert T.DECIMATED in tiers[first_safe:]  # probes back up after a dwell...
+    assert tiers[-1] == T.SAFE or tiers[-2] == T.SAFE  # ...and falls back while it still misses
+
+
+def test_deadline_fixed_by_the_decimated_tier_stays_there():
+    m = BudgetMonitor(BudgetConfig(escalate_after=2, recover_dwell_s=100.0, miss_window_s=1.0,
+                                   miss_rate_limit=1.0, cpu_load_limit_pct=0.0))
+    applied = T.FULL
+    for i in range(60):
+        m.on_policy_stats(i / 10, stats(p99_us=3000.0 if applied == T.FULL else 800.0, tier=float(applied)))
+        applied = m.step(i / 10, {}).tier
+    assert applied == T.DECIMATED  # 800 us is only past warn (750) there: never the safe action
+
+
 def test_memory_hard_limit_asks_for_the_safe_action_temperature_warn_for_decimated():
     m = BudgetMonitor(BudgetConfig(escalate_after=1, policy_rss_limit_mb=100.0))
     a = m.step(0.0, {"policy_rss": Reading(80.0, "psutil")})

@@ -117,6 +117,14 @@ def test_temperature_ramp_escalates_to_safe_then_steps_back_up_after_dwells(rig)
     assert all(g >= 0.5 for g in gaps), gaps  # each step up waited a dwell (0.6 s, less one sample)
 
 
+def test_a_monitor_started_hot_never_publishes_full_first(rig):
+    executor, make, temp = rig
+    temp.write_text("90000")  # e.g. the monitor restarted while the robot is hot
+    node, ear = make()
+    assert spin_until(executor, lambda: ear.tier == T.SAFE)
+    assert ear.tiers[0][1] == T.SAFE, ear.tiers[:3]
+
+
 def test_a_failing_probe_is_stale_and_the_monitor_keeps_running(rig):
     executor, make, temp = rig
     node, ear = make()

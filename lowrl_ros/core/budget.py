@@ -15,12 +15,17 @@ signal past its hard limit for a much cheaper one; thermal and memory hard limit
 action, because a cheaper policy does not undo heat or a leak fast enough::
 
     signal                 warn        hard
-    latency p99            lite        decimated
-    deadline-miss rate     lite        decimated
+    latency p99            lite        decimated (then safe, see below)
+    deadline-miss rate     lite        decimated (then safe)
     CPU throttling         lite        decimated
     CPU load               (full)      lite
     memory (RSS, avail.)   lite        safe
     CPU temperature        decimated   safe
+
+A deadline signal (latency, misses) still past its hard limit once the policy has run the tier
+it asked for during a whole ``miss_window_s`` asks for one tier cheaper, down to the safe action:
+if even the decimated lite policy misses its deadline, its output cannot be trusted. On the safe
+action these two signals are STALE (no inference runs to time).
 
 The tier follows the worst signal. Going down (cheaper) needs ``escalate_after`` consecutive
 samples that all ask for it, and then goes straight to the least severe tier those samples agreed
@@ -35,7 +40,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
 from lowrl_ros.core.tiers import ComputeTier
@@ -51,6 +56,10 @@ class Severity(enum.IntEnum):
     HARD = 2
     STALE = 3
 
+
+# Signals that the policy's own tier changes: past the hard limit on the very tier they asked
+# for, after the policy has run that tier for a whole window, they ask for one tier cheaper.
+DEADLINE_KINDS = ("latency", "miss_rate")
 
 # kind -> (tier asked for on WARN, tier asked for on HARD). See the module docstring.
 TIER_FOR_SEVERITY: dict[str, tuple[ComputeTier, ComputeTier]] = {
@@ -345,6 +354,7 @@ class BudgetMonitor:
     decider: TierDecider = field(init=False)
     _misses: MissRateWindow = field(init=False)
     _policy: PolicyReport | None = field(init=False, default=None)
+    _applied_since: float | None = field(init=False, default=None)  # policy runs decider.tier since
 
     def __post_init__(self) -> None:
         self.decider = TierDecider(self.config.escalate_after, self.config.recover_dwell_s)
@@ -375,6 +385,10 @@ class BudgetMonitor:
         s = PolicyStats.from_list(values)
         self._policy = PolicyReport(s.window_p99_us, s.deadline_misses, s.ticks, s.deadline_us, s.tier, s.pid, now)
         self._misses.add(now, s.deadline_misses, s.ticks)
+        if int(s.tier) != self.decider.tier:
+            self._applied_since = None
+        elif self._applied_since is None:
+            self._applied_since = now
 
     def judge_all(self, now: float, readings: Mapping[str, Reading]) -> list[SignalStatus]:
         """One status per signal: policy latency and misses, memory, temperature, throttling, load.
@@ -390,6 +404,9 @@ class BudgetMonitor:
             why = "no policy stats on /lowrl/policy/stats" if p is None else (
                 f"policy stats older than {self.stats_timeout_s:g} s")
             lat = miss = Reading(None, "policy stats", why)
+        elif int(p.tier) == ComputeTier.SAFE:
+            # No inference runs on the safe action: its latency window is frozen, not evidence.
+            lat = miss = Reading(None, "policy stats", "policy runs the safe action: no inference to judge")
         else:
             lat = Reading(p.window_p99_us, "policy stats")
             rate = self._misses.rate()
@@ -415,9 +432,22 @@ class BudgetMonitor:
             return judge(name, kind, unit, reading, None, None, upper)
         return judge(name, kind, unit, reading, hard, self.config.warn_level(hard, kind, upper), upper)
 
+    def _deepen(self, now: float, statuses: list[SignalStatus]) -> list[SignalStatus]:
+        """A deadline signal still past its hard limit on the tier it asked for, after the policy
+        has run that tier for ``miss_window_s``, asks for one tier cheaper (down to the safe
+        action): if even the decimated lite policy misses its deadline, its output cannot be
+        trusted."""
+        tier = self.decider.tier
+        settled = self._applied_since is not None and now - self._applied_since >= self.config.miss_window_s
+        if not settled or tier == ComputeTier.SAFE:
+            return statuses
+        return [replace(s, tier=ComputeTier(tier + 1), message=f"{s.message}, still on the {tier.label} tier")
+                if s.kind in DEADLINE_KINDS and s.severity == Severity.HARD and s.tier <= tier else s
+                for s in statuses]
+
     def step(self, now: float, readings: Mapping[str, Reading]) -> Assessment:
         """Judge all signals and update the tier: the worst non-STALE signal wins."""
-        statuses = self.judge_all(now, readings)
+        statuses = self._deepen(now, self.judge_all(now, readings))
         active = [s for s in statuses if s.severity != Severity.STALE]
         worst = max(active, key=lambda s: (s.tier, s.severity), default=None)
         wanted = worst.tier if worst is not None else ComputeTier.FULL
@@ -429,6 +459,8 @@ class BudgetMonitor:
             reason = f"{before.label} -> {self.decider.tier.label}: {worst.name} {worst.message}"
         else:
             reason = f"{before.label} -> {self.decider.tier.label}: all signals allowed it for a dwell"
+        if changed:
+            self._applied_since = None  # the policy has to show it runs the new tier
         if changed and self.decider.backoff > 1:
             reason += f" (dwell now {self.decider.dwell_s:g} s: flap damping)"
         return Assessment(tuple(statuses), self.decider.tier, wanted, changed, reason)

@@ -114,7 +114,9 @@ class BudgetMonitorNode(Node):
         self._stats_sub = self._subscribe_stats()
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
-        self._publish_tier()  # latch FULL at start so a policy node never waits for a first tier
+        # No tier before `escalate_after` samples: a monitor restarted while the robot is hot must
+        # not flash FULL to a policy node that is running the safe action.
+        self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="budget_sampler", daemon=True)
         self._thread.start()
@@ -190,6 +192,9 @@ class BudgetMonitorNode(Node):
                 with self._lock:
                     self._drain_stats()
                     self._sample()
+                    self._samples += 1
+                    if self._samples == self.config.escalate_after:
+                        self._publish_tier()  # the first judged tier, at once
                     if now >= next_publish:
                         self._periodic()
                         next_publish = now + self.config.publish_period_s
@@ -244,7 +249,8 @@ class BudgetMonitorNode(Node):
         return self.monitor.decider.tier
 
     def _publish_tier(self) -> None:
-        self.tier_pub.publish(UInt8(data=int(self.tier)))
+        if self._samples >= self.config.escalate_after or self.last is not None and self.last.changed:
+            self.tier_pub.publish(UInt8(data=int(self.tier)))
 
     def _publish_diagnostics(self) -> None:
         if self.last is None:
