@@ -1,0 +1,314 @@
+"""The policy node with real rclpy: lifecycle, safety, watchdog, soft start, hot-swap, diagnostics, tiers.
+
+A separate rclpy node (the "robot") publishes JointState and receives the commands over DDS in the
+same process; artifacts are real ONNX files with weights that make the action easy to recognise.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from lifecycle_msgs.msg import State  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, UInt8  # noqa: E402
+
+from lowrl_ros.core.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
+from lowrl_ros.core.bundle import save_bundle  # noqa: E402
+from lowrl_ros.core.policy_stats import STATS_FIELDS, PolicyStats  # noqa: E402
+from lowrl_ros.core.tiers import ComputeTier  # noqa: E402
+from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
+from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
+from rosutil import spin_until, wait_for_match  # noqa: E402
+
+JOINT = "pendulum_joint"
+FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
+
+
+def constant_policy(path, action: float, *, tier: str = "full", version: int = 1, hidden: int = 8):
+    """An artifact whose action is ``action`` whatever the observation (zero weights, output bias only),
+    so each test can tell the policy's output from the safe action (0.0) and one policy from another."""
+    rng = np.random.default_rng(0)
+    y = np.arctanh((action + 2.0) / 4.0 * 2.0 - 1.0)  # tanh output over limits [-2, 2]
+    w1 = rng.normal(size=(hidden, 3)).astype(np.float32) * 0.1
+    w2 = np.zeros((1, hidden), np.float32)
+    weights = MlpWeights([(w1, np.zeros(hidden, np.float32)), (w2, np.array([y], np.float32))])
+    contract = PolicyContract(obs_names=("cos_theta", "sin_theta", "theta_dot"), action_names=("torque",),
+                              action_low=(-2.0,), action_high=(2.0,), control_period_s=0.01,
+                              version=version, tier=tier, env_id="Pendulum-v1")
+    return save_artifact(path, weights, contract)
+
+
+class Robot:
+    """The other side of the wire: publishes joint states and tiers, records commands and diagnostics."""
+
+    def __init__(self, ctx) -> None:
+        self.node = Node("fake_robot", context=ctx)
+        self.js_pub = self.node.create_publisher(JointState, "/joint_states", CONTROL)
+        self.commands: list[float] = []
+        self.diags: list = []
+        self.stats: list = []
+        self.cmd_sub = self.node.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
+                                                     lambda m: self.commands.append(m.data[0]), CONTROL)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diags.extend(m.status), 50)
+        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", lambda m: self.stats.append(m), STATS)
+
+    def joint_state(self, position=0.1, velocity=0.0, names=(JOINT,)) -> JointState:
+        msg = JointState(name=list(names))
+        msg.position = [position] * len(names) if not isinstance(position, list) else position
+        msg.velocity = [velocity] * len(names) if not isinstance(velocity, list) else velocity
+        return msg
+
+    def statuses(self, name: str) -> list:
+        return [s for s in self.diags if s.name == name]
+
+
+def make_node(ctx, policy_path, **params) -> PolicyNode:
+    values = {"policy_path": str(policy_path), "obs_fields": FIELDS, "engine": "numpy", "soft_start_steps": 0,
+              "watchdog_timeout_s": 0.5, "diagnostics_period_s": 0.2, **params}
+    overrides = [Parameter(k, value=v) for k, v in values.items()]
+    return PolicyNode(context=ctx, parameter_overrides=overrides)
+
+
+@pytest.fixture
+def rig(ros_context, tmp_path):
+    """A policy node (configured+active on demand), a fake robot and one executor for both."""
+    executor = SingleThreadedExecutor(context=ros_context)
+    made = []
+
+    def build(policy_path=None, activate=True, **params):
+        policy_path = policy_path or constant_policy(tmp_path / "a.onnx", 0.5)
+        node = make_node(ros_context, policy_path, **params)
+        made.append(node)
+        executor.add_node(node)
+        if activate:
+            node.trigger_configure()
+            node.trigger_activate()
+        return node
+
+    robot = Robot(ros_context)
+    executor.add_node(robot.node)
+    yield build, robot, executor
+    for node in made:
+        node.destroy_node()
+    robot.node.destroy_node()
+    executor.shutdown()
+
+
+def exchange(robot, executor, msg, timeout=5.0) -> float:
+    """Publish one joint state and wait for its command (event mode answers each observation)."""
+    n = len(robot.commands)
+    robot.js_pub.publish(msg)
+    assert spin_until(executor, lambda: len(robot.commands) > n, timeout), "no command came back"
+    return robot.commands[-1]
+
+
+def connect(robot, executor) -> None:
+    assert wait_for_match(executor, robot.js_pub)
+    assert wait_for_match(executor, robot.cmd_sub)
+
+
+def test_lifecycle_transitions_and_safe_action_on_deactivate(rig):
+    build, robot, executor = rig
+    node = build(activate=False)
+    assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.SUCCESS
+    assert node.controller is not None and not node.controller.active
+    node.trigger_activate()
+    connect(robot, executor)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    n = len(robot.commands)
+    node.trigger_deactivate()
+    assert spin_until(executor, lambda: len(robot.commands) > n)
+    assert robot.commands[-1] == 0.0  # the safe action goes out on deactivate
+    robot.js_pub.publish(robot.joint_state())
+    assert not spin_until(executor, lambda: len(robot.commands) > n + 1, timeout=0.3)  # inactive: silent
+    node.trigger_cleanup()
+    assert node.controller is None
+    assert node._state_machine.current_state[0] == State.PRIMARY_STATE_UNCONFIGURED
+
+
+def test_configure_fails_cleanly_on_a_bad_artifact(rig, tmp_path):
+    build, robot, executor = rig
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not an onnx file")
+    node = build(policy_path=bad, activate=False)
+    assert spin_until(executor, lambda: robot.node.count_publishers("/diagnostics") > 0)
+    assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
+    assert node.controller is None
+    assert spin_until(executor, lambda: any(level_of(s) == 2 and "configure failed" in s.message
+                                            for s in robot.diags))
+
+
+def test_obs_fields_must_match_the_policy(rig):
+    build, robot, executor = rig
+    node = build(activate=False, obs_fields=FIELDS[:2])
+    assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
+    assert spin_until(executor, lambda: any("give 2 observation entries" in s.message for s in robot.diags))
+
+
+@pytest.mark.parametrize("case", ["nan", "inf", "wrong_size", "missing_joint"])
+def test_malformed_input_gives_safe_action_and_error_diagnostic(rig, case):
+    build, robot, executor = rig
+    node = build()
+    connect(robot, executor)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    bad = {
+        "nan": robot.joint_state(velocity=float("nan")),
+        "inf": robot.joint_state(position=float("inf")),
+        "wrong_size": JointState(name=[JOINT], position=[0.1], velocity=[]),
+        "missing_joint": robot.joint_state(names=("elbow",)),
+    }[case]
+    robot.diags.clear()
+    assert exchange(robot, executor, bad) == 0.0
+    expected = {"nan": "NaN/Inf", "inf": "NaN/Inf", "wrong_size": "velocity has 0 values",
+                "missing_joint": "pendulum_joint missing"}[case]
+    assert spin_until(executor, lambda: any(level_of(s) == 2 and expected in s.message
+                                            for s in robot.statuses("lowrl/policy/input")))
+    # The node is still up and back on the policy with the next good observation.
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    assert node.controller.active
+
+
+def test_watchdog_sends_safe_action_when_observations_stop(rig):
+    build, robot, executor = rig
+    build(watchdog_timeout_s=0.1)
+    connect(robot, executor)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    assert spin_until(executor, lambda: robot.commands[-1] == 0.0, timeout=3.0)
+
+
+def test_soft_start_ramps_from_the_safe_action(rig):
+    build, robot, executor = rig
+    build(soft_start_steps=4)
+    connect(robot, executor)
+    got = [exchange(robot, executor, robot.joint_state()) for _ in range(5)]
+    np.testing.assert_allclose(got, [0.125, 0.25, 0.375, 0.5, 0.5], atol=0.02)
+
+
+def test_hot_swap_good_then_corrupt_artifact_while_observations_flow(rig, tmp_path):
+    build, robot, executor = rig
+    node = build(soft_start_steps=3)
+    connect(robot, executor)
+    new = constant_policy(tmp_path / "b.onnx", -1.0, version=2)
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(new.read_bytes()[: len(new.read_bytes()) // 2])
+    for _ in range(5):
+        exchange(robot, executor, robot.joint_state())
+    node.set_parameters([Parameter("policy_path", value=str(new))])
+    sent = 5
+    # Every observation still gets its command while the new policy loads off the control path.
+    while robot.commands[-1] > -0.99:
+        exchange(robot, executor, robot.joint_state())
+        sent += 1
+        assert sent < 2000, "the new policy never took over"
+    assert len(robot.commands) == sent
+    assert node.controller.bundle.version == 2
+    assert any(-0.99 < c < 0.49 for c in robot.commands[5:]), "no soft start after the swap"
+
+    robot.diags.clear()
+    node.set_parameters([Parameter("policy_path", value=str(corrupt))])
+    node.wait_for_swap(10.0)
+    for _ in range(20):
+        assert exchange(robot, executor, robot.joint_state()) == pytest.approx(-1.0, abs=0.02)
+    assert node.controller.bundle.version == 2 and node.active_policy_path == str(new)
+    assert spin_until(executor, lambda: any(level_of(s) == 2 and "rejected" in s.message
+                                            for s in robot.statuses("lowrl/policy/policy")))
+
+
+def test_diagnostics_and_stats_content(rig):
+    build, robot, executor = rig
+    build()
+    connect(robot, executor)
+    for _ in range(20):
+        exchange(robot, executor, robot.joint_state())
+    robot.diags.clear()
+    assert spin_until(executor, lambda: {"lowrl/policy/latency", "lowrl/policy/policy", "lowrl/policy/tier",
+                                         "lowrl/policy/input"} <= {s.name for s in robot.diags})
+    assert spin_until(executor, lambda: len(robot.stats) > 0)
+    latency = robot.statuses("lowrl/policy/latency")[-1]
+    values = {kv.key: kv.value for kv in latency.values}
+    assert latency.hardware_id and float(values["p50_us"]) > 0 and float(values["p99_us"]) >= float(values["p50_us"])
+    assert "deadline_misses" in values
+    policy = {kv.key: kv.value for kv in robot.statuses("lowrl/policy/policy")[-1].values}
+    assert policy["version"] == "1"
+    assert {kv.key: kv.value for kv in robot.statuses("lowrl/policy/tier")[-1].values}["tier"] == "full"
+    msg = robot.stats[-1]
+    assert msg.layout.dim[0].label == ",".join(STATS_FIELDS)
+    stats = PolicyStats.from_list(msg.data)
+    assert stats.pid == os.getpid() and stats.ticks >= 20 and stats.window_p50_us > 0
+
+
+def test_tiers_applied_with_a_two_tier_bundle(rig, tmp_path):
+    build, robot, executor = rig
+    bundle = save_bundle(tmp_path / "p.lowrl", {
+        "full": constant_policy(tmp_path / "full.onnx", 0.5, hidden=32),
+        "lite": constant_policy(tmp_path / "lite.onnx", 1.0, tier="lite", hidden=4)})
+    node = build(policy_path=bundle, tier_decimation=3)
+    tier_pub = robot.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
+    connect(robot, executor)
+    assert wait_for_match(executor, tier_pub)
+
+    def set_tier(tier):
+        tier_pub.publish(UInt8(data=int(tier)))
+        assert spin_until(executor, lambda: node.controller.tier == tier)
+
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    set_tier(ComputeTier.LITE)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(1.0, abs=0.02)
+    set_tier(ComputeTier.DECIMATED)
+    steps = node.controller.policy_steps
+    for _ in range(9):
+        exchange(robot, executor, robot.joint_state())
+    assert node.controller.policy_steps - steps == 3  # lite every 3rd tick, held between
+    set_tier(ComputeTier.SAFE)
+    assert exchange(robot, executor, robot.joint_state()) == 0.0
+    assert spin_until(executor, lambda: any("tier safe" in s.message for s in robot.statuses("lowrl/policy/tier")))
+    set_tier(ComputeTier.FULL)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+
+
+def test_restarted_node_receives_the_latched_tier(rig):
+    build, robot, executor = rig
+    tier_pub = robot.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
+    tier_pub.publish(UInt8(data=int(ComputeTier.SAFE)))  # published before the node exists
+    node = build()
+    assert spin_until(executor, lambda: node.controller.tier == ComputeTier.SAFE)
+    connect(robot, executor)
+    assert exchange(robot, executor, robot.joint_state()) == 0.0
+
+
+def test_lite_tier_with_one_policy_runs_decimated(rig):
+    build, robot, executor = rig
+    node = build()
+    tier_pub = robot.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
+    assert wait_for_match(executor, tier_pub)
+    tier_pub.publish(UInt8(data=int(ComputeTier.LITE)))
+    assert spin_until(executor, lambda: node.controller.tier == ComputeTier.DECIMATED)
+
+
+def test_fixed_rate_mode_acts_on_the_timer_with_decimation(rig):
+    build, robot, executor = rig
+    node = build(mode="fixed_rate", control_period_s=0.01, decimation=2)
+    connect(robot, executor)
+    robot.js_pub.publish(robot.joint_state())
+    # Commands keep coming from the timer without further observations (until the watchdog).
+    assert spin_until(executor, lambda: len(robot.commands) >= 10)
+    c = node.controller
+    assert c.ticks >= 10 and abs(c.policy_steps - c.ticks / 2) <= 1
+
+
+def test_invalid_live_parameter_is_rejected_with_a_reason(rig):
+    build, robot, executor = rig
+    node = build()
+    result = node.set_parameters([Parameter("safe_action", value="brake")])[0]
+    assert not result.successful and "safe_action 'brake' is unknown" in result.reason
+    assert node.set_parameters([Parameter("soft_start_steps", value=7)])[0].successful
+    assert node.controller.config.soft_start_steps == 7
