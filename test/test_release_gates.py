@@ -53,6 +53,8 @@ def test_a_good_release_writes_the_bundle_with_its_metadata(teacher, tmp_path):
         assert (c.version, c.parent_version, c.tier, c.env_id) == (3, 2, name, "Pendulum-v1")
         assert c.provenance["tool"] == "lowrl compress" and c.provenance["ticket"] == "t-42"
         assert c.provenance["int8"] == "true"
+        # The teacher's own provenance travels along, prefixed, so it is never mistaken for the student's.
+        assert c.provenance["teacher.algo"] == "sac" and "algo" not in c.provenance
         assert c.same_io(teacher.contract)
     doc = json.loads((tmp_path / "p.lowrl.release.json").read_text())
     assert doc["released"] is True and doc["version"] == 3 and len(doc["gates"]) == 6

@@ -468,7 +468,9 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
             fit(cfg.qat_steps, fake_quant=True)
         weights = student.weights()
         overrides = dict(contract_overrides or {})
-        provenance = {**c.provenance, "tool": "lowrl distill", "teacher": Path(teacher.source).name,
+        # The teacher's provenance describes the teacher (its sparsity, its training steps): keep it, prefixed.
+        provenance = {**{f"teacher.{k}": v for k, v in c.provenance.items() if not k.startswith("teacher")},
+                      "tool": "lowrl distill", "teacher": Path(teacher.source).name,
                       "teacher_kind": teacher.kind, "student": str(spec), "mask_method": cfg.mask_method,
                       "dagger_rounds": str(cfg.dagger_rounds), "qat_steps": str(cfg.qat_steps),
                       "clip_percentile": str(cfg.clip_percentile), "seed": str(cfg.seed),

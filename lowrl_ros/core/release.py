@@ -223,7 +223,9 @@ def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: 
         tmp = Path(tmp)
         int8_paths = {}
         for cand in candidates:
-            prov = {**contract.provenance, **(provenance or {}), **cand.provenance, "tool": "lowrl compress",
+            # The teacher's provenance describes the teacher (its sparsity, its training steps): keep it, prefixed.
+            teacher_prov = {f"teacher.{k}": v for k, v in contract.provenance.items() if not k.startswith("teacher")}
+            prov = {**teacher_prov, **(provenance or {}), **cand.provenance, "tool": "lowrl compress",
                     "int8": "true", "clip_percentile": str(cfg.clip_percentile)}
             c = dataclasses.replace(contract, tier=cand.tier, version=cfg.version, parent_version=cfg.parent_version,
                                     env_id=env_id, provenance=prov)
