@@ -1,0 +1,110 @@
+"""`lowrl launch` as a subprocess: brings the nodes up over DDS, shuts them down cleanly on SIGINT."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lowrl_ros.launcher import LaunchError, NodeSpec, parse_launch
+
+rclpy = pytest.importorskip("rclpy")
+
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+
+from lowrl_ros.ros.qos import CONTROL, STATS  # noqa: E402
+from rosutil import spin_until, wait_for_match  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+LOWRL = [sys.executable, "-m", "lowrl_ros.cli"]
+
+
+def test_parse_robot_launch_resolves_args_and_package_share():
+    nodes = parse_launch(ROOT / "launch/robot.launch.yaml", {"namespace": "arm"})
+    (policy,) = nodes
+    assert policy.executable == "policy_node" and policy.name == "policy_node" and policy.namespace == "arm"
+    assert Path(policy.params_files[0]).is_file() and policy.params_files[0].endswith("config/policy_node.yaml")
+    assert dict(policy.params)["policy_path"].endswith("models/pendulum_sac.lowrl")
+    args = policy.ros_args()
+    assert ["-r", "__ns:=/arm"] == args[3:5] and "/joint_states:=/joint_states" in args
+
+
+def write(tmp_path, text) -> Path:
+    path = tmp_path / "x.launch.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("launch:\n- include: {file: a.yaml}\n", "unsupported key 'include'"),
+    ("launch:\n- node: {pkg: lowrl_ros, exec: policy_node, respawn: true}\n", "unsupported key(s) respawn"),
+    ("launch:\n- node: {pkg: lowrl_ros, exec: policy_node, name: $(env HOME)}\n", "$(env HOME) is not supported"),
+    ("launch:\n- node: {pkg: lowrl_ros, exec: policy_node, name: $(var who)}\n", "$(var who) is not a declared arg"),
+    ("nodes: []\n", "one top-level 'launch:' list"),
+])
+def test_unsupported_launch_content_is_named(tmp_path, text, message):
+    with pytest.raises(LaunchError) as err:
+        parse_launch(write(tmp_path, text))
+    assert message in str(err.value)
+
+
+def test_cli_reports_unsupported_key_and_unknown_arg(tmp_path):
+    bad = write(tmp_path, "launch:\n- group: {}\n")
+    out = subprocess.run(LOWRL + ["launch", str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unsupported key 'group'" in out.stderr
+    out = subprocess.run(LOWRL + ["launch", str(ROOT / "launch/robot.launch.yaml"), "nope:=1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unknown launch argument(s) nope" in out.stderr
+
+
+def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tmp_path):
+    log_dir = tmp_path / "logs"
+    proc = subprocess.Popen(LOWRL + ["launch", "robot.launch.yaml", "--log-dir", str(log_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    node = Node("launch_probe", context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(node)
+    commands, stats = [], []
+    js = node.create_publisher(JointState, "/joint_states", CONTROL)
+    node.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
+                             lambda m: commands.append(list(m.data)), CONTROL)
+    node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", lambda m: stats.append(m), STATS)
+    try:
+        # The policy node appears on the graph and answers joint states.
+        assert spin_until(executor, lambda: "policy_node" in node.get_node_names(), timeout=60), "node never appeared"
+        assert wait_for_match(executor, js, timeout=60)
+        assert spin_until(executor, lambda: len(stats) > 0, timeout=30), "no stats from the launched policy node"
+
+        def answered() -> bool:
+            js.publish(JointState(name=["pendulum_joint"], position=[0.2], velocity=[0.0]))
+            return bool(commands)
+
+        assert spin_until(executor, answered, timeout=30, step=0.05)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        executor.shutdown()
+        node.destroy_node()
+    assert proc.returncode == 0, out
+    assert "deactivated: safe action sent" in out  # the policy node stopped through its lifecycle
+    log = (log_dir / "policy_node.log").read_text()
+    assert "activated" in log and "[policy_node]" in out
+
+
+def test_launcher_exits_non_zero_when_a_node_dies(tmp_path):
+    bad = write(tmp_path, "launch:\n- node:\n    pkg: lowrl_ros\n    exec: policy_node\n"
+                          "    param:\n    - {name: policy_path, value: /nonexistent/p.onnx}\n")
+    out = subprocess.run(LOWRL + ["launch", str(bad), "--log-dir", str(tmp_path / "l")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "exited on its own" in out.stdout
+    assert "configure failed" in (tmp_path / "l" / "policy_node.log").read_text()

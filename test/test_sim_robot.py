@@ -1,0 +1,84 @@
+"""The simulated robot: named joints over gymnasium envs (core), and its node over real DDS."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lowrl_ros.core.sim_robot import SimRobot, SimRobotConfig
+
+
+def test_pendulum_joint_state_matches_the_env_observation():
+    robot = SimRobot(SimRobotConfig(env_id="Pendulum-v1", seed=3))
+    obs, *_ = robot.env.step(np.zeros(1, np.float32))  # compare against gymnasium's own observation
+    joints = robot.joints()
+    assert joints.names == ("pendulum_joint",)
+    np.testing.assert_allclose([math.cos(joints.position[0]), math.sin(joints.position[0]), joints.velocity[0]],
+                               obs, atol=1e-5)
+    assert -math.pi <= joints.position[0] < math.pi
+
+
+def test_inverted_pendulum_joints_by_name_and_episode_reset():
+    robot = SimRobot(SimRobotConfig(env_id="InvertedPendulum-v5", max_episode_steps=5))
+    assert robot.joint_names == ("slider", "hinge")
+    q = robot.env.unwrapped.data.qpos
+    np.testing.assert_allclose(robot.joints().position, q)
+    outcomes = [robot.step([0.0]) for _ in range(5)]
+    assert outcomes[-1].episode_done and robot.episodes == 1
+    assert robot.returns[0] == pytest.approx(sum(o.reward for o in outcomes))
+
+
+def test_actions_clipped_and_bad_commands_rejected():
+    robot = SimRobot(SimRobotConfig())
+    robot.step([100.0])
+    assert robot.joints().effort[0] == 2.0  # Pendulum's torque limit
+    with pytest.raises(ValueError, match="command has 2 values, Pendulum-v1 takes 1"):
+        robot.check_action([0.0, 0.0])
+    with pytest.raises(ValueError, match="not finite"):
+        robot.check_action([float("nan")])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(env_id="CartPole-v1"), "not supported"),
+    (dict(control_period_s=0.0), "control_period_s"),
+    (dict(max_episode_steps=-1), "max_episode_steps"),
+])
+def test_config_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SimRobotConfig(**kwargs)
+
+
+def test_sim_robot_node_publishes_joints_and_ignores_malformed_commands(ros_context):
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64, Float64MultiArray
+
+    from lowrl_ros.ros.qos import CONTROL, STATS
+    from lowrl_ros.ros.sim_robot_node import SimRobotNode
+    from rosutil import spin_until, wait_for_match
+
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[Parameter("max_episode_steps", value=20)])
+    probe = Node("probe", context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(sim)
+    executor.add_node(probe)
+    states, returns = [], []
+    probe.create_subscription(JointState, "/joint_states", states.append, CONTROL)
+    probe.create_subscription(Float64, "/lowrl/episode_return", lambda m: returns.append(m.data), STATS)
+    cmd = probe.create_publisher(Float64MultiArray, "/forward_command_controller/commands", CONTROL)
+    try:
+        assert wait_for_match(executor, cmd)
+        cmd.publish(Float64MultiArray(data=[1.5]))
+        assert spin_until(executor, lambda: sim.robot.joints().effort[0] == 1.5)
+        cmd.publish(Float64MultiArray(data=[1.0, 2.0]))  # malformed: warned, zero applied
+        assert spin_until(executor, lambda: sim.robot.joints().effort[0] == 0.0)
+        assert spin_until(executor, lambda: len(returns) >= 1, timeout=10)
+        assert states[-1].name == ["pendulum_joint"] and len(states[-1].position) == 1
+        assert states[-1].header.stamp.sec > 0
+    finally:
+        executor.shutdown()
+        sim.destroy_node()
+        probe.destroy_node()
