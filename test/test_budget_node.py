@@ -20,7 +20,15 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_msgs.msg import Float64MultiArray, UInt8  # noqa: E402
 
-from lowrl_ros.bench.budget import CpuBurner, MemoryHog, StandInPolicy, start_monitor, stop_process  # noqa: E402
+from lowrl_ros.bench.budget import (  # noqa: E402
+    CpuBurner,
+    MemoryHog,
+    PolicyNodeProcess,
+    StandInPolicy,
+    policy_node_available,
+    start_monitor,
+    stop_process,
+)
 from lowrl_ros.core.tiers import ComputeTier as T  # noqa: E402
 from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
 from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
@@ -155,6 +163,22 @@ def test_a_late_subscriber_gets_the_current_tier_at_once(rig, ros_context):
     finally:
         executor.remove_node(late.node)
         late.node.destroy_node()
+
+
+def test_the_policy_node_started_and_restarted_applies_the_current_tier_at_once(rig):
+    """The project's policy_node (a real process) learns the tier from the latched topic alone."""
+    if not policy_node_available():
+        pytest.skip("lowrl_ros/ros/policy_node.py or models/pendulum_sac_int8.onnx not there")
+    executor, make, temp = rig
+    temp.write_text("90000")
+    node, ear = make(publish_period_s=60.0)  # no periodic re-publish: only the latched sample
+    assert spin_until(executor, lambda: ear.tier == T.SAFE)
+    published = len(ear.tiers)
+    for _ in range(2):  # start, then restart
+        with PolicyNodeProcess() as policy:
+            assert spin_until(executor, lambda: ear.stats is not None and int(ear.stats[7]) == policy.pid
+                              and ear.stats[6] == T.SAFE, timeout=30), ear.stats
+    assert len(ear.tiers) == published  # the monitor sent nothing new: the policy got the latched tier
 
 
 def test_live_parameters_validated_by_the_config_and_applied(rig):

@@ -1,9 +1,11 @@
 """budget monitor: own CPU use, reaction time to a breach, deadline misses under CPU burners.
 
-Also home of the real load generators the budget tests share (a CPU burner, a memory hog) and
-of ``StandInPolicy``, a small policy-shaped rclpy process (real numpy MLP inference at a control
-period, tiers applied, /lowrl/policy/stats per the contract) used where engineer B's policy node
-is not available. Every figure names which policy process produced it.
+Policy processes: the project's policy_node (lowrl_ros/ros/policy_node.py, fixed rate, the
+shipped Pendulum int8 model, observations published by the bench), and ``StandInPolicy``, a
+policy-shaped rclpy process whose per-tick work (numpy MLP forward passes) can be sized so that
+inference time, not only wake-up latency, is what a burner delays. Every figure names which one
+produced it. This module also holds the real load generators the budget tests share (a CPU
+burner, a memory hog).
 
 Method: phases are interleaved (monitor / no monitor, 10 Hz / 100 Hz, repeated), because this
 machine's speed drifts by up to 1.7x for seconds at a time; results are ratios within one run.
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,6 +202,57 @@ class StandInPolicy:
         self.stop()
 
 
+class PolicyNodeProcess:
+    """Engineer B's policy_node (lowrl_ros/ros/policy_node.py) as a real process: fixed rate,
+    observations on /lowrl/observation (the caller publishes them), commands on
+    ``/<controller>/commands``, safe action zero. Optionally pinned to a core and niced."""
+
+    MODEL = REPO / "models" / "pendulum_sac_int8.onnx"  # shipped: 3 observations -> 1 action
+
+    def __init__(self, period_ms: float = 10.0, controller: str = "lowrl_bench", core: int | None = None,
+                 nice: int = 0, model: Path | None = None) -> None:
+        params = {"policy_path": str(model or self.MODEL), "input": "observation", "mode": "fixed_rate",
+                  "control_period_s": period_ms / 1e3, "controller_name": controller, "safe_action": "zero",
+                  "soft_start_steps": 0, "watchdog_timeout_s": 0.5}
+        args = [sys.executable, "-m", "lowrl_ros.ros.policy_node", "--ros-args"]
+        for k, v in params.items():
+            args += ["-p", f"{k}:={v}"]
+
+        def place() -> None:  # runs in the child before exec
+            if nice:
+                os.nice(nice)
+            if core is not None:
+                os.sched_setaffinity(0, {core})
+
+        self.proc = subprocess.Popen(args, env=_env(), preexec_fn=place)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+    def __enter__(self) -> "PolicyNodeProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def policy_node_available() -> bool:
+    return (REPO / "lowrl_ros" / "ros" / "policy_node.py").is_file() and PolicyNodeProcess.MODEL.is_file()
+
+
+def start_policy(kind: str, *, period_ms: float, commands_ns: str, core: int | None = None, nice: int = 0,
+                 work: int = 4) -> "PolicyNodeProcess | StandInPolicy":
+    """``kind`` "policy_node" (B's node) or "stand-in"; commands on ``/<commands_ns>/commands``."""
+    if kind == "policy_node":
+        return PolicyNodeProcess(period_ms=period_ms, controller=commands_ns, core=core, nice=nice)
+    return StandInPolicy(period_ms=period_ms, deadline_ms=period_ms / 2, work=work, core=core, nice=nice,
+                         commands=f"/{commands_ns}/commands")
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     """SIGINT (a ROS node shuts down cleanly), then SIGKILL if it does not end in time."""
     if proc.poll() is None:
@@ -258,10 +312,10 @@ def measure_cpu(proc: subprocess.Popen, warmup_s: float, seconds: float) -> floa
 class _Watcher:
     """A bench-side rclpy node: tier messages, policy stats and commands, with arrival times."""
 
-    def __init__(self, commands: str) -> None:
+    def __init__(self, commands: str, observe_hz: float = 0.0) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
-        from std_msgs.msg import Float64MultiArray, UInt8
+        from std_msgs.msg import Float32MultiArray, Float64MultiArray, UInt8
 
         from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
 
@@ -280,6 +334,14 @@ class _Watcher:
                                       lambda m: self.tiers.append((time.monotonic(), m.data)), LATCHED)
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
         self.node.create_subscription(Float64MultiArray, commands, self._on_command, CONTROL)
+        if observe_hz > 0:  # a pendulum swinging slowly, for policy_node's /lowrl/observation input
+            obs_pub = self.node.create_publisher(Float32MultiArray, "/lowrl/observation", CONTROL)
+
+            def observe() -> None:
+                theta = 0.5 * time.monotonic()
+                obs_pub.publish(Float32MultiArray(data=[float(np.cos(theta)), float(np.sin(theta)), 0.3]))
+
+            self.node.create_timer(1.0 / observe_hz, observe)
 
     def _on_stats(self, msg) -> None:
         data = list(msg.data)
@@ -328,7 +390,7 @@ def bench_cpu(seconds: float, repeats: int, params_file: Path) -> dict[str, Any]
             "monitor_100hz_minus_idle_pct": med["monitor_100hz"] - med["idle_rclpy_node"]}
 
 
-def bench_reaction(trials: int, tmp: Path) -> dict[str, Any]:
+def bench_reaction(trials: int, tmp: Path, kind: str) -> dict[str, Any]:
     """Breach (temperature file past the hard limit) -> SAFE published -> safe action applied.
 
     The policy's first all-zero command after the tier message is the tier applied; both arrive
@@ -337,9 +399,8 @@ def bench_reaction(trials: int, tmp: Path) -> dict[str, Any]:
     temp = tmp / "temp"
     temp.write_text("40000")
     period_ms = 10.0
-    commands = "/lowrl_bench/commands"
-    watcher = _Watcher(commands)
-    policy = StandInPolicy(period_ms=period_ms, deadline_ms=5.0, work=4, commands=commands)
+    watcher = _Watcher("/lowrl_bench/commands", observe_hz=1e3 / period_ms)
+    policy = start_policy(kind, period_ms=period_ms, commands_ns="lowrl_bench")
     monitor = start_monitor({"temperature_source": "file", "temperature_file": str(temp), "sample_rate_hz": 10.0,
                              "escalate_after": 3, "recover_dwell_s": 0.3, "cpu_load_limit_pct": 0.0,
                              "publish_period_s": 1.0})
@@ -374,7 +435,7 @@ def bench_reaction(trials: int, tmp: Path) -> dict[str, Any]:
             "note": "detection takes escalate_after samples (3 at 10 Hz) by design"}
 
 
-def bench_misses(seconds: float, repeats: int, params_file: Path) -> dict[str, Any]:
+def bench_misses(seconds: float, repeats: int, params_file: Path, kind: str) -> dict[str, Any]:
     """Deadline misses of a 100 Hz policy under two burners on its core, without / with the monitor.
 
     Each phase starts a fresh policy process (so it starts on the full tier) pinned to core 0 at
@@ -382,12 +443,11 @@ def bench_misses(seconds: float, repeats: int, params_file: Path) -> dict[str, A
     monitor, it runs the shipped config and the window includes its reaction.
     """
     out: dict[str, list[dict[str, float]]] = {"without_monitor": [], "with_monitor": []}
-    watcher = _Watcher("/lowrl_bench/commands")
+    watcher = _Watcher("/lowrl_bench/commands", observe_hz=100.0)
     try:
         for _ in range(repeats):
             for label in out:
-                policy = StandInPolicy(period_ms=10.0, deadline_ms=5.0, work=100, core=0, nice=10,
-                                       commands="/lowrl_bench/commands")
+                policy = start_policy(kind, period_ms=10.0, commands_ns="lowrl_bench", core=0, nice=10, work=100)
                 monitor = start_monitor({}, params_file) if label == "with_monitor" else None
                 try:
                     watcher.stats, watcher.first_applied, watcher.pid = None, None, policy.pid
@@ -428,6 +488,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="budget monitor parameters (the shipped config by default)")
     parser.add_argument("--only", choices=("cpu", "reaction", "misses"), action="append",
                         help="run only these parts (repeatable)")
+    parser.add_argument("--policy", choices=("auto", "policy_node", "stand-in"), default="auto",
+                        help="policy process for reaction and misses: the project's policy_node, the stand-in "
+                             "(numpy MLP work per tick), or auto: both (policy_node only where present)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -443,8 +506,14 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
     parts = args.only or ["cpu", "reaction", "misses"]
-    results: dict[str, Any] = {"policy_process": "stand-in (lowrl_ros.bench.budget.StandInPolicy)"}
-    md = [f"Policy process: {results['policy_process']}.", ""]
+    if args.policy == "auto":
+        kinds = ["policy_node", "stand-in"] if policy_node_available() else ["stand-in"]
+    else:
+        kinds = [args.policy]
+    names = {"policy_node": f"policy_node (lowrl_ros/ros/policy_node.py, fixed_rate, {PolicyNodeProcess.MODEL.name})",
+             "stand-in": "stand-in (lowrl_ros.bench.budget.StandInPolicy: numpy 17-256-256-6 MLP x work per tick)"}
+    results: dict[str, Any] = {"policy_processes": [names[k] for k in kinds]}
+    md = [f"Policy processes: {'; '.join(results['policy_processes'])}.", ""]
     if "cpu" in parts:
         r = results["cpu"] = bench_cpu(args.seconds, args.repeats, args.params_file)
         m = r["median_pct_of_one_core"]
@@ -453,26 +522,27 @@ def run(args: argparse.Namespace) -> int:
                *[f"| {k} | {v:.2f} |" for k, v in m.items()],
                "", f"Monitor above an idle rclpy node: {r['monitor_10hz_minus_idle_pct']:.2f} % at 10 Hz, "
                f"{r['monitor_100hz_minus_idle_pct']:.2f} % at 100 Hz (target at 10 Hz: <= 1 %).", ""]
-    if "reaction" in parts:
-        with tempfile.TemporaryDirectory() as tmp:
-            r = results["reaction"] = bench_reaction(args.trials, Path(tmp))
-        md += ["## Reaction", "",
-               f"Breach -> SAFE published: {', '.join(f'{x * 1e3:.0f}' for x in r['breach_to_tier_published_s'])} ms "
-               "(escalate_after samples by design).",
-               f"SAFE published -> applied in the policy: "
-               f"{', '.join(f'{x:.2f}' for x in r['tier_published_to_applied_periods'])} control periods "
-               f"of {r['control_period_ms']:g} ms (target <= 2).", ""]
-    if "misses" in parts:
-        r = results["misses"] = bench_misses(args.seconds, args.repeats, args.params_file)
-        md += [f"## Deadline misses, 100 Hz policy, two burners on its core, {args.seconds:g} s phases", "",
-               "| phase | misses | of which before the tier was applied | ticks | final tier |",
-               "|---|---|---|---|---|"]
-        for label, phases in r["phases"].items():
-            md += [f"| {label} | {p['misses']:.0f} | {p.get('misses_before_tier_applied', '')} | {p['ticks']:.0f} "
-                   f"| {p['final_tier']:.0f} |" for p in phases]
-        md += ["", f"Misses with the monitor / without: {r['ratio_with_over_without']:.3f} (target <= 0.1); "
-               f"counting only misses after the tier was applied: {r['ratio_after_tier_applied_over_without']:.3f}.",
-               ""]
+    for kind in kinds:
+        if "reaction" in parts:
+            with tempfile.TemporaryDirectory() as tmp:
+                r = results[f"reaction/{kind}"] = bench_reaction(args.trials, Path(tmp), kind)
+            md += [f"## Reaction, {names[kind]}", "",
+                   f"Breach -> SAFE published: {', '.join(f'{x * 1e3:.0f}' for x in r['breach_to_tier_published_s'])}"
+                   " ms (escalate_after samples by design).",
+                   f"SAFE published -> applied in the policy: "
+                   f"{', '.join(f'{x:.2f}' for x in r['tier_published_to_applied_periods'])} control periods "
+                   f"of {r['control_period_ms']:g} ms (target <= 2).", ""]
+        if "misses" in parts:
+            r = results[f"misses/{kind}"] = bench_misses(args.seconds, args.repeats, args.params_file, kind)
+            md += [f"## Deadline misses, 100 Hz, two burners on the policy's core, {args.seconds:g} s phases, "
+                   f"{names[kind]}", "",
+                   "| phase | misses | of which before the tier was applied | ticks | final tier |",
+                   "|---|---|---|---|---|"]
+            for label, phases in r["phases"].items():
+                md += [f"| {label} | {p['misses']:.0f} | {p.get('misses_before_tier_applied', '')} "
+                       f"| {p['ticks']:.0f} | {p['final_tier']:.0f} |" for p in phases]
+            md += ["", f"Misses with the monitor / without: {r['ratio_with_over_without']:.3f} (target <= 0.1); "
+                   f"only misses after the tier was applied: {r['ratio_after_tier_applied_over_without']:.3f}.", ""]
     path = write_result("budget", results, "\n".join(md))
     print("\n".join(md))
     print(f"results: {path}")
