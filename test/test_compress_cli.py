@@ -91,3 +91,13 @@ def test_shipped_presets_load_into_the_config_dataclasses(preset):
     rcfg = config_from(ReleaseConfig, empty, doc["release"])
     assert rcfg.parity_tol <= 1e-5 and rcfg.return_fraction >= 0.97 and rcfg.env_id
     assert {s.name for s in dcfg.specs} == {"full", "lite"}
+
+
+def test_compress_from_a_teacher_distils_then_gates(tmp_path):
+    out, work = tmp_path / "p.lowrl", tmp_path / "students"
+    r = lowrl("compress", "models/pendulum_sac_int8.onnx", "-o", out, "--version", 1, "--students", "lite:32x2@0.8",
+              "--teacher-episodes", 8, "--bc-steps", 1200, "--dagger-rounds", 1, "--dagger-episodes", 3,
+              "--dagger-steps", 400, "--eval-episodes", 3, "--work-dir", work, "--no-progress")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (work / "distill.json").is_file() and (work / "lite_int8.onnx").is_file()
+    assert set(load_bundle(out).policies) == {"lite"}
