@@ -285,6 +285,29 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
         executor.shutdown()
 
 
+def test_a_launcher_rename_gives_one_monitor_node_and_stats_remaps_apply(ros_context):
+    """`ros2 launch` passes `-r __node:=NAME`; the stats reader helper must not take that name."""
+    executor = SingleThreadedExecutor(context=ros_context)
+    ear = Listener(ros_context)
+    executor.add_node(ear.node)
+    proc = subprocess.Popen([sys.executable, "-m", "lowrl_ros.ros.budget_monitor_node", "--ros-args",
+                             "-r", "__node:=bm_renamed", "-r", "/lowrl/policy/stats:=/elsewhere/stats",
+                             "-p", "cpu_load_limit_pct:=0.0"])
+    try:
+        def graph():
+            return ear.node.get_node_names()
+
+        assert spin_until(executor, lambda: "bm_renamed_stats_reader" in graph(), timeout=30), graph()
+        assert graph().count("bm_renamed") == 1
+        subs = ear.node.get_subscriptions_info_by_topic("/elsewhere/stats")
+        assert [i.node_name for i in subs] == ["bm_renamed_stats_reader"]
+    finally:
+        stop_process(proc)
+        executor.remove_node(ear.node)
+        ear.node.destroy_node()
+        executor.shutdown()
+
+
 def test_the_monitor_node_imports_no_torch():
     code = ("import sys, lowrl_ros.ros.budget_monitor_node, lowrl_ros.core.probes; "
             "sys.exit('torch' in sys.modules)")

@@ -163,9 +163,13 @@ class BudgetMonitorNode(Node):
     # sleeps between samples and takes the policy stats from the subscription's queue itself;
     # the executor only wakes for parameter services.
     def _subscribe_stats(self) -> Any:
-        helper = rclpy.create_node(f"{NODE_NAME}_stats_reader", context=self.context,
-                                   start_parameter_services=False)
-        sub = helper.create_subscription(Float64MultiArray, STATS_TOPIC, lambda _msg: None, STATS)
+        # use_global_arguments=False: a launcher's `-r __node:=budget_monitor` must not give the
+        # helper the monitor's name; the monitor's own remaps are applied to the topic instead.
+        helper = rclpy.create_node(f"{self.get_name()}_stats_reader", context=self.context,
+                                   namespace=self.get_namespace(), use_global_arguments=False,
+                                   enable_rosout=False, start_parameter_services=False)
+        topic = self.resolve_topic_name(STATS_TOPIC)
+        sub = helper.create_subscription(Float64MultiArray, topic, lambda _msg: None, STATS)
         if callable(getattr(sub.handle, "take_message", None)):
             self._stats_node = helper  # never added to an executor: the sampler takes from it
             return sub
