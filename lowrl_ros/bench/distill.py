@@ -18,6 +18,7 @@ The InvertedPendulum-v5 teacher is a `lowrl train` run:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -38,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dagger-rounds", type=int, default=3)
     parser.add_argument("--dagger-steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--qat-student", default="micro:32x2@0.8",
+                        help="student distilled twice more, without and with quantization-aware fine-tuning")
+    parser.add_argument("--qat-steps", type=int, default=1000, help="fake-quant fine-tuning steps of the QAT run (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
     parser.add_argument("--work-dir", type=Path, default=Path("runs/bench_distill"),
                         help="where the students (artifacts, torch states) are kept")
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from lowrl_ros.core.distill import DistillConfig, distill, load_teacher
 
     out_dir = args.out or RESULTS_DIR
-    results, rows = {}, []
+    results, rows, qat_rows = {}, [], []
     for case in args.case or DEFAULT_CASES:
         env_id, _, source = case.partition("=")
         if not source:
@@ -105,21 +109,42 @@ def run(args: argparse.Namespace) -> int:
             q = quantization_analysis(s, teacher, env_id, args.seed)
             case_res["students"][s.spec.name] = {
                 "spec": str(s.spec), "deployed_return_mean": s.deployed.mean, "deployed_return_std": s.deployed.std,
-                "kept": s.kept, "artifact_bytes": s.artifact_bytes, "smaller_x": ratio, "nnz_weights": s.nnz,
+                "kept": s.kept, "action_error": s.action_error, "artifact_bytes": s.artifact_bytes,
+                "smaller_x": ratio, "nnz_weights": s.nnz,
                 "meets_return_target": s.kept >= KEEP_TARGET, "meets_size_target": ratio >= SIZE_TARGET,
                 "int8_action_error": q}
             rows.append(f"| {env_id} | {s.spec} | {t.mean:.1f} ± {t.std:.1f} | {s.deployed.mean:.1f} ± {s.deployed.std:.1f} "
                         f"| {s.kept:.1%} {'✓' if s.kept >= KEEP_TARGET else '✗'} | {teacher.state_dict_bytes} "
                         f"| {s.artifact_bytes} | {ratio:.1f}x {'✓' if ratio >= SIZE_TARGET else '✗'} | {s.nnz} "
+                        f"| {s.action_error['vs_teacher_mean']:.2%} / {s.action_error['vs_teacher_max']:.1%} "
                         f"| {q['dynamic_max']:.2%} / {q['static_p100_max']:.2%} / {q['static_p99.9_max']:.2%} |")
+        if args.qat_steps:
+            # PTQ vs QAT on the same student: identical seeds and data up to the QAT phase.
+            for qat in (0, args.qat_steps):
+                qcfg = dataclasses.replace(cfg, students=(args.qat_student,), qat_steps=qat)
+                qres = distill(teacher, qcfg, args.work_dir / f"{env_id}-qat{qat}")
+                s = qres.students[0]
+                e = s.action_error
+                case_res.setdefault("qat", {})[f"qat_steps={qat}"] = {
+                    "spec": str(s.spec), "deployed_return_mean": s.deployed.mean, "kept": s.kept, **e}
+                qat_rows.append(f"| {env_id} | {s.spec} | {qat} | {s.deployed.mean:.1f} ± {s.deployed.std:.1f} "
+                                f"| {s.kept:.1%} | {e['int8_vs_fp32_mean']:.3%} / {e['int8_vs_fp32_max']:.2%} "
+                                f"| {e['vs_teacher_mean']:.3%} / {e['vs_teacher_max']:.2%} |")
         results[env_id] = case_res
     md = ("Teacher: fp32 (reference forward); students: int8 sparse artifacts through `load_artifact`, "
           f"same seeded episodes. Targets: keeps >= {KEEP_TARGET:.0%} of the teacher's return, artifact >= "
           f"{SIZE_TARGET:.0f}x smaller than the teacher's fp32 actor state_dict (torch.save bytes).\n\n"
           "| env | student | teacher return | deployed return | kept | teacher state_dict B | artifact B | smaller "
-          "| non-zero weights | int8 max action error: dynamic / static p100 / static p99.9 |\n"
-          "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\nPlots: " +
+          "| non-zero weights | deployed vs teacher action error, mean / max | int8 max action error vs own fp32: "
+          "dynamic / static p100 / static p99.9 |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\nPlots: " +
           ", ".join(f"`{r['plot']}`" for r in results.values()) + "\n")
+    if qat_rows:
+        md += ("\n## Post-training int8 vs quantization-aware fine-tuning\n\nThe same student (same seeds and data), "
+               "without and with fake-quant fine-tuning steps; action errors on held-out teacher states, "
+               "fraction of the action range (mean / max).\n\n"
+               "| env | student | QAT steps | deployed return | kept | int8 vs own fp32 | int8 vs teacher |\n"
+               "|---|---|---|---|---|---|---|\n" + "\n".join(qat_rows) + "\n")
     path = write_result("distill", results, md, out_dir)
     print(md)
     print(f"wrote {path}")

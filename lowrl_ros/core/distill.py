@@ -361,6 +361,7 @@ class StudentResult:
     artifact_bytes: int
     nnz: int
     losses: list[float]
+    action_error: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -428,6 +429,8 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
     c = teacher.contract
     teacher_eval = evaluate(lambda o: teacher.actions(o)[0], env_id, cfg.eval_episodes, cfg.eval_seed)
     base_states = collect_teacher_states(teacher, env_id, cfg.teacher_episodes, cfg.teacher_noise, cfg.seed)
+    # States no student trains on (other seeds): how far the deployed int8 student acts from the teacher.
+    held_out = collect_teacher_states(teacher, env_id, 2, cfg.teacher_noise, cfg.seed + 1)[::2]
     total = cfg.bc_steps + cfg.dagger_rounds * cfg.dagger_steps + cfg.qat_steps
     bar = ProgressLine(total * len(cfg.specs), enabled=cfg.progress)
     results = []
@@ -482,9 +485,18 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
         torch.save(student.state(), out / f"{spec.name}.pt")
         deployed_policy = load_artifact(int8_path)  # the robot's runtime, int8
         deployed = evaluate(deployed_policy.act, env_id, cfg.eval_episodes, cfg.eval_seed)
+        span = np.array(c.action_high) - np.array(c.action_low)
+        a8 = np.stack([deployed_policy.act(o) for o in held_out])
+        fp32_policy = load_artifact(fp32_path, engine="ort")
+        gap = np.abs(a8 - teacher.actions(held_out)) / span  # distillation + quantization error
+        qgap = np.abs(a8 - np.stack([fp32_policy.act(o) for o in held_out])) / span  # quantization alone
         results.append(StudentResult(spec, weights, student.state(), int8_path, fp32_path, deployed,
                                      kept_fraction(deployed.mean, teacher_eval.mean), deployed_policy.nbytes,
-                                     weights.nnz, losses))
+                                     weights.nnz, losses, {"vs_teacher_max": float(gap.max()),
+                                                           "vs_teacher_mean": float(gap.mean()),
+                                                           "int8_vs_fp32_max": float(qgap.max()),
+                                                           "int8_vs_fp32_mean": float(qgap.mean()),
+                                                           "states": len(held_out)}))
     bar.close()
     result = DistillResult(teacher, teacher_eval, results, len(x), out)
     result.report_path = write_report(result, cfg, env_id)
@@ -507,6 +519,7 @@ def write_report(result: DistillResult, cfg: DistillConfig, env_id: str) -> Path
             "artifact_bytes": s.artifact_bytes, "nnz_weights": s.nnz, "weights": s.weights.macs,
             "sparsity": s.weights.sparsity, "compression_vs_teacher_state_dict": t.state_dict_bytes / s.artifact_bytes,
             "final_loss": s.losses[-1] if s.losses else None,
+            "action_error_vs_teacher": s.action_error,
         } for s in result.students],
         "dataset_states": result.dataset_size,
         "config": cfg.to_dict(),
