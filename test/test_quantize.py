@@ -150,3 +150,14 @@ def test_quantize_evaluate_release_and_eval_command_do_not_import_torch():
     code = "import sys\nimport lowrl_ros.core.distill\nprint('TORCH' if 'torch' in sys.modules else 'CLEAN')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "TORCH"  # the check can fail: it sees torch when it is there
+
+
+def test_fake_quantize_is_what_the_int8_artifact_computes_with(tmp_path):
+    weights, contract = load_weights("models/pendulum_sac_int8.onnx")
+    layers = [(w * np.linspace(0.5, 2.0, w.shape[1], dtype=np.float32), b) for w, b in weights.layers]
+    weights = MlpWeights(layers)  # off the int8 grid, so quantizing again changes something
+    stored, _ = load_weights(save_artifact(tmp_path / "p8.onnx", weights, contract, int8=True))
+    fake = q.fake_quantize(weights)
+    for (wf, _), (ws, _), (w, _) in zip(fake.layers, stored.layers, weights.layers):
+        np.testing.assert_allclose(wf, ws, rtol=1e-6, atol=1e-8)
+        assert np.abs(wf - w).max() > 0

@@ -34,7 +34,7 @@ import torch
 
 from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, load_weights, reference_action, save_artifact
 from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, make_env
-from lowrl_ros.core.quantize import clip_outliers
+from lowrl_ros.core.quantize import clip_outliers, fake_quantize
 from lowrl_ros.core.train.networks import FusedMLP
 from lowrl_ros.core.train.sparse import METHODS, SparseMasker
 
@@ -454,7 +454,9 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
         for r in range(cfg.dagger_rounds):
             # DAgger: the student drives; the teacher labels what it sees. beta_r = 0.5^(r+1) of the
             # steps still follow the teacher (Ross et al. 2011 mix in the expert early on).
-            w = student.weights()
+            # The rollouts run the int8-rounded weights, so the states relabelled are the ones the
+            # deployed student will reach (activations stay float here: their error is smaller).
+            w = fake_quantize(student.weights(), cfg.percentile)
             beta = 0.5 ** (r + 1)
 
             def mixed(obs: np.ndarray) -> np.ndarray:
