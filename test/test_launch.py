@@ -28,7 +28,7 @@ LOWRL = [sys.executable, "-m", "lowrl_ros.cli"]
 
 def test_parse_robot_launch_resolves_args_and_package_share():
     nodes = parse_launch(ROOT / "launch/robot.launch.yaml", {"namespace": "arm"})
-    (policy,) = nodes
+    (policy,) = [n for n in nodes if n.executable == "policy_node"]
     assert policy.executable == "policy_node" and policy.name == "policy_node" and policy.namespace == "arm"
     assert Path(policy.params_files[0]).is_file() and policy.params_files[0].endswith("config/policy_node.yaml")
     assert dict(policy.params)["policy_path"].endswith("models/pendulum_sac.lowrl")
@@ -108,3 +108,25 @@ def test_launcher_exits_non_zero_when_a_node_dies(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "exited on its own" in out.stdout
     assert "configure failed" in (tmp_path / "l" / "policy_node.log").read_text()
+
+
+def test_lowrl_demo_prints_figures_from_the_running_nodes(tmp_path):
+    out = subprocess.run(LOWRL + ["demo", "--seconds", "7", "--quiet", "--log-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    calls = int(out.stdout.split("inference latency over ")[1].split()[0])
+    assert calls > 100  # the policy really answered the sim robot over DDS
+    assert "episodes finished: " in out.stdout and "deadline misses" in out.stdout
+    assert "episode 1: return" in (tmp_path / "sim_robot.log").read_text()
+
+
+def test_bench_loop_smoke(tmp_path):
+    out = subprocess.run(LOWRL + ["bench", "loop", "--seconds", "1", "--warmup", "0.5", "--segment", "0.5",
+                                  "--out", str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    import json
+
+    results = json.loads((tmp_path / "loop.json").read_text())["results"]
+    for node in ("lowrl", "torch"):
+        assert results[node]["samples"] > 50 and results[node]["rtt_p50_ms"] > 0
+    assert results["lowrl"]["rss_mb_max"] > 0 and (tmp_path / "loop.png").is_file()

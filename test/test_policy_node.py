@@ -312,3 +312,14 @@ def test_invalid_live_parameter_is_rejected_with_a_reason(rig):
     assert not result.successful and "safe_action 'brake' is unknown" in result.reason
     assert node.set_parameters([Parameter("soft_start_steps", value=7)])[0].successful
     assert node.controller.config.soft_start_steps == 7
+
+
+def test_policy_node_imports_neither_torch_nor_the_simulator():
+    """The on-robot runtime must fit in a small computer's memory: no torch, no gymnasium/MuJoCo."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lowrl_ros.ros.policy_node, lowrl_ros.core.control, lowrl_ros.core.obs_adapter; "
+            "bad = [m for m in ('torch', 'gymnasium', 'mujoco') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -447,14 +447,14 @@ class PolicyNode(LifecycleNode):
         self._publish_diag(statuses)
 
 
-def make_executor():
+def make_executor(context=None):
     """rclpy's EventsExecutor where present (measured ~2x lower pub->sub latency here), else single-threaded."""
     try:
         from rclpy.experimental import EventsExecutor
 
-        return EventsExecutor()
+        return EventsExecutor(context=context)
     except ImportError:
-        return rclpy.executors.SingleThreadedExecutor()
+        return rclpy.executors.SingleThreadedExecutor(context=context)
 
 
 def spin_until_signal(node) -> None:

@@ -29,14 +29,14 @@ from lowrl_ros.core.sim_robot import SimRobot, SimRobotConfig
 from lowrl_ros.ros.qos import CONTROL, STATS
 
 
-def make_executor():
+def make_executor(context=None):
     """rclpy's EventsExecutor where present (measured ~2x lower pub->sub latency here), else single-threaded."""
     try:
         from rclpy.experimental import EventsExecutor
 
-        return EventsExecutor()
+        return EventsExecutor(context=context)
     except ImportError:
-        return rclpy.executors.SingleThreadedExecutor()
+        return rclpy.executors.SingleThreadedExecutor(context=context)
 
 
 def spin(node: Node) -> None:
@@ -81,6 +81,7 @@ class SimRobotNode(Node):
         self.robot = SimRobot(self.config)
         self._command = np.zeros(self.robot.action_dim)
         self._pub_js = self.create_publisher(JointState, get("joint_states_topic"), CONTROL)
+        self._js_pubs = {get("joint_states_topic"): self._pub_js}
         self._pub_reward = self.create_publisher(Float64, "/lowrl/reward", STATS)
         self._pub_return = self.create_publisher(Float64, "/lowrl/episode_return", STATS)
         self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
@@ -91,11 +92,18 @@ class SimRobotNode(Node):
         self.late_commands = 0  # answers that came after the next tick was due: a missed deadline
         self.unanswered = 0  # joint states that got no command before the next tick
         self.steps = 0
+        self.on_published: list = []  # callables(perf_counter time) run after each joint state: bench hooks
         self._warned = 0.0
         self._msg = JointState(name=list(self.robot.joint_names))
         self._timer = self.create_timer(self.config.control_period_s, self._tick)
         self.get_logger().info(f"sim robot {self.config.env_id} at {1 / self.config.control_period_s:.0f} Hz, "
                                f"joints {', '.join(self.robot.joint_names)}")
+
+    def redirect_joint_states(self, topic: str) -> None:
+        """Publish joint states on ``topic`` from the next tick on (benchmarks alternate receivers)."""
+        if topic not in self._js_pubs:
+            self._js_pubs[topic] = self.create_publisher(JointState, topic, CONTROL)
+        self._pub_js = self._js_pubs[topic]
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         now = time.perf_counter()
@@ -130,6 +138,8 @@ class SimRobotNode(Node):
         self._answered = False
         self._published_at = time.perf_counter()
         self._pub_js.publish(msg)
+        for hook in self.on_published:
+            hook(self._published_at)
 
     def destroy_node(self) -> None:
         if getattr(self, "robot", None) is not None:

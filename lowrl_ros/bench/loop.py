@@ -1,0 +1,290 @@
+"""Closed loop over ROS 2: sim robot -> policy node -> command, beside the same policy in torch.
+
+Three processes: this one hosts the sim robot node (Pendulum-v1 at ``--rate-hz``, wall-clock timer),
+one runs lowrl's policy node (ONNX artifact, no torch), one runs a plain torch node on the same
+weights (lowrl_ros/bench/torch_policy_node.py). Interleaved: the sim feeds one node at a time, in
+``--segment`` second turns (its joint states go to ``/bench/<node>/joint_states``), and both
+answer on ``/bench/commands``, which the sim applies; so both see the same machine over the run,
+and never compete for the cores within one tick.
+
+Measured here, in the sim's process, per node: the round trip from publishing a joint state to the
+first command received after it (perf_counter, same clock for both ends), answers later than one
+control period (deadline misses) and joint states left unanswered before the next tick; the
+policy nodes' resident memory (psutil, sampled every second); and the lowrl node's own
+deadline-miss count from /lowrl/policy/stats. Warm-up turns and the first tick of each turn are
+not counted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+NODES = ("lowrl", "torch")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per node (default 60)")
+    parser.add_argument("--segment", type=float, default=5.0, help="seconds per turn before switching node")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds per node not counted, at the start")
+    parser.add_argument("--rate-hz", type=float, default=100.0, help="sim robot control rate (default 100)")
+    parser.add_argument("--policy", default=None, help="artifact (.onnx); default models/pendulum_sac_int8.onnx")
+    parser.add_argument("--out", type=Path, default=None, help="results dir (default bench_results/)")
+
+
+class RoundTrips:
+    """First command after each published joint state, for one command topic."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self.published_at: float | None = None
+        self.answered = True
+        self.recording = False
+        self.rtt_s: list[float] = []
+        self.answers = 0  # counted from the start, to know when a node is up
+        self.late = 0
+        self.unanswered = 0
+
+    def on_published(self, t: float) -> None:
+        if self.recording and not self.answered:
+            self.unanswered += 1
+        self.published_at, self.answered = t, False
+
+    def on_command(self, _msg) -> None:
+        now = time.perf_counter()
+        if self.answered or self.published_at is None:
+            return
+        self.answered = True
+        self.answers += 1
+        if self.recording:
+            rtt = now - self.published_at
+            self.rtt_s.append(rtt)
+            if rtt > self.period_s:
+                self.late += 1
+
+    def summary(self) -> dict[str, float]:
+        rtt = np.asarray(self.rtt_s) * 1e3
+        p50, p99, worst = (np.percentile(rtt, [50, 99, 100]) if rtt.size else (np.nan,) * 3)
+        return {"samples": int(rtt.size), "rtt_p50_ms": float(p50), "rtt_p99_ms": float(p99),
+                "rtt_max_ms": float(worst), "late_answers": self.late, "unanswered": self.unanswered}
+
+
+def _progress(done: float, total: float, text: str) -> None:
+    width = 30
+    filled = int(width * min(1.0, done / total))
+    sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done:4.0f}/{total:.0f} s {text}   ")
+    sys.stderr.flush()
+
+
+def idle_wake_cost(policy_path: str, calls: int = 300) -> dict[str, float]:
+    """act() latency back-to-back vs after a control period of sleep, in this process.
+
+    A policy in a 100 Hz loop is called from idle: on this VM that first call after a sleep costs
+    several times a warm one (caches, frequency, vCPU scheduling), which is what the policy node's
+    own latency figures show. Measured here so the two are seen side by side.
+    """
+    from lowrl_ros.core.bundle import load_bundle
+
+    policy = load_bundle(policy_path).policies["full"]
+    obs = np.zeros(policy.contract.obs_dim)
+    out = {}
+    for label, gap in (("back_to_back", 0.0), ("after_10ms_idle", 0.01)):
+        times = []
+        for _ in range(calls):
+            if gap:
+                time.sleep(gap)
+            t = time.perf_counter()
+            policy.act(obs)
+            times.append(time.perf_counter() - t)
+        p50, p99 = np.percentile(times, [50, 99]) * 1e6
+        out[f"{label}_p50_us"], out[f"{label}_p99_us"] = float(p50), float(p99)
+    out["engine"] = policy.engine
+    return out
+
+
+def _plot(trips: dict[str, RoundTrips], path: Path, title: str) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.ticker
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, t in trips.items():
+        rtt = np.sort(np.asarray(t.rtt_s) * 1e3)
+        if rtt.size:
+            ax.plot(rtt, np.arange(1, rtt.size + 1) / rtt.size, label=f"{name} (p99 {np.percentile(rtt, 99):.2f} ms)")
+    ax.axvline(2.0, color="grey", ls="--", lw=1, label="target p99 2 ms")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("joint state -> command round trip across processes (ms)")
+    ax.set_ylabel("fraction of control ticks")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    import psutil
+    import rclpy
+    from rclpy.logging import LoggingSeverity
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float64MultiArray
+
+    from lowrl_ros.bench.record import RESULTS_DIR, write_result
+    from lowrl_ros.core.policy_stats import PolicyStats
+    from lowrl_ros.launcher import PACKAGE, package_share
+    from lowrl_ros.ros.policy_node import make_executor
+    from lowrl_ros.ros.qos import CONTROL, STATS
+    from lowrl_ros.ros.sim_robot_node import SimRobotNode
+
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    share = package_share(PACKAGE)
+    policy = str(Path(args.policy or share / "models" / "pendulum_sac_int8.onnx").resolve())
+    period = 1.0 / args.rate_hz
+    bin_dir = Path(sys.executable).parent
+    commands = {
+        "lowrl": [str(bin_dir / "policy_node"), "--ros-args", "--params-file", str(share / "config/policy_node.yaml"),
+                  "-p", f"policy_path:={policy}", "-p", "controller_name:=bench",
+                  "-p", f"control_period_s:={period}",
+                  # Idle turns must not trip the watchdog, whose safe actions would reach /bench/commands.
+                  "-p", "watchdog_timeout_s:=10.0", "-r", "/joint_states:=/bench/lowrl/joint_states"],
+        "torch": [sys.executable, "-m", "lowrl_ros.bench.torch_policy_node", "--ros-args",
+                  "-p", f"policy_path:={policy}", "-p", "command_topic:=/bench/commands",
+                  "-r", "/joint_states:=/bench/torch/joint_states"],
+    }
+    if args.segment * 2 >= 10.0:
+        args.segment = min(args.segment, 4.5)  # keep a turn well inside the lowrl node's 10 s watchdog
+    procs = {n: subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for n, c in commands.items()}
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    sim = SimRobotNode(context=ctx, parameter_overrides=[
+        Parameter("control_period_s", value=period), Parameter("command_topic", value="/bench/commands")])
+    sim.get_logger().set_level(LoggingSeverity.WARN)  # episode lines would break the progress bar
+    probe = Node("loop_bench_probe", context=ctx)
+    trips = {n: RoundTrips(period) for n in NODES}
+    current = {"node": NODES[0]}
+    sim.on_published.append(lambda t: trips[current["node"]].on_published(t))
+    probe.create_subscription(Float64MultiArray, "/bench/commands",
+                              lambda m: trips[current["node"]].on_command(m), CONTROL)
+    stats: list[list[float]] = []
+    probe.create_subscription(Float64MultiArray, "/lowrl/policy/stats", lambda m: stats.append(list(m.data)), STATS)
+    executor = make_executor(ctx)
+    executor.add_node(sim)
+    executor.add_node(probe)
+    rss = {n: [] for n in NODES}
+
+    def turn(node: str, seconds: float, record: bool, done: float) -> None:
+        """Feed ``node`` for ``seconds``; the other one idles."""
+        current["node"] = node
+        t = trips[node]
+        t.published_at, t.answered, t.recording = None, True, False
+        sim.redirect_joint_states(f"/bench/{node}/joint_states")
+        start = time.monotonic()
+        next_sample = start + 0.2  # RSS once a second, from early in each turn
+        first = True
+        while (now := time.monotonic()) - start < seconds:
+            executor.spin_once(timeout_sec=0.05)
+            if first and t.answers:  # from the 2nd tick of a turn on
+                first, t.recording = False, record
+            if now >= next_sample:
+                next_sample += 1.0
+                rss[node].append(psutil.Process(procs[node].pid).memory_info().rss / 2**20)
+                if record:
+                    _progress(done + now - start, 2 * args.seconds,
+                              f"{node}: {len(trips['lowrl'].rtt_s)} / {len(trips['torch'].rtt_s)} ticks")
+            for n, p in procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"{n} node exited: {p.stderr.read()[-2000:]}")
+        t.recording = False
+
+    try:
+        # Wait until both nodes answer (process start, model load, DDS discovery).
+        t_start = time.monotonic()
+        while not all(t.answers > 0 for t in trips.values()):
+            for n in NODES:
+                turn(n, 0.5, False, 0.0)
+            if time.monotonic() - t_start > 120:
+                raise RuntimeError("the policy nodes did not answer within 120 s")
+        for n in NODES:
+            turn(n, args.warmup, False, 0.0)
+            rss[n].clear()
+        base_misses = PolicyStats.from_list(stats[-1]).deadline_misses if stats else 0.0
+        measured = {n: 0.0 for n in NODES}
+        while any(measured[n] < args.seconds - 1e-6 for n in NODES):
+            for n in NODES:
+                seconds = min(args.segment, args.seconds - measured[n])
+                if seconds > 1e-6:
+                    turn(n, seconds, True, sum(measured.values()))
+                    measured[n] += seconds
+        sys.stderr.write("\n")
+        executor.spin_once(timeout_sec=0.2)  # one more stats message
+        final = PolicyStats.from_list(stats[-1]) if stats else None
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(2)
+        for p in procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        sim.destroy_node()
+        probe.destroy_node()
+        ctx.shutdown()
+
+    wake = idle_wake_cost(policy)
+    results = {"policy": policy, "rate_hz": args.rate_hz, "seconds": args.seconds, "sim_steps": sim.steps,
+               "act_in_process": wake}
+    for n in NODES:
+        results[n] = {**trips[n].summary(), "rss_mb_max": float(max(rss[n])), "rss_mb_last": float(rss[n][-1])}
+    if final is not None:
+        results["lowrl"]["node_deadline_misses"] = float(final.deadline_misses - base_misses)
+        results["lowrl"]["node_inference_p50_us"] = final.window_p50_us
+        results["lowrl"]["node_inference_p99_us"] = final.window_p99_us
+    lo, to = results["lowrl"], results["torch"]
+    results["ratios"] = {"rtt_p50_torch_over_lowrl": to["rtt_p50_ms"] / lo["rtt_p50_ms"],
+                         "rtt_p99_torch_over_lowrl": to["rtt_p99_ms"] / lo["rtt_p99_ms"],
+                         "rss_torch_over_lowrl": to["rss_mb_max"] / lo["rss_mb_max"]}
+    out_dir = Path(args.out or RESULTS_DIR)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = _plot(trips, out_dir / "loop.png", f"Pendulum-v1 at {args.rate_hz:.0f} Hz, {args.seconds:.0f} s per node, 3 processes")
+    targets = {"p99 <= 2 ms": lo["rtt_p99_ms"] <= 2.0, "zero deadline misses": lo["late_answers"] == 0
+               and lo["unanswered"] == 0, "rss <= 120 MB": lo["rss_mb_max"] <= 120.0}
+    results["targets_met"] = targets
+    rows = "\n".join(
+        f"| {n} | {r['samples']} | {r['rtt_p50_ms']:.3f} | {r['rtt_p99_ms']:.3f} | {r['rtt_max_ms']:.2f} | "
+        f"{r['late_answers']} | {r['unanswered']} | {r['rss_mb_max']:.0f} |" for n, r in ((n, results[n]) for n in NODES))
+    md = (f"Policy `{policy}`; sim robot at {args.rate_hz:.0f} Hz in the bench process, each policy node in its own "
+          f"process, fed in alternating {args.segment:g} s turns; {args.seconds:.0f} s measured per node after "
+          f"{args.warmup:.0f} s warm-up each.\n\n"
+          "| node | ticks | RTT p50 ms | RTT p99 ms | RTT max ms | late (> period) | unanswered | RSS MB (max) |\n"
+          "|---|---|---|---|---|---|---|---|\n" + rows + "\n\n"
+          f"Ratios torch/lowrl: RTT p50 {results['ratios']['rtt_p50_torch_over_lowrl']:.2f}x, "
+          f"p99 {results['ratios']['rtt_p99_torch_over_lowrl']:.2f}x, RSS {results['ratios']['rss_torch_over_lowrl']:.2f}x.\n"
+          f"lowrl node's own count of deadline misses: {lo.get('node_deadline_misses', float('nan')):.0f}; "
+          f"its inference p50/p99 (last window): {lo.get('node_inference_p50_us', float('nan')):.1f} / "
+          f"{lo.get('node_inference_p99_us', float('nan')):.1f} us; the same act() in the bench process "
+          f"({wake['engine']} engine) back-to-back {wake['back_to_back_p50_us']:.1f} / {wake['back_to_back_p99_us']:.1f} us, "
+          f"after 10 ms idle {wake['after_10ms_idle_p50_us']:.1f} / {wake['after_10ms_idle_p99_us']:.1f} us.\n\n"
+          "Targets (lowrl node): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()) + "\n"
+          + (f"\n![round trips]({png.name})\n" if png else ""))
+    path = write_result("loop", results, md, out_dir)
+    print(md)
+    print(f"results: {path}" + (f", plot: {png}" if png else ""))
+    return 0
