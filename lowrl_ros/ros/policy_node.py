@@ -104,6 +104,7 @@ class PolicyNode(LifecycleNode):
         self._lock = threading.Lock()  # guards _pending and the swap status
         self._pending = None  # a validated, warmed-up bundle waiting for the next tick
         self._swap_thread: threading.Thread | None = None
+        self._queued_path: str | None = None
         self._swap_status = (OK, "no swap requested")
         self._clear_runtime()
 
@@ -154,6 +155,10 @@ class PolicyNode(LifecycleNode):
         names = {p.name for p in params}
         if self.controller is not None and names & set(LIVE_CONTROL):
             self.controller.config = self._control_config()
+            if "watchdog_timeout_s" in names and self.controller.active and self.controller.config.mode == "event":
+                self._destroy_control_timer()
+                self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2,
+                                                        self._on_watchdog_tick)
         path = next((p.value for p in params if p.name == "policy_path"), None)
         if path is not None and self.controller is not None and path != self.active_policy_path:
             self._start_swap(path)
@@ -296,13 +301,15 @@ class PolicyNode(LifecycleNode):
             self.controller.observe(from_array(msg.data, self.controller.obs_dim))
         except ObservationError as exc:
             self.controller.observe(None, str(exc))
+        except Exception as exc:  # noqa: BLE001 - never die on input
+            self.controller.observe(None, f"unexpected {type(exc).__name__}: {exc}")
         if self.controller.config.mode == "event":
             self._tick(t0)
 
     def _on_extra(self, msg: Float32MultiArray) -> None:
         try:
             self.adapter.set_extra(msg.data)
-        except ObservationError as exc:
+        except Exception as exc:  # noqa: BLE001 - never die on input
             self.controller.observe(None, str(exc))
 
     def _on_control_tick(self) -> None:
@@ -355,26 +362,36 @@ class PolicyNode(LifecycleNode):
             self._publish_status()
 
     def _start_swap(self, path: str) -> None:
-        """Load, validate and warm up ``path`` on a worker thread; the control path never waits."""
-        if self._swap_thread is not None and self._swap_thread.is_alive():
-            self._swap_thread.join()  # one swap at a time; the newest request wins after this
+        """Load, validate and warm up ``path`` on a worker thread; the control path never waits.
+
+        One worker at a time: a request that arrives while one runs is queued (newest wins) and
+        picked up by the same worker, so the parameter callback never blocks on a join.
+        """
+        self.get_logger().info(f"hot-swap requested: {path}")
+        with self._lock:
+            self._queued_path = path
+            if self._swap_thread is not None and self._swap_thread.is_alive():
+                return
+            self._swap_thread = threading.Thread(target=self._swap_worker, name="policy-swap", daemon=True)
+            self._swap_thread.start()
+
+    def _swap_worker(self) -> None:
         engine = self._get("engine")
         controller = self.controller
-
-        def work() -> None:
+        while True:
+            with self._lock:
+                path, self._queued_path = self._queued_path, None
+                if path is None:
+                    return
             try:
                 bundle = load_bundle(path, engine=engine)  # validates and warms up every tier
                 controller.check_compatible(bundle)
             except Exception as exc:  # noqa: BLE001 - a bad artifact is reported, never raised
                 self._swap_rejected(path, str(exc))
-                return
+                continue
             with self._lock:
                 self._pending = bundle
                 self._swap_status = (OK, f"{path} v{bundle.version} validated, swapping at the next tick")
-
-        self.get_logger().info(f"hot-swap requested: {path}")
-        self._swap_thread = threading.Thread(target=work, name="policy-swap", daemon=True)
-        self._swap_thread.start()
 
     def _swap_rejected(self, path: str, reason: str) -> None:
         with self._lock:
@@ -383,9 +400,10 @@ class PolicyNode(LifecycleNode):
         self._publish_status()
 
     def wait_for_swap(self, timeout: float | None = None) -> None:
-        """Block until a running swap worker finishes (tests and tools)."""
-        if self._swap_thread is not None:
-            self._swap_thread.join(timeout)
+        """Block until a running swap worker finishes (tests and tools; never the control path)."""
+        thread = self._swap_thread
+        if thread is not None:
+            thread.join(timeout)
 
     # ---- reporting -------------------------------------------------------------------------
     def _input_error_diag(self, reason: str) -> None:
