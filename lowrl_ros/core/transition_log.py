@@ -1,0 +1,493 @@
+"""Durable on-robot transition log: MCAP segments with ROS 2 encoding plus a write-ahead log.
+
+Every transition the fine-tuner sees (observation, action, reward, next observation, terminated,
+truncated, policy version, time) is kept on disk so that a crash of the node loses nothing it
+reported as recorded. No torch, no rclpy: the CDR bytes are written by a few lines of ``struct``.
+
+On disk (one directory)::
+
+    transitions_000001.mcap   a closed segment: a complete, indexed MCAP file (Foxglove, mcap CLI,
+                              rosbag2 open it: topic /lowrl/transitions, std_msgs/msg/Float64MultiArray,
+                              schema encoding "ros2msg", message encoding "cdr")
+    transitions_000002.mcap   the open segment (chunked MCAP, its last chunk still in memory)
+    transitions_000002.wal    its write-ahead log: every transition of the open segment, appended
+                              and handed to the kernel before ``append`` returns
+
+Why both: MCAP's chunks (compressed, indexed) are what tools want, but a chunk sits in the
+writer's memory until it is full, so a killed process would lose it. The WAL is a plain append-only
+file of length + CRC32 framed CDR records, written with one ``os.write`` per transition; the page
+cache keeps it when the process dies (``fsync_interval_s`` bounds what a power cut can take). A
+segment is closed every ``segment_transitions`` transitions or ``segment_seconds`` seconds: its MCAP
+is finished (summary, indexes), fsynced, and only then its WAL deleted. On start-up, any WAL left
+behind by a crash is turned back into a complete MCAP (written to a temp file, fsynced, renamed),
+so after a restart every file is a valid MCAP again. ``read_log`` reads a directory without
+changing it, tolerating a torn last record and a truncated MCAP, and reports what it recovered.
+
+Message layout: ``data = obs[n] + action[m] + [reward] + next_obs[n] + [terminated, truncated,
+policy_version, stamp]``; ``layout.dim[0].label`` names the fields with their sizes, e.g.
+``obs:3;action:1;reward:1;next_obs:3;terminated:1;truncated:1;policy_version:1;stamp:1``, so each
+message describes itself and ``data[i]`` can be plotted in Foxglove.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+LOG = logging.getLogger("lowrl.transition_log")
+
+TOPIC = "/lowrl/transitions"
+SCHEMA_NAME = "std_msgs/msg/Float64MultiArray"
+_SEP = "=" * 80
+# The ros2msg schema text as rosbag2 writes it: the message, then each dependency after a separator.
+SCHEMA_TEXT = (
+    "MultiArrayLayout layout\nfloat64[] data\n"
+    f"{_SEP}\nMSG: std_msgs/MultiArrayLayout\nMultiArrayDimension[] dim\nuint32 data_offset\n"
+    f"{_SEP}\nMSG: std_msgs/MultiArrayDimension\nstring label\nuint32 size\nuint32 stride\n"
+)
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "policy_version", "stamp")
+_PREFIX = "transitions_"
+_NAME = re.compile(r"^transitions_(\d{6})\.(mcap|wal)$")
+_WAL_MAGIC = b"LOWRLWAL1\n"
+_WAL_HEAD = struct.Struct("<IIQ")  # payload length, CRC32 of (log time + payload), log time ns
+COMPRESSIONS = ("zstd", "lz4", "none")
+
+
+class TransitionLogError(ValueError):
+    """A log directory or record that cannot be used; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class TransitionLogConfig:
+    """How the log is cut into files and bounded.
+
+    Attributes:
+        segment_transitions: close the open MCAP segment after this many transitions.
+        segment_seconds: ... or after this many seconds, whichever comes first.
+        chunk_bytes: MCAP chunk size (uncompressed) inside a segment.
+        compression: chunk compression: zstd, lz4 or none.
+        fsync_interval_s: fsync the WAL at most this often (0: after every transition). A killed
+            process loses nothing either way; this bounds what a power cut can take.
+        max_files: keep at most this many segments; the oldest closed ones are deleted (logged).
+        max_bytes: keep at most this many bytes of segments (same rule).
+    """
+
+    segment_transitions: int = 2000
+    segment_seconds: float = 60.0
+    chunk_bytes: int = 64 * 1024
+    compression: str = "zstd"
+    fsync_interval_s: float = 1.0
+    max_files: int = 500
+    max_bytes: int = 512 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.segment_transitions < 1:
+            raise ValueError(f"segment_transitions={self.segment_transitions} must be >= 1 (e.g. 2000)")
+        if not self.segment_seconds > 0:
+            raise ValueError(f"segment_seconds={self.segment_seconds} must be > 0 (e.g. 60)")
+        if self.chunk_bytes < 256:
+            raise ValueError(f"chunk_bytes={self.chunk_bytes} must be >= 256 (e.g. 65536)")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression={self.compression!r} is unknown; use one of {', '.join(COMPRESSIONS)}")
+        if self.fsync_interval_s < 0:
+            raise ValueError(f"fsync_interval_s={self.fsync_interval_s} must be >= 0 (0: fsync every transition)")
+        if self.max_files < 2:
+            raise ValueError(f"max_files={self.max_files} must be >= 2 (the open segment and at least one closed)")
+        if self.max_bytes < 64 * 1024:
+            raise ValueError(f"max_bytes={self.max_bytes} must be >= 65536")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One step as the robot saw it (observation as the policy reads it, action in robot units)."""
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: float
+    next_obs: np.ndarray
+    terminated: bool
+    truncated: bool
+    policy_version: int
+    stamp: float  # seconds (the node's clock when the transition was completed)
+
+
+@dataclass
+class TransitionBatch:
+    """Transitions as arrays, in the order they were recorded."""
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    policy_version: np.ndarray
+    stamp: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.reward)
+
+
+@dataclass
+class ReadReport:
+    """What ``read_log`` found."""
+
+    transitions: int = 0
+    segments: int = 0
+    complete_segments: int = 0  # MCAPs with a footer and no WAL
+    from_wal: int = 0  # segments read from a WAL (the process died with it open)
+    truncated_segments: int = 0  # MCAPs cut short with no WAL (read up to the last whole chunk)
+    torn_bytes: int = 0  # bytes of a partial last WAL record (written when the process died)
+    problems: list[str] = field(default_factory=list)
+
+
+# ---- CDR (XCDR1, little endian) for std_msgs/msg/Float64MultiArray ---------------------------
+def _label(obs_dim: int, act_dim: int) -> str:
+    sizes = (obs_dim, act_dim, 1, obs_dim, 1, 1, 1, 1)
+    return ";".join(f"{name}:{n}" for name, n in zip(FIELDS, sizes))
+
+
+def _pad(buf: bytearray, align: int) -> None:
+    # CDR aligns to the offset after the 4-byte encapsulation header.
+    buf.extend(b"\0" * (-(len(buf) - 4) % align))
+
+
+def encode_float64_multiarray(label: str, data: np.ndarray) -> bytes:
+    """CDR bytes of a Float64MultiArray with one dimension ``label`` (what rclpy would serialise)."""
+    values = np.ascontiguousarray(data, dtype="<f8").ravel()
+    text = label.encode("utf-8") + b"\0"
+    buf = bytearray(b"\x00\x01\x00\x00")  # CDR_LE encapsulation
+    buf += struct.pack("<I", 1)  # dim: one MultiArrayDimension
+    buf += struct.pack("<I", len(text)) + text
+    _pad(buf, 4)
+    buf += struct.pack("<III", values.size, values.size, 0)  # size, stride, data_offset
+    buf += struct.pack("<I", values.size)
+    _pad(buf, 8)
+    buf += values.tobytes()
+    return bytes(buf)
+
+
+def decode_float64_multiarray(payload: bytes) -> tuple[list[str], np.ndarray]:
+    """Labels and data of a CDR Float64MultiArray; TransitionLogError if the bytes are not one."""
+    try:
+        if payload[:2] != b"\x00\x01":
+            raise ValueError("not little-endian CDR")
+        pos = 4
+        (ndim,) = struct.unpack_from("<I", payload, pos)
+        pos += 4
+        labels = []
+        for _ in range(ndim):
+            (n,) = struct.unpack_from("<I", payload, pos)
+            pos += 4
+            labels.append(payload[pos:pos + n - 1].decode("utf-8"))
+            pos += n
+            pos += -(pos - 4) % 4
+            pos += 8  # size, stride
+        pos += 4  # data_offset
+        (count,) = struct.unpack_from("<I", payload, pos)
+        pos += 4
+        pos += -(pos - 4) % 8
+        data = np.frombuffer(payload, dtype="<f8", count=count, offset=pos).astype(np.float64)
+    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise TransitionLogError(f"a /lowrl/transitions record is not a CDR Float64MultiArray ({exc})") from None
+    return labels, data
+
+
+def encode_transition(t: Transition) -> bytes:
+    """The CDR bytes of one transition (layout in the module docstring)."""
+    obs = np.asarray(t.obs, dtype=np.float64).ravel()
+    action = np.asarray(t.action, dtype=np.float64).ravel()
+    next_obs = np.asarray(t.next_obs, dtype=np.float64).ravel()
+    if obs.size != next_obs.size:
+        raise TransitionLogError(f"obs has {obs.size} values but next_obs {next_obs.size}; they must match")
+    data = np.concatenate([obs, action, [float(t.reward)], next_obs,
+                           [float(bool(t.terminated)), float(bool(t.truncated)), float(t.policy_version),
+                            float(t.stamp)]])
+    return encode_float64_multiarray(_label(obs.size, action.size), data)
+
+
+def decode_transition(payload: bytes) -> Transition:
+    """Inverse of ``encode_transition``; the sizes come from the message's own label."""
+    labels, data = decode_float64_multiarray(payload)
+    try:
+        sizes = dict((name, int(n)) for name, n in (part.split(":") for part in labels[0].split(";")))
+        n, m = sizes["obs"], sizes["action"]
+    except (IndexError, KeyError, ValueError):
+        raise TransitionLogError(f"transition label {labels!r} does not name the fields {FIELDS}") from None
+    if data.size != 2 * n + m + 5:
+        raise TransitionLogError(f"transition has {data.size} values, its label says {2 * n + m + 5}")
+    tail = data[2 * n + m + 1:]
+    return Transition(obs=data[:n], action=data[n:n + m], reward=float(data[n + m]),
+                      next_obs=data[n + m + 1:2 * n + m + 1], terminated=bool(tail[0]), truncated=bool(tail[1]),
+                      policy_version=int(tail[2]), stamp=float(tail[3]))
+
+
+# ---- WAL ------------------------------------------------------------------------------------
+def _read_wal(path: Path) -> tuple[list[tuple[int, bytes]], int]:
+    """(log time ns, payload) of every whole, CRC-valid record, and the bytes of a torn tail."""
+    blob = path.read_bytes()
+    if not blob.startswith(_WAL_MAGIC):
+        # A WAL whose header never made it to disk holds nothing.
+        return [], len(blob)
+    pos, out = len(_WAL_MAGIC), []
+    while pos + _WAL_HEAD.size <= len(blob):
+        length, crc, log_time = _WAL_HEAD.unpack_from(blob, pos)
+        end = pos + _WAL_HEAD.size + length
+        if end > len(blob):
+            break
+        payload = blob[pos + _WAL_HEAD.size:end]
+        if zlib.crc32(struct.pack("<Q", log_time) + payload) != crc:
+            break
+        out.append((log_time, payload))
+        pos = end
+    return out, len(blob) - pos
+
+
+def _read_mcap(path: Path) -> tuple[list[tuple[int, bytes]], bool]:
+    """(log time ns, payload) of the messages of an MCAP, and whether it was complete."""
+    from mcap.stream_reader import StreamReader
+    from mcap.records import Footer, Message
+
+    out: list[tuple[int, bytes]] = []
+    complete = False
+    with path.open("rb") as f:
+        try:
+            for record in StreamReader(f, record_size_limit=256 * 1024 * 1024).records:
+                if isinstance(record, Message):
+                    out.append((record.log_time, record.data))
+                elif isinstance(record, Footer):
+                    complete = True
+        except Exception:  # noqa: BLE001 - a truncated file ends in any of mcap's read errors
+            complete = False
+    return out, complete
+
+
+def _segments(directory: Path) -> dict[int, dict[str, Path]]:
+    found: dict[int, dict[str, Path]] = {}
+    for p in directory.iterdir():
+        m = _NAME.match(p.name)
+        if m:
+            found.setdefault(int(m.group(1)), {})[m.group(2)] = p
+    return dict(sorted(found.items()))
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_mcap(path: Path, records: Iterable[tuple[int, bytes]], config: TransitionLogConfig):
+    """Start an MCAP writer on ``path``; returns (writer, file, channel id)."""
+    from mcap.writer import CompressionType, Writer
+
+    f = path.open("wb")
+    writer = Writer(f, chunk_size=config.chunk_bytes, compression=CompressionType[config.compression.upper()])
+    writer.start(profile="ros2", library="lowrl_ros transition_log")
+    schema = writer.register_schema(SCHEMA_NAME, "ros2msg", SCHEMA_TEXT.encode())
+    channel = writer.register_channel(TOPIC, "cdr", schema, metadata={"fields": ";".join(FIELDS)})
+    for i, (log_time, payload) in enumerate(records):
+        writer.add_message(channel, log_time=log_time, data=payload, publish_time=log_time, sequence=i)
+    return writer, f, channel
+
+
+def _finish(writer, f) -> None:
+    writer.finish()
+    f.flush()
+    os.fsync(f.fileno())
+    f.close()
+
+
+# ---- writer ---------------------------------------------------------------------------------
+class TransitionLogWriter:
+    """Appends transitions to ``directory``; see the module docstring for the files.
+
+    Opening a directory first repairs what a crash left (every WAL becomes a complete MCAP), then
+    starts a new segment after the highest existing one. Thread-safe.
+
+    Args:
+        directory: the log directory (created).
+        config: segmenting, fsync and disk bounds.
+    """
+
+    def __init__(self, directory: str | Path, config: TransitionLogConfig | None = None) -> None:
+        self.directory = Path(directory)
+        self.config = config or TransitionLogConfig()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.written = 0  # transitions appended by this writer
+        self.repaired = self.repair()
+        self.dropped_segments = 0
+        existing = _segments(self.directory)
+        self._seq = (max(existing) if existing else 0)
+        self._writer = None
+        self._enforce_bounds()
+
+    def repair(self) -> int:
+        """Turn every WAL left by a crash into a complete MCAP; return how many transitions it held."""
+        for tmp in self.directory.glob(f"{_PREFIX}*.tmp"):
+            tmp.unlink()
+        total = 0
+        for seq, files in _segments(self.directory).items():
+            wal = files.get("wal")
+            if wal is None:
+                continue
+            records, torn = _read_wal(wal)
+            mcap_path = self.directory / f"{_PREFIX}{seq:06d}.mcap"
+            tmp = mcap_path.with_suffix(".mcap.tmp")
+            writer, f, _ = _write_mcap(tmp, records, self.config)
+            _finish(writer, f)
+            tmp.replace(mcap_path)
+            _fsync_dir(self.directory)
+            wal.unlink()
+            total += len(records)
+            LOG.warning("transition log: segment %s was left open by a crash; rebuilt it from its WAL "
+                        "(%d transitions%s)", mcap_path.name, len(records),
+                        f", {torn} torn bytes of an unfinished record dropped" if torn else "")
+        return total
+
+    # -- writing --
+    def _open_segment(self) -> None:
+        self._seq += 1
+        stem = self.directory / f"{_PREFIX}{self._seq:06d}"
+        # The WAL exists before the MCAP does: a crash in between leaves a WAL, never an orphan.
+        self._wal_fd = os.open(stem.with_suffix(".wal"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+        os.write(self._wal_fd, _WAL_MAGIC)
+        self._writer, self._file, self._channel = _write_mcap(stem.with_suffix(".mcap"), (), self.config)
+        self._count = 0
+        self._opened = time.monotonic()
+        self._last_sync = time.monotonic()
+
+    def append(self, transition: Transition, log_time_ns: int | None = None) -> int:
+        """Record one transition; when this returns it survives the process being killed.
+
+        Returns:
+            The number of transitions this writer has recorded.
+        """
+        payload = encode_transition(transition)
+        log_time = time.time_ns() if log_time_ns is None else int(log_time_ns)
+        with self._lock:
+            if self._writer is None:
+                self._open_segment()
+            head = _WAL_HEAD.pack(len(payload), zlib.crc32(struct.pack("<Q", log_time) + payload), log_time)
+            os.write(self._wal_fd, head + payload)  # one write: a record is whole or torn, never mixed
+            now = time.monotonic()
+            if now - self._last_sync >= self.config.fsync_interval_s:
+                os.fsync(self._wal_fd)
+                self._last_sync = now
+            self._writer.add_message(self._channel, log_time=log_time, data=payload, publish_time=log_time,
+                                     sequence=self._count)
+            self._count += 1
+            self.written += 1
+            if self._count >= self.config.segment_transitions or now - self._opened >= self.config.segment_seconds:
+                self._close_segment()
+            return self.written
+
+    def roll_if_due(self) -> None:
+        """Close the open segment if it is older than ``segment_seconds`` (call from a timer)."""
+        with self._lock:
+            if self._writer is not None and time.monotonic() - self._opened >= self.config.segment_seconds:
+                self._close_segment()
+
+    def _close_segment(self) -> None:
+        _finish(self._writer, self._file)
+        _fsync_dir(self.directory)
+        os.close(self._wal_fd)
+        (self.directory / f"{_PREFIX}{self._seq:06d}.wal").unlink()  # only once the MCAP is durable
+        self._writer = None
+        self._enforce_bounds()
+
+    def _enforce_bounds(self) -> None:
+        segs = _segments(self.directory)
+        open_seq = self._seq if self._writer is not None else None
+        closed = [s for s in segs if s != open_seq]
+        size = sum(p.stat().st_size for files in segs.values() for p in files.values())
+        while closed and (len(segs) > self.config.max_files or size > self.config.max_bytes):
+            seq = closed.pop(0)
+            for p in segs.pop(seq).values():
+                size -= p.stat().st_size
+                p.unlink()
+            self.dropped_segments += 1
+            LOG.warning("transition log: deleted the oldest segment %s%06d to stay within max_files=%d / "
+                        "max_bytes=%d; raise them to keep more", _PREFIX, seq, self.config.max_files,
+                        self.config.max_bytes)
+
+    def sync(self) -> None:
+        """fsync the open segment's WAL now (e.g. before a planned power-off)."""
+        with self._lock:
+            if self._writer is not None:
+                os.fsync(self._wal_fd)
+
+    def close(self) -> None:
+        """Close the open segment (finished, fsynced MCAP; WAL removed)."""
+        with self._lock:
+            if self._writer is not None:
+                self._close_segment()
+
+
+# ---- reader ---------------------------------------------------------------------------------
+def read_log(directory: str | Path) -> tuple[TransitionBatch, ReadReport]:
+    """Read every transition in ``directory`` (oldest first) without changing any file.
+
+    A segment with a WAL (its writer died) is read from the WAL, up to the last whole record; a
+    truncated MCAP without a WAL is read up to its last whole chunk. Nothing raises on a cut file:
+    the report says what was found.
+
+    Raises:
+        TransitionLogError: the directory does not exist, or transitions of different sizes are mixed.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise TransitionLogError(f"transition log directory {directory} does not exist; "
+                                 "point log_dir at the fine-tuner's log directory")
+    report = ReadReport()
+    items: list[Transition] = []
+    for seq, files in _segments(directory).items():
+        report.segments += 1
+        if "wal" in files:
+            records, torn = _read_wal(files["wal"])
+            report.from_wal += 1
+            report.torn_bytes += torn
+        else:
+            records, complete = _read_mcap(files["mcap"])
+            if complete:
+                report.complete_segments += 1
+            else:
+                report.truncated_segments += 1
+                report.problems.append(f"{files['mcap'].name} is truncated and has no WAL; read "
+                                       f"{len(records)} transitions from its whole chunks")
+        for _, payload in records:
+            try:
+                items.append(decode_transition(payload))
+            except TransitionLogError as exc:
+                report.problems.append(f"segment {seq}: {exc}")
+    report.transitions = len(items)
+    return _batch(items), report
+
+
+def _batch(items: list[Transition]) -> TransitionBatch:
+    if not items:
+        empty = np.zeros((0, 0))
+        return TransitionBatch(empty, empty, np.zeros(0), empty, np.zeros(0, bool), np.zeros(0, bool),
+                               np.zeros(0, np.int64), np.zeros(0))
+    dims = {(t.obs.size, t.action.size) for t in items}
+    if len(dims) > 1:
+        raise TransitionLogError(f"the log mixes transition sizes {sorted(dims)} (obs, action); keep one "
+                                 "robot/policy per log directory")
+    return TransitionBatch(
+        obs=np.stack([t.obs for t in items]), action=np.stack([t.action for t in items]),
+        reward=np.array([t.reward for t in items]), next_obs=np.stack([t.next_obs for t in items]),
+        terminated=np.array([t.terminated for t in items]), truncated=np.array([t.truncated for t in items]),
+        policy_version=np.array([t.policy_version for t in items], dtype=np.int64),
+        stamp=np.array([t.stamp for t in items]))
