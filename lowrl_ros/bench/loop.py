@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.segment * 2 >= 10.0:
         args.segment = min(args.segment, 4.5)  # keep a turn well inside the lowrl node's 10 s watchdog
+    load_before = os.getloadavg()  # the machine is shared: record how busy it was
     procs = {n: subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for n, c in commands.items()}
     ctx = rclpy.Context()
@@ -250,7 +251,8 @@ def run(args: argparse.Namespace) -> int:
 
     wake = idle_wake_cost(policy)
     results = {"policy": policy, "rate_hz": args.rate_hz, "seconds": args.seconds, "sim_steps": sim.steps,
-               "act_in_process": wake}
+               "act_in_process": wake, "loadavg_1min_before": load_before[0],
+               "loadavg_1min_after": os.getloadavg()[0], "cpu_count": os.cpu_count()}
     for n in NODES:
         results[n] = {**trips[n].summary(), "rss_mb_max": float(max(rss[n])), "rss_mb_last": float(rss[n][-1])}
     if final is not None:
@@ -272,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
         f"{r['late_answers']} | {r['unanswered']} | {r['rss_mb_max']:.0f} |" for n, r in ((n, results[n]) for n in NODES))
     md = (f"Policy `{policy}`; sim robot at {args.rate_hz:.0f} Hz in the bench process, each policy node in its own "
           f"process, fed in alternating {args.segment:g} s turns; {args.seconds:.0f} s measured per node after "
-          f"{args.warmup:.0f} s warm-up each.\n\n"
+          f"{args.warmup:.0f} s warm-up each. Machine load (1-min average) {results['loadavg_1min_before']:.1f} before, "
+          f"{results['loadavg_1min_after']:.1f} after, on {os.cpu_count()} cores.\n\n"
           "| node | ticks | RTT p50 ms | RTT p99 ms | RTT max ms | late (> period) | unanswered | RSS MB (max) |\n"
           "|---|---|---|---|---|---|---|---|\n" + rows + "\n\n"
           f"Ratios torch/lowrl: RTT p50 {results['ratios']['rtt_p50_torch_over_lowrl']:.2f}x, "
