@@ -185,7 +185,8 @@ def test_available_memory_is_a_lower_limit():
     m = BudgetMonitor(BudgetConfig(escalate_after=1, min_available_mb=200.0))
     s = status(m.step(0.0, {"memory_available": Reading(240.0, "psutil")}), "memory_available")
     assert s.severity == Severity.WARN and s.margin == pytest.approx(0.2)
-    assert status(m.step(0.1, {"memory_available": Reading(150.0, "psutil")}), "memory_available").severity == Severity.HARD
+    low = m.step(0.1, {"memory_available": Reading(150.0, "psutil")})
+    assert status(low, "memory_available").severity == Severity.HARD
 
 
 def test_stale_signals_are_reported_and_never_move_the_tier():

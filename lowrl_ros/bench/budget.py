@@ -142,7 +142,7 @@ STAND_IN_CODE = textwrap.dedent("""\
     tier = [0]
     node.create_subscription(UInt8, "/lowrl/compute_tier", lambda m: tier.__setitem__(0, int(m.data)), LATCHED)
     stats_pub = node.create_publisher(Float64MultiArray, "/lowrl/policy/stats", STATS)
-    cmd_pub = node.create_publisher(Float64MultiArray, cfg.get("commands", "/forward_command_controller/commands"), CONTROL)
+    cmd_pub = node.create_publisher(Float64MultiArray, cfg["commands"], CONTROL)
     lat, misses, ticks, action = [], 0, 0, np.zeros(6)
     period_us, deadline_us = cfg["period_ms"] * 1e3, cfg["deadline_ms"] * 1e3
     def tick():
@@ -185,8 +185,7 @@ class StandInPolicy:
                  nice: int = 0) -> None:
         cfg = {"period_ms": period_ms, "deadline_ms": deadline_ms, "work": work, "core": core, "commands": commands,
                "nice": nice}
-        env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-        self.proc = subprocess.Popen([sys.executable, "-c", STAND_IN_CODE, json.dumps(cfg)], env=env)
+        self.proc = subprocess.Popen([sys.executable, "-c", STAND_IN_CODE, json.dumps(cfg)], env=_env())
 
     @property
     def pid(self) -> int:
@@ -275,7 +274,7 @@ def start_monitor(params: dict[str, Any], params_file: Path | None = None) -> su
         elif isinstance(v, str):
             v = json.dumps(v)
         args += ["-p", f"{k}:={v}"]
-    return subprocess.Popen(args, env=dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"))
+    return subprocess.Popen(args, env=_env())
 
 
 # --- the benchmark ----------------------------------------------------------------------------

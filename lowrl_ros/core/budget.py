@@ -163,7 +163,8 @@ class BudgetConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown budget config key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+            raise ValueError(f"unknown budget config key(s) {', '.join(unknown)}; "
+                             f"known keys: {', '.join(sorted(known))}")
         return cls(**dict(values))
 
     def warn_level(self, hard: float, kind: str, upper: bool = True) -> float:

@@ -6,7 +6,8 @@ Every probe returns a ``Reading``; a probe that raises becomes a STALE reading i
 Temperature sources (``BudgetConfig.temperature_source``):
 
 - ``auto``: /sys/class/thermal/thermal_zone*/temp (CPU/SoC zones preferred), then
-  /sys/class/hwmon/hwmon*/temp*_input, then psutil.sensors_temperatures. Many boxes (VMs, this development machine) have none:
+  /sys/class/hwmon/hwmon*/temp*_input, then psutil.sensors_temperatures. Many boxes (VMs, this
+  development machine) have none:
   the reading is then STALE with "no sensor", never a made-up number.
 - ``file``: a path whose content is millidegrees Celsius, exactly like a sysfs thermal zone. Point
   it at a zone auto does not pick, at a file an external sensor driver writes, or (in tests) at a
@@ -46,7 +47,8 @@ def read_millidegrees(path: Path) -> float:
     try:
         return int(text) / 1000.0
     except ValueError:
-        raise ValueError(f"{path} holds {text[:40]!r}; expected integer millidegrees C like sysfs (45000 = 45 C)") from None
+        raise ValueError(f"{path} holds {text[:40]!r}; expected integer millidegrees C like sysfs "
+                         "(45000 = 45 C)") from None
 
 
 class ProcessRssProbe:
@@ -93,7 +95,8 @@ class ProcessRssProbe:
     def read(self) -> Reading:
         procs = self._by_pid() if self._pid is not None else self._by_name()
         if not procs:
-            why = "no policy pid (no fresh policy stats)" if self._pid is not None else f"no process named {self.name!r}"
+            why = ("no policy pid (no fresh policy stats)" if self._pid is not None
+                   else f"no process named {self.name!r}")
             return Reading(None, "psutil", why)
         try:
             return Reading(sum(p.memory_info().rss for p in procs) / MB, "psutil")
