@@ -34,9 +34,9 @@ class Recorder:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
-        from std_msgs.msg import Float64, Float64MultiArray
+        from std_msgs.msg import Float64, Float64MultiArray, UInt8
 
-        from lowrl_ros.ros.qos import STATS
+        from lowrl_ros.ros.qos import LATCHED, STATS
 
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
@@ -44,11 +44,13 @@ class Recorder:
         self.returns: list[float] = []
         self.latencies_us: list[float] = []
         self.stats: list[float] | None = None
+        self.tiers: list[int] = []  # from the budget monitor, when the launch file runs one
         self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
         self.node.create_subscription(Float64, "/lowrl/policy/latency_us",
                                       lambda m: self.latencies_us.append(m.data), STATS)
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats",
                                       lambda m: setattr(self, "stats", list(m.data)), STATS)
+        self.node.create_subscription(UInt8, "/lowrl/compute_tier", lambda m: self.tiers.append(m.data), LATCHED)
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
         self._stop = threading.Event()
@@ -69,6 +71,7 @@ class Recorder:
 
 def summary(rec: Recorder, seconds: float) -> str:
     from lowrl_ros.core.policy_stats import PolicyStats
+    from lowrl_ros.core.tiers import ComputeTier
 
     lines = [f"lowrl demo: Pendulum-v1 sim robot + policy node over ROS 2, {seconds:.0f} s"]
     if rec.returns:
@@ -82,7 +85,11 @@ def summary(rec: Recorder, seconds: float) -> str:
     if rec.stats is not None:
         s = PolicyStats.from_list(rec.stats)
         lines.append(f"  control ticks {int(s.ticks)}, deadline misses {int(s.deadline_misses)} "
-                     f"(deadline {s.deadline_us / 1000:.1f} ms), compute tier {int(s.tier)}")
+                     f"(deadline {s.deadline_us / 1000:.1f} ms), compute tier now {ComputeTier(int(s.tier)).label}")
+    if rec.tiers:
+        changes = sum(1 for a, b in zip(rec.tiers, rec.tiers[1:]) if a != b)
+        lines.append(f"  budget monitor: {changes} tier changes published, tiers seen: "
+                     f"{', '.join(ComputeTier(t).label for t in sorted(set(rec.tiers)))}")
     return "\n".join(lines)
 
 
