@@ -31,7 +31,8 @@ KEEP_TARGET, SIZE_TARGET = 0.97, 40.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case", action="append", default=None, metavar="ENV=TEACHER",
-                        help=f"environment and teacher (artifact, run dir or SB3 zip); repeatable (default {DEFAULT_CASES})")
+                        help="environment and teacher (artifact, run dir or SB3 zip); repeatable "
+                             f"(default {DEFAULT_CASES})")
     parser.add_argument("--students", nargs="+", default=["full:256x2@0.9", "lite:64x2@0.8", "micro:32x2@0.8"],
                         help="students NAME:WIDTHxDEPTH@SPARSITY")
     parser.add_argument("--eval-episodes", type=int, default=20, help="seeded episodes for teacher and students")
@@ -41,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--qat-student", default="micro:32x2@0.8",
                         help="student distilled twice more, without and with quantization-aware fine-tuning")
-    parser.add_argument("--qat-steps", type=int, default=1000, help="fake-quant fine-tuning steps of the QAT run (0: skip)")
+    parser.add_argument("--qat-steps", type=int, default=1000,
+                        help="fake-quant fine-tuning steps of the QAT run (0: skip)")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
     parser.add_argument("--work-dir", type=Path, default=Path("runs/bench_distill"),
                         help="where the students (artifacts, torch states) are kept")
@@ -113,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
                 "smaller_x": ratio, "nnz_weights": s.nnz,
                 "meets_return_target": s.kept >= KEEP_TARGET, "meets_size_target": ratio >= SIZE_TARGET,
                 "int8_action_error": q}
-            rows.append(f"| {env_id} | {s.spec} | {t.mean:.1f} ± {t.std:.1f} | {s.deployed.mean:.1f} ± {s.deployed.std:.1f} "
+            rows.append(f"| {env_id} | {s.spec} | {t.mean:.1f} ± {t.std:.1f} "
+                        f"| {s.deployed.mean:.1f} ± {s.deployed.std:.1f} "
                         f"| {s.kept:.1%} {'✓' if s.kept >= KEEP_TARGET else '✗'} | {teacher.state_dict_bytes} "
                         f"| {s.artifact_bytes} | {ratio:.1f}x {'✓' if ratio >= SIZE_TARGET else '✗'} | {s.nnz} "
                         f"| {s.action_error['vs_teacher_mean']:.2%} / {s.action_error['vs_teacher_max']:.1%} "

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True, help="bundle to write (.lowrl)")
     parser.add_argument("--config", default=None,
                         help="preset YAML with distill: and release: sections (config/compress_pendulum.yaml)")
-    parser.add_argument("--teacher", default=None, help="teacher of a students dir (default: the one distill.json names)")
+    parser.add_argument("--teacher", default=None,
+                        help="teacher of a students dir (default: the one distill.json names)")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where to keep the students when distilling a teacher (default: a temporary dir)")
     add_config_flags(parser, ReleaseConfig)
@@ -47,7 +48,8 @@ def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
         doc = json.loads(manifest.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{manifest}: cannot read it ({exc}); run `lowrl distill` into {students_dir} first") from None
-    teacher = load_teacher(teacher_arg or doc["teacher"].get("path", doc["teacher"]["source"]), env_id=doc.get("env_id"))
+    source = teacher_arg or doc["teacher"].get("path", doc["teacher"]["source"])
+    teacher = load_teacher(source, env_id=doc.get("env_id"))
     cands = []
     for s in doc["students"]:
         weights, contract = load_weights(students_dir / s["fp32_artifact"])

@@ -89,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
     for s in result.students:
         print(f"  {s.spec}: deployed int8 {s.deployed} -> keeps {s.kept:.1%}; {s.artifact_bytes} bytes "
               f"({teacher.state_dict_bytes / s.artifact_bytes:.0f}x smaller), {s.nnz} non-zero weights")
-    print(f"wrote {result.out_dir} ({result.report_path.name}, {result.plot_path.name if result.plot_path else 'no plot'})")
+    plot = result.plot_path.name if result.plot_path else "no plot: matplotlib is missing"
+    print(f"wrote {result.out_dir} ({result.report_path.name}, {plot})")
     return 0

@@ -22,7 +22,6 @@ in the gymnasium environment. Never only in fp32.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -32,9 +31,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, load_weights, reference_action, save_artifact
-from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, make_env
+from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, reference_action, save_artifact
+from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
 from lowrl_ros.core.quantize import clip_outliers, fake_quantize
+from lowrl_ros.core.teacher import Teacher, collect_teacher_states, load_teacher, normalise  # noqa: F401
 from lowrl_ros.core.train.networks import FusedMLP
 from lowrl_ros.core.train.sparse import METHODS, SparseMasker
 
@@ -82,7 +82,8 @@ def _f(default: Any, help_text: str) -> Any:
 class DistillConfig:
     """Everything one distillation needs; each field is also a `lowrl distill` flag."""
 
-    students: tuple[str, ...] = _f(("full:256x2@0.9", "lite:64x2@0.8"), "students NAME:WIDTHxDEPTH@SPARSITY, one per tier")
+    students: tuple[str, ...] = _f(("full:256x2@0.9", "lite:64x2@0.8"),
+                                   "students NAME:WIDTHxDEPTH@SPARSITY, one per tier")
     env_id: str = _f("", "gymnasium id to distil in (empty: the teacher contract's env_id)")
     teacher_episodes: int = _f(20, "teacher rollouts whose states start the dataset")
     teacher_noise: float = _f(0.2, "Gaussian action noise on teacher rollouts, fraction of the half action range")
@@ -144,87 +145,9 @@ class DistillConfig:
     def from_dict(cls, data: dict[str, Any]) -> "DistillConfig":
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"unknown distill keys {sorted(unknown)}; known: {[f.name for f in dataclasses.fields(cls)]}")
+            known = [f.name for f in dataclasses.fields(cls)]
+            raise ValueError(f"unknown distill keys {sorted(unknown)}; known: {known}")
         return cls(**data)
-
-
-# --- the teacher -------------------------------------------------------------------------------
-
-@dataclass
-class Teacher:
-    """A teacher actor as float weights plus its contract.
-
-    Attributes:
-        weights: the deterministic actor (normalised obs -> output activation).
-        contract: its I/O contract (students inherit it).
-        source: where it came from (path).
-        kind: "artifact", "run" (a `lowrl train` run directory) or "sb3".
-        state_dict_bytes: size of the teacher's fp32 actor ``torch.save(state_dict)``, the
-            baseline the students' artifact sizes are compared with.
-    """
-
-    weights: MlpWeights
-    contract: PolicyContract
-    source: str
-    kind: str
-    state_dict_bytes: int
-
-    def actions(self, obs: np.ndarray) -> np.ndarray:
-        """float64 actions [n, act] (the contract's reference forward pass)."""
-        return reference_action(self.weights, self.contract, np.atleast_2d(obs))
-
-    def targets(self, obs: np.ndarray) -> np.ndarray:
-        """The network output (after the output activation) the students regress onto."""
-        return self.weights.forward(normalise(self.contract, np.atleast_2d(obs)))
-
-
-def normalise(contract: PolicyContract, obs: np.ndarray) -> np.ndarray:
-    return (np.asarray(obs, np.float64) - np.array(contract.obs_offset)) * np.array(contract.obs_scale)
-
-
-def _state_dict_bytes(state: dict[str, torch.Tensor]) -> int:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return buf.getbuffer().nbytes
-
-
-def weights_state_dict(weights: MlpWeights) -> dict[str, torch.Tensor]:
-    """An ``nn.Linear``-style fp32 state_dict of the actor (what a torch user would save)."""
-    state = {}
-    for i, (w, b) in enumerate(weights.layers):
-        state[f"{i}.weight"] = torch.from_numpy(w.copy())
-        state[f"{i}.bias"] = torch.from_numpy(b.copy())
-    return state
-
-
-def load_teacher(source: str | Path, env_id: str | None = None) -> Teacher:
-    """A teacher from an fp32 (or int8, dequantised) artifact, a `lowrl train` run dir, or an SB3 zip.
-
-    Raises:
-        ValueError: the source does not exist or is none of these, with what to give instead.
-    """
-    path = Path(source)
-    if path.is_dir():
-        actor = path / "actor.onnx"  # what `lowrl train` exports (fp32)
-        if not actor.is_file():
-            raise ValueError(f"{path} is a directory without actor.onnx; give a `lowrl train` run directory "
-                             "that finished (it exports actor.onnx), an artifact or an SB3 zip")
-        weights, contract = load_weights(actor)
-        return Teacher(weights, contract, str(path), "run", _state_dict_bytes(weights_state_dict(weights)))
-    if not path.is_file():
-        raise ValueError(f"teacher {path}: no such file or directory; give an artifact (.onnx), a run directory "
-                         "or an SB3 model zip")
-    if path.suffix == ".zip":
-        from lowrl_ros.commands.import_sb3 import load_sb3, sb3_actor, sb3_contract
-
-        model, algo = load_sb3(path)
-        weights = sb3_actor(model, algo)
-        contract = sb3_contract(model, algo=algo, source=path, version=1, tier="full", env_id=env_id or None,
-                                control_period_s=None, extra={})
-        # The SB3 actor's own state_dict (latent_pi, mu, log_std): the real fp32 teacher on disk.
-        return Teacher(weights, contract, str(path), "sb3", _state_dict_bytes(model.policy.actor.state_dict()))
-    weights, contract = load_weights(path)
-    return Teacher(weights, contract, str(path), "artifact", _state_dict_bytes(weights_state_dict(weights)))
 
 
 # --- students ----------------------------------------------------------------------------------
@@ -375,35 +298,6 @@ class DistillResult:
     plot_path: Path | None = None
 
 
-def _rollouts(env_id: str, policy: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> np.ndarray:
-    env = make_env(env_id)
-    states = []
-    try:
-        for k in range(episodes):
-            obs, _ = env.reset(seed=seed + k)
-            done = False
-            while not done:
-                states.append(np.asarray(obs, np.float64))
-                obs, _, terminated, truncated, _ = env.step(policy(obs))
-                done = terminated or truncated
-    finally:
-        env.close()
-    return np.array(states)
-
-
-def collect_teacher_states(teacher: Teacher, env_id: str, episodes: int, noise: float, seed: int) -> np.ndarray:
-    """States the teacher visits, with Gaussian action noise so states just off its path are covered."""
-    c = teacher.contract
-    low, high = np.array(c.action_low), np.array(c.action_high)
-    rng = np.random.default_rng(seed)
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        a = teacher.actions(obs)[0]
-        return np.clip(a + rng.normal(0.0, noise * (high - low) / 2), low, high)
-
-    return _rollouts(env_id, act, episodes, seed + 50_000)
-
-
 def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
             contract_overrides: dict[str, Any] | None = None) -> DistillResult:
     """Distil ``teacher`` into ``cfg.students``, export each as int8 and evaluate it deployed.
@@ -464,7 +358,7 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
                     return teacher.actions(obs)[0]
                 return reference_action(w, c, obs[None])[0]
 
-            new = _rollouts(env_id, mixed, cfg.dagger_episodes, cfg.seed + 70_000 + 100 * r + 10_000 * si)
+            new = rollout_states(env_id, mixed, cfg.dagger_episodes, cfg.seed + 70_000 + 100 * r + 10_000 * si)
             states = np.concatenate([states, new])
             x = torch.as_tensor(normalise(c, states), dtype=torch.float32)
             y = torch.as_tensor(teacher.targets(states), dtype=torch.float32)
@@ -511,11 +405,13 @@ def write_report(result: DistillResult, cfg: DistillConfig, env_id: str) -> Path
     t = result.teacher
     doc = {
         "env_id": env_id,
-        "teacher": {"source": t.source, "path": str(Path(t.source).resolve()), "kind": t.kind, "state_dict_bytes": t.state_dict_bytes,
+        "teacher": {"source": t.source, "path": str(Path(t.source).resolve()), "kind": t.kind,
+                    "state_dict_bytes": t.state_dict_bytes,
                     "return_mean": result.teacher_eval.mean, "return_std": result.teacher_eval.std,
                     "returns": list(result.teacher_eval.returns), "params": t.weights.macs},
         "students": [{
-            "name": s.spec.name, "spec": str(s.spec), "int8_artifact": s.int8_path.name, "fp32_artifact": s.fp32_path.name,
+            "name": s.spec.name, "spec": str(s.spec), "int8_artifact": s.int8_path.name,
+            "fp32_artifact": s.fp32_path.name,
             "torch_state": f"{s.spec.name}.pt", "deployed_return_mean": s.deployed.mean,
             "deployed_return_std": s.deployed.std, "returns": list(s.deployed.returns), "kept_fraction": s.kept,
             "artifact_bytes": s.artifact_bytes, "nnz_weights": s.nnz, "weights": s.weights.macs,

@@ -90,6 +90,23 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int
     return EvalResult(tuple(returns), env_id, int(seed), steps)
 
 
+def rollout_states(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> np.ndarray:
+    """Observations [n, obs_dim] that ``act`` visits in ``episodes`` episodes seeded ``seed``, ``seed + 1``, ..."""
+    env = make_env(env_id)
+    states = []
+    try:
+        for k in range(int(episodes)):
+            obs, _ = env.reset(seed=int(seed) + k)
+            done = False
+            while not done:
+                states.append(np.asarray(obs, np.float64))
+                obs, _, terminated, truncated, _ = env.step(act(obs))
+                done = terminated or truncated
+    finally:
+        env.close()
+    return np.array(states)
+
+
 def kept_fraction(student: float, teacher: float) -> float:
     """How much of the teacher's return the student keeps: 1 - (teacher - student) / |teacher|.
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, reference_action, save_artifact
 from lowrl_ros.core.bundle import load_bundle, save_bundle
-from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, make_env
+from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
 from lowrl_ros.core.quantize import clip_outliers
 
 
@@ -61,10 +61,12 @@ class ReleaseConfig:
 
         need(isinstance(self.version, int) and self.version >= 1,
              f"version={self.version!r} must be an integer >= 1; give --version N")
-        need(self.parent_version is None or (isinstance(self.parent_version, int) and 1 <= self.parent_version < self.version),
-             f"parent_version={self.parent_version!r} must be >= 1 and below version={self.version} (versions only go up)")
+        parent = self.parent_version
+        need(parent is None or (isinstance(parent, int) and 1 <= parent < self.version),
+             f"parent_version={parent!r} must be >= 1 and below version={self.version} (versions only go up)")
         need(0 < self.parity_tol < 1, f"parity_tol={self.parity_tol} must be in (0, 1); the contract asks for 1e-5")
-        need(0 < self.int8_max_error <= 1, f"int8_max_error={self.int8_max_error} must be in (0, 1]; e.g. 0.05 = 5% of the range")
+        need(0 < self.int8_max_error <= 1,
+             f"int8_max_error={self.int8_max_error} must be in (0, 1]; e.g. 0.05 = 5% of the range")
         need(0 < self.return_fraction <= 1.5, f"return_fraction={self.return_fraction} must be in (0, 1.5]; e.g. 0.97")
         for name in ("probe_count", "probe_episodes", "eval_episodes"):
             need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
@@ -130,20 +132,11 @@ def probe_observations(act: Callable[[np.ndarray], np.ndarray], env_id: str, cou
     """``count`` observations from noisy rollouts of ``act``: where the policy will be asked to act."""
     rng = np.random.default_rng(seed)
     low, high = np.array(contract.action_low), np.array(contract.action_high)
-    env = make_env(env_id)
-    states = []
-    try:
-        for k in range(episodes):
-            obs, _ = env.reset(seed=seed + 90_000 + k)
-            done = False
-            while not done:
-                states.append(np.asarray(obs, np.float64))
-                a = np.clip(act(obs) + rng.normal(0, 0.2 * (high - low) / 2), low, high)
-                obs, _, terminated, truncated, _ = env.step(a)
-                done = terminated or truncated
-    finally:
-        env.close()
-    states = np.array(states)
+
+    def noisy(obs: np.ndarray) -> np.ndarray:
+        return np.clip(act(obs) + rng.normal(0, 0.2 * (high - low) / 2), low, high)
+
+    states = rollout_states(env_id, noisy, episodes, seed + 90_000)
     return states[rng.choice(len(states), size=min(count, len(states)), replace=False)]
 
 
@@ -177,15 +170,17 @@ def gate_int8(tier: str, fp32_artifact: Path, int8_artifact: Path, probes: np.nd
                       "fine-tune with quantization-aware training (--qat-steps 500), or raise --int8-max-error")
 
 
-def gate_return(tier: str, int8_artifact: Path, teacher: EvalResult, cfg: ReleaseConfig, env_id: str) -> tuple[GateResult, EvalResult]:
+def gate_return(tier: str, int8_artifact: Path, teacher: EvalResult, cfg: ReleaseConfig,
+                env_id: str) -> tuple[GateResult, EvalResult]:
     """Deployed (int8, load_artifact) return keeps ``return_fraction`` of the teacher's, same seeds."""
     deployed = evaluate(load_artifact(int8_artifact).act, env_id, cfg.eval_episodes, cfg.eval_seed)
     kept = kept_fraction(deployed.mean, teacher.mean)
-    return GateResult("deployed return vs teacher", tier, kept >= cfg.return_fraction, kept, cfg.return_fraction,
+    gate = GateResult("deployed return vs teacher", tier, kept >= cfg.return_fraction, kept, cfg.return_fraction,
                       f"int8 artifact {deployed.mean:.1f} ± {deployed.std:.1f} vs teacher {teacher.mean:.1f} "
                       f"± {teacher.std:.1f}: keeps {kept:.1%} (needs {cfg.return_fraction:.0%})",
                       "distil longer or bigger (more --dagger-rounds, --bc-steps, a wider student or lower "
-                      "sparsity), or lower --return-fraction if this tier is meant to trade return for compute"), deployed
+                      "sparsity), or lower --return-fraction if this tier is meant to trade return for compute")
+    return gate, deployed
 
 
 def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: PolicyContract,
@@ -291,14 +286,17 @@ def write_reports(report: ReleaseReport, cfg: ReleaseConfig, env_id: str) -> tup
              f"- teacher return (fp32): {t.mean:.1f} ± {t.std:.1f} over {len(t.returns)} episodes" if t else "", "",
              "| tier | gate | result | measured | threshold |", "|---|---|---|---|---|"]
     for g in report.gates:
-        lines.append(f"| {g.tier} | {g.gate} | {'pass' if g.passed else '**FAIL**'} | {g.measured:.3g} | {g.threshold:.3g} |")
-    lines += ["", "| tier | bytes | MACs | non-zero weights | sparsity | deployed return |", "|---|---|---|---|---|---|"]
+        verdict = "pass" if g.passed else "**FAIL**"
+        lines.append(f"| {g.tier} | {g.gate} | {verdict} | {g.measured:.3g} | {g.threshold:.3g} |")
+    lines += ["", "| tier | bytes | MACs | non-zero weights | sparsity | deployed return |",
+              "|---|---|---|---|---|---|"]
     for name, info in report.tiers.items():
         ret = "not run" if info["deployed_return_mean"] is None else \
             f"{info['deployed_return_mean']:.1f} ± {info['deployed_return_std']:.1f}"
         lines.append(f"| {name} | {info['bytes']} | {info['macs']} | {info['nnz_weights']} | "
                      f"{info['sparsity']:.1%} | {ret} |")
     if report.failures:
-        lines += ["", "## Why it stopped", ""] + [f"- {g.tier}, {g.gate}: {g.detail}. Fix: {g.fix}" for g in report.failures]
+        lines += ["", "## Why it stopped", ""]
+        lines += [f"- {g.tier}, {g.gate}: {g.detail}. Fix: {g.fix}" for g in report.failures]
     md_path.write_text("\n".join(lines) + "\n")
     return json_path, md_path
