@@ -1,0 +1,483 @@
+"""On-robot fine-tuning: the fine-tune kit, the learner, versions, and the rollback rule (no ROS).
+
+The one on-robot module that imports torch (the fine-tuner process runs under a memory cap; the
+policy node and the budget monitor never import this). It reuses the trainer's SAC/TD3 agents,
+replay buffer and masks (lowrl_ros/core/train/) instead of re-implementing them.
+
+Fine-tune kit (a directory, see docs/finetune.md)::
+
+    kit.json   {"format": "lowrl.finetune_kit", "format_version": 1, "train_config": {...TrainConfig},
+                "obs_dim", "action_dim", "contract": {...PolicyContract of the deployed actor}}
+    agent.pt   fp32 actor, twin critics and their targets, the RLx2 masks (SAC: log alpha) —
+               no optimizer state (fine-tuning starts Adam afresh at its own learning rate)
+
+Fine-tuning keeps every mask fixed (the agent is rebuilt with the "static" method: masked weights
+stay exactly zero, no drop/grow on the robot), so each published version has the sparsity the
+deployed policy was compressed to.
+
+Versions and rollback (:class:`VersionTracker`): every ``version_every_updates`` updates the actor
+is quantized to an int8 artifact with ``version = highest + 1`` and ``parent_version = running``.
+A version is judged on the first ``eval_episodes`` episodes it runs: the best judged version is
+kept; a version whose mean return is more than ``rollback_margin`` below the best one's, or a
+safety trip (non-finite weights, a rejected swap, a return below ``min_return``), rolls back to the
+best version (its artifact is re-deployed and the learner restarts from its fp32 weights).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lowrl_ros.core.artifact import PolicyContract, load_weights, save_artifact
+from lowrl_ros.core.train.checkpoint import load_checkpoint
+from lowrl_ros.core.train.config import TrainConfig
+from lowrl_ros.core.train.export import actor_weights
+from lowrl_ros.core.train.loop import make_agent
+from lowrl_ros.core.train.replay import ReplayBuffer
+from lowrl_ros.core.transition_log import TransitionBatch
+
+KIT_FORMAT = "lowrl.finetune_kit"
+KIT_FORMAT_VERSION = 1
+_AGENT_KEYS = ("actor", "critic", "critic_target", "actor_target", "actor_masker", "critic_masker", "log_alpha")
+
+
+# ---- kit ------------------------------------------------------------------------------------
+@dataclass
+class FineTuneKit:
+    """What the robot needs to continue training a deployed policy."""
+
+    train_config: TrainConfig
+    contract: PolicyContract
+    agent_state: dict[str, Any]
+    path: Path | None = None
+
+    @property
+    def obs_dim(self) -> int:
+        return self.contract.obs_dim
+
+    @property
+    def action_dim(self) -> int:
+        return self.contract.action_dim
+
+
+def write_kit_from_agent(agent, contract: PolicyContract, kit_dir: str | Path) -> Path:
+    """Write a kit for ``agent`` (an OffPolicyAgent) whose deployed actor has ``contract``."""
+    kit_dir = Path(kit_dir)
+    kit_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v for k, v in agent.state_dict().items() if k in _AGENT_KEYS}
+    tmp = kit_dir / "agent.pt.tmp"
+    torch.save(state, tmp)
+    tmp.replace(kit_dir / "agent.pt")
+    meta = {"format": KIT_FORMAT, "format_version": KIT_FORMAT_VERSION,
+            "train_config": agent.cfg.to_dict(), "obs_dim": agent.obs_dim, "action_dim": agent.act_dim,
+            "contract": contract.to_dict()}
+    tmp = kit_dir / "kit.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, default=float))
+    tmp.replace(kit_dir / "kit.json")  # written last: a kit.json means the kit is whole
+    return kit_dir
+
+
+def write_kit(run_dir: str | Path, kit_dir: str | Path, artifact: str | Path | None = None) -> Path:
+    """Write a fine-tune kit from a `lowrl train` run directory.
+
+    Args:
+        run_dir: holds ``checkpoint.pt`` and ``actor.onnx`` (what `lowrl train` writes).
+        kit_dir: destination directory (created).
+        artifact: the deployed artifact whose contract (version, scaling) the kit carries;
+            default ``run_dir/actor.onnx``.
+    """
+    run_dir = Path(run_dir)
+    artifact = Path(artifact) if artifact else run_dir / "actor.onnx"
+    if not artifact.is_file():
+        raise ValueError(f"{artifact} does not exist; give the artifact the robot runs (lowrl train writes "
+                         "RUN_DIR/actor.onnx)")
+    state = load_checkpoint(run_dir)
+    cfg = TrainConfig.from_dict(state["config"])
+    _, contract = load_weights(artifact)
+    agent = make_agent(cfg, contract.obs_dim, contract.action_dim)
+    agent.load_state_dict(state["agent"])
+    return write_kit_from_agent(agent, contract, kit_dir)
+
+
+def load_kit(kit_dir: str | Path) -> FineTuneKit:
+    """Load and check a kit directory; ValueError saying what is wrong and how to fix it."""
+    kit_dir = Path(kit_dir)
+    meta_path, agent_path = kit_dir / "kit.json", kit_dir / "agent.pt"
+    if not meta_path.is_file() or not agent_path.is_file():
+        raise ValueError(f"{kit_dir} is not a fine-tune kit (needs kit.json and agent.pt); write one with "
+                         "lowrl_ros.core.finetune.write_kit(RUN_DIR, KIT_DIR)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format") != KIT_FORMAT or meta.get("format_version") != KIT_FORMAT_VERSION:
+        raise ValueError(f"{meta_path}: format {meta.get('format')!r} v{meta.get('format_version')!r} is not "
+                         f"{KIT_FORMAT} v{KIT_FORMAT_VERSION}; re-write the kit with this version of lowrl_ros")
+    cfg = TrainConfig.from_dict(meta["train_config"])
+    contract = PolicyContract.from_dict(meta["contract"])
+    if (contract.obs_dim, contract.action_dim) != (meta["obs_dim"], meta["action_dim"]):
+        raise ValueError(f"{meta_path}: the contract is {contract.obs_dim}->{contract.action_dim} but the kit says "
+                         f"{meta['obs_dim']}->{meta['action_dim']}; re-write the kit")
+    # weights_only=False: tensors plus plain ints; the kit is our own file, checked by the trainer's HMAC stream.
+    state = torch.load(agent_path, map_location="cpu", weights_only=False)
+    missing = [k for k in ("actor", "critic", "critic_target") if k not in state]
+    if missing:
+        raise ValueError(f"{agent_path} lacks {missing}; re-write the kit")
+    return FineTuneKit(cfg, contract, state, kit_dir)
+
+
+# ---- config ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FineTuneConfig:
+    """How the robot fine-tunes (one line per field; the node's parameters map onto these).
+
+    Attributes:
+        lr: Adam learning rate (smaller than off-board training: the policy is already good).
+        batch_size: minibatch size of each update.
+        buffer_size: replay capacity (transitions in memory; the log on disk keeps everything).
+        min_transitions: updates start once the buffer holds this many.
+        updates_per_transition: at most this many updates per transition recorded (update-to-data cap).
+        version_every_updates: N: updates between new versions.
+        eval_episodes: episodes a version runs before it is judged.
+        rollback_margin: roll back when a version's mean return is this much below the best (return units).
+        min_return: a safety floor: any episode below it trips a rollback (nan: off).
+        seed: seed of replay sampling and of the networks' noise.
+        threads: torch threads of the learner (1 leaves the other core to control).
+    """
+
+    lr: float = 1e-4
+    batch_size: int = 128
+    buffer_size: int = 50_000
+    min_transitions: int = 400
+    updates_per_transition: float = 1.0
+    version_every_updates: int = 1000
+    eval_episodes: int = 3
+    rollback_margin: float = 150.0
+    min_return: float = math.nan
+    seed: int = 0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"FineTuneConfig: {msg}")
+
+        need(self.lr > 0, f"lr={self.lr} must be > 0 (e.g. 1e-4)")
+        for name in ("batch_size", "buffer_size", "min_transitions", "version_every_updates", "eval_episodes",
+                     "threads"):
+            need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
+        need(self.min_transitions <= self.buffer_size,
+             f"min_transitions={self.min_transitions} exceeds buffer_size={self.buffer_size}; lower it")
+        need(self.updates_per_transition > 0, f"updates_per_transition={self.updates_per_transition} must be > 0")
+        need(self.rollback_margin >= 0, f"rollback_margin={self.rollback_margin} must be >= 0 (return units)")
+        need(self.seed >= 0, f"seed={self.seed} must be >= 0")
+
+
+# ---- versions and the rollback rule ---------------------------------------------------------
+@dataclass
+class VersionRecord:
+    """One policy version the fine-tuner knows (the base, or one it made)."""
+
+    version: int
+    parent_version: int | None
+    path: str
+    updates: int = 0  # learner updates when it was made
+    created: float = field(default_factory=time.time)
+    returns: list[float] = field(default_factory=list)  # episodes run while it was deployed
+    status: str = "candidate"  # candidate -> good | rejected
+
+    def score(self, n: int) -> float | None:
+        """Mean return of its first ``n`` episodes, once it has them."""
+        return float(np.mean(self.returns[:n])) if len(self.returns) >= n else None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the tracker tells the caller to do after an event."""
+
+    action: str  # "none" | "rollback" | "pause"
+    target: VersionRecord | None = None
+    reason: str = ""
+
+
+class VersionTracker:
+    """Keeps the best version by return and decides rollbacks (no torch; plain numbers).
+
+    Args:
+        eval_episodes: episodes a version runs before it is judged.
+        rollback_margin: a judged version more than this below the best one rolls back.
+        min_return: an episode below this trips a rollback at once (nan: off).
+    """
+
+    def __init__(self, eval_episodes: int, rollback_margin: float, min_return: float = math.nan) -> None:
+        self.eval_episodes = int(eval_episodes)
+        self.rollback_margin = float(rollback_margin)
+        self.min_return = float(min_return)
+        self.versions: dict[int, VersionRecord] = {}
+        self.current: int | None = None
+        self.best: int | None = None
+
+    def add(self, record: VersionRecord, *, deployed: bool = True) -> None:
+        self.versions[record.version] = record
+        if deployed:
+            self.current = record.version
+
+    @property
+    def next_version(self) -> int:
+        return max(self.versions) + 1 if self.versions else 1
+
+    def judged(self) -> bool:
+        """True when the running version has its score (a new one may replace it)."""
+        rec = self.versions.get(self.current)
+        return rec is not None and rec.status != "candidate"
+
+    def on_episode(self, version: int, ret: float) -> Decision:
+        """Count an episode's return for ``version`` (ignored unless it is the running one)."""
+        rec = self.versions.get(version)
+        if rec is None or version != self.current or not math.isfinite(ret):
+            return Decision("none")
+        rec.returns.append(float(ret))
+        if not math.isnan(self.min_return) and ret < self.min_return:
+            return self.on_safety_trip(f"episode return {ret:.1f} below min_return {self.min_return:.1f}")
+        score = rec.score(self.eval_episodes)
+        if score is None or rec.status != "candidate":
+            return Decision("none")
+        best = self.versions.get(self.best)
+        if best is None or score >= best.score(self.eval_episodes):
+            rec.status = "good"
+            self.best = version
+            return Decision("none", rec, f"v{version} is the best so far ({score:.1f})")
+        best_score = best.score(self.eval_episodes)
+        if score < best_score - self.rollback_margin:
+            rec.status = "rejected"
+            self.current = best.version
+            return Decision("rollback", best, f"v{version} returned {score:.1f}, more than "
+                                              f"{self.rollback_margin:g} below v{best.version}'s {best_score:.1f}")
+        rec.status = "good"  # within the margin: kept running, not the best
+        return Decision("none", rec, f"v{version} returned {score:.1f} (best v{best.version}: {best_score:.1f})")
+
+    def on_safety_trip(self, reason: str) -> Decision:
+        """A safety limit tripped on the running version: roll back to the best, or pause if it is the best."""
+        rec = self.versions.get(self.current)
+        if rec is not None and self.best is not None and rec.version != self.best:
+            rec.status = "rejected"
+            self.current = self.best
+            return Decision("rollback", self.versions[self.best], f"safety: {reason}")
+        return Decision("pause", rec, f"safety: {reason} (no better version to roll back to)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"current": self.current, "best": self.best,
+                "versions": [dataclasses.asdict(r) for r in self.versions.values()]}
+
+    def load_dict(self, data: dict[str, Any]) -> None:
+        self.versions = {int(r["version"]): VersionRecord(**r) for r in data["versions"]}
+        self.current, self.best = data["current"], data["best"]
+
+
+# ---- the learner ----------------------------------------------------------------------------
+class FineTuner:
+    """SAC/TD3 updates on a bounded buffer, keeping the kit's masks; versions and rollbacks.
+
+    Args:
+        kit: the fine-tune kit.
+        config: fine-tuning settings.
+        out_dir: where versions (``versions/v000002.onnx``), ``versions.json`` and ``learner.pt`` go.
+        base_path: the artifact the robot runs now (the rollback target before any version is good).
+        base_version: its version (default: the kit contract's).
+
+    A directory that already holds ``learner.pt`` and ``versions.json`` is resumed: learner weights,
+    counters and the version history come back; the replay buffer is refilled by the caller from
+    the transition log (:meth:`add_batch`).
+    """
+
+    def __init__(self, kit: FineTuneKit, config: FineTuneConfig, out_dir: str | Path, base_path: str = "",
+                 base_version: int | None = None) -> None:
+        self.kit, self.config = kit, config
+        self.out_dir = Path(out_dir)
+        (self.out_dir / "versions").mkdir(parents=True, exist_ok=True)
+        torch.set_num_threads(config.threads)
+        cfg = kit.train_config
+        # "static": the masks never change on the robot (no drop/grow), but still gate every step.
+        self.agent_config = cfg.replace(variant="static" if cfg.sparse else cfg.variant, lr=config.lr,
+                                        batch_size=config.batch_size, seed=config.seed)
+        self.agent = make_agent(self.agent_config, kit.obs_dim, kit.action_dim)
+        self._load_agent(kit.agent_state)
+        c = kit.contract
+        self._offset, self._scale = np.asarray(c.obs_offset), np.asarray(c.obs_scale)
+        self._low, self._high = np.asarray(c.action_low), np.asarray(c.action_high)
+        self.buffer = ReplayBuffer(kit.obs_dim, kit.action_dim, config.buffer_size)
+        self.rng = np.random.default_rng(config.seed)
+        self.updates = 0
+        self.transitions_seen = 0
+        self._last_version_updates = 0
+        self.tracker = VersionTracker(config.eval_episodes, config.rollback_margin, config.min_return)
+        # fp32 learner state of each version at the time it was made, kept for the running and the
+        # best version only (a rollback restarts the learner from what the robot proved).
+        self._states: dict[int, dict[str, Any]] = {}
+        if not self._resume():
+            base = base_version if base_version is not None else c.version
+            self.tracker.add(VersionRecord(base, c.parent_version, str(base_path), status="candidate"))
+            self._states[base] = self._snapshot()
+
+    # -- state --
+    def _load_agent(self, state: dict[str, Any]) -> None:
+        a = self.agent
+        a.actor.load_state_dict(state["actor"])
+        a.critic.load_state_dict(state["critic"])
+        a.critic_target.load_state_dict(state["critic_target"])
+        if getattr(a, "actor_target", None) is not None and "actor_target" in state:
+            a.actor_target.load_state_dict(state["actor_target"])
+        for name in ("actor_masker", "critic_masker"):
+            masker = getattr(a, name)
+            if masker is not None:
+                if name not in state:
+                    raise ValueError(f"the kit has no {name} but its config is sparse; re-write the kit")
+                masker.load_state_dict(state[name])
+                masker.apply_to_weights()
+        if "log_alpha" in state and hasattr(a, "log_alpha"):
+            with torch.no_grad():
+                a.log_alpha.copy_(state["log_alpha"])
+        a.polyak_masks_only()
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {k: v for k, v in _clone(self.agent.state_dict()).items() if k in _AGENT_KEYS}
+
+    def _resume(self) -> bool:
+        learner, versions = self.out_dir / "learner.pt", self.out_dir / "versions.json"
+        if not (learner.is_file() and versions.is_file()):
+            return False
+        state = torch.load(learner, map_location="cpu", weights_only=False)
+        self.agent.load_state_dict(state["agent"])
+        self._states = state["states"]
+        self.updates, self._last_version_updates = state["updates"], state["last_version_updates"]
+        self.transitions_seen = state["transitions_seen"]
+        self.rng.bit_generator.state = state["rng"]
+        self.tracker.load_dict(json.loads(versions.read_text()))
+        return True
+
+    def save(self) -> None:
+        """Write ``learner.pt`` and ``versions.json`` atomically (resume point)."""
+        state = {"agent": self.agent.state_dict(), "states": self._states, "updates": self.updates,
+                 "last_version_updates": self._last_version_updates, "transitions_seen": self.transitions_seen,
+                 "rng": self.rng.bit_generator.state}
+        tmp = self.out_dir / "learner.pt.tmp"
+        torch.save(state, tmp)
+        tmp.replace(self.out_dir / "learner.pt")
+        tmp = self.out_dir / "versions.json.tmp"
+        tmp.write_text(json.dumps(self.tracker.to_dict(), indent=1))
+        tmp.replace(self.out_dir / "versions.json")
+
+    # -- data --
+    def _norm_obs(self, obs: np.ndarray) -> np.ndarray:
+        return (np.asarray(obs, dtype=np.float64) - self._offset) * self._scale
+
+    def _norm_action(self, action: np.ndarray) -> np.ndarray:
+        a = 2.0 * (np.asarray(action, dtype=np.float64) - self._low) / (self._high - self._low) - 1.0
+        return np.clip(a, -1.0, 1.0)
+
+    def add(self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool) -> bool:
+        """Add one recorded transition (robot units); returns False when it is not trained on.
+
+        A truncated transition is kept in the log but not trained on: on a robot its next
+        observation is the first one of the new episode, not the state the time limit cut.
+        """
+        self.transitions_seen += 1
+        if truncated and not terminated:
+            return False
+        if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(next_obs)) and np.all(np.isfinite(action))
+                and math.isfinite(reward)):
+            return False
+        a = self._norm_action(action)
+        self.buffer.add(self._norm_obs(obs), a, float(reward), self._norm_obs(next_obs), bool(terminated),
+                        False, a)
+        return True
+
+    def add_batch(self, batch: TransitionBatch) -> int:
+        """Add every transition of a log read (resume); returns how many were trained on."""
+        used = 0
+        for i in range(len(batch)):
+            used += self.add(batch.obs[i], batch.action[i], batch.reward[i], batch.next_obs[i],
+                             bool(batch.terminated[i]), bool(batch.truncated[i]))
+        return used
+
+    # -- learning --
+    def can_update(self) -> bool:
+        """Enough data, and under the update-to-data cap."""
+        return (len(self.buffer) >= self.config.min_transitions
+                and self.updates < self.config.updates_per_transition * self.transitions_seen)
+
+    def update(self, n: int = 1) -> int:
+        """Run up to ``n`` updates (fewer when the cap is reached); returns how many ran."""
+        done = 0
+        while done < n and self.can_update():
+            self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, 1, self.agent_config.gamma))
+            self.updates += 1
+            done += 1
+        return done
+
+    def weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.agent.actor.parameters()) and \
+            all(bool(torch.isfinite(p).all()) for p in self.agent.critic.parameters())
+
+    def version_due(self) -> bool:
+        """N updates since the last version, and the running version has been judged."""
+        return (self.updates - self._last_version_updates >= self.config.version_every_updates
+                and self.tracker.judged())
+
+    def make_version(self) -> VersionRecord:
+        """Quantize the actor to an int8 artifact as the next version (parent: the running one)."""
+        if not self.weights_finite():
+            raise ValueError("the learner's weights are not finite; roll back instead of publishing")
+        version = self.tracker.next_version
+        parent = self.tracker.current
+        provenance = dict(self.kit.contract.provenance)
+        provenance.update({"tool": "lowrl finetune", "updates": str(self.updates),
+                           "transitions": str(self.transitions_seen), "parent": str(parent)})
+        contract = dataclasses.replace(self.kit.contract, version=version, parent_version=parent,
+                                       provenance=provenance)
+        path = save_artifact(self.out_dir / "versions" / f"v{version:06d}.onnx", actor_weights(self.agent),
+                             contract, int8=True)
+        record = VersionRecord(version, parent, str(path), updates=self.updates)
+        self.tracker.add(record)
+        self._states[version] = self._snapshot()
+        self._prune_states()
+        self._last_version_updates = self.updates
+        self.save()
+        return record
+
+    def on_episode(self, version: int, ret: float) -> Decision:
+        """Count an episode; on a new best keep its fp32 weights, on a rollback restore them."""
+        decision = self.tracker.on_episode(version, ret)
+        self._apply(decision)
+        return decision
+
+    def on_safety_trip(self, reason: str) -> Decision:
+        decision = self.tracker.on_safety_trip(reason)
+        self._apply(decision)
+        return decision
+
+    def _apply(self, decision: Decision) -> None:
+        if decision.action == "rollback":
+            self._load_agent(self._states[decision.target.version])
+            self._last_version_updates = self.updates  # the next version comes N updates after the restore
+        if decision.target is not None or decision.action != "none":
+            self._prune_states()
+            self.save()
+
+    def _prune_states(self) -> None:
+        keep = {self.tracker.current, self.tracker.best}
+        self._states = {v: s for v, s in self._states.items() if v in keep}
+
+
+def _clone(state: Any) -> Any:
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {k: _clone(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_clone(v) for v in state]
+    return state

@@ -1,0 +1,234 @@
+"""Fine-tuning core: kit round trip, masks kept, versions every N updates (int8, parent set), rollback rule."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lowrl_ros.core.artifact import load_artifact, parse_artifact, read_artifact_bytes
+from lowrl_ros.core.finetune import (
+    FineTuneConfig, FineTuner, VersionRecord, VersionTracker, load_kit, write_kit,
+)
+from lowrl_ros.core.train.checkpoint import load_checkpoint
+from lowrl_ros.core.train.config import TrainConfig
+from lowrl_ros.core.train.export import export_actor
+from lowrl_ros.core.train.loop import Trainer
+from lowrl_ros.core.transition_log import Transition, TransitionLogWriter, read_log
+
+TINY = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,
+            mask_interval=20, buffer_min=150, buffer_check_size=64, buffer_check_interval=100, checkpoint_interval=0,
+            progress=False, variant="rlx2", actor_sparsity=0.8, critic_sparsity=0.7)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A real (tiny) `lowrl train` run: checkpoint.pt + actor.onnx, as the CLI leaves them."""
+    d = tmp_path_factory.mktemp("run")
+    trainer = Trainer(TrainConfig(**TINY), d)
+    result = trainer.run()
+    export_actor(trainer.agent, trainer.env, d, result.env_steps)
+    return d
+
+
+@pytest.fixture(scope="module")
+def kit_dir(run_dir, tmp_path_factory) -> Path:
+    return write_kit(run_dir, tmp_path_factory.mktemp("kit"))
+
+
+def pendulum_transitions(n: int, seed: int = 0):
+    import gymnasium as gym
+
+    env = gym.make("Pendulum-v1")
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        a = rng.uniform(-2, 2, 1)
+        nxt, r, term, trunc, _ = env.step(a)
+        out.append((obs, a, float(r), nxt, term, trunc))
+        obs = env.reset()[0] if term or trunc else nxt
+    return out
+
+
+def tuner(kit_dir, out_dir, **kw) -> FineTuner:
+    cfg = FineTuneConfig(**{**dict(min_transitions=64, batch_size=32, version_every_updates=25, eval_episodes=2,
+                                   rollback_margin=50.0), **kw})
+    return FineTuner(load_kit(kit_dir), cfg, out_dir, base_path="base.onnx")
+
+
+def test_kit_round_trip(run_dir, kit_dir):
+    kit = load_kit(kit_dir)
+    state = load_checkpoint(run_dir)
+    assert kit.train_config.to_dict().keys() == state["config"].keys()
+    assert str(kit.train_config.to_dict()) == str(TrainConfig.from_dict(state["config"]).to_dict())  # nan != nan
+    assert kit.contract.obs_dim == 3 and kit.contract.action_dim == 1 and kit.contract.version == 1
+    for key in ("actor", "critic", "critic_target"):
+        for name, tensor in state["agent"][key].items():
+            assert torch.equal(kit.agent_state[key][name], tensor), (key, name)
+    for key in ("actor_masker", "critic_masker"):
+        for a, b in zip(kit.agent_state[key]["masks"], state["agent"][key]["masks"]):
+            assert torch.equal(a, b)
+    assert "actor_opt" not in kit.agent_state  # the kit carries weights and masks, not optimizer state
+    # The learner rebuilt from the kit acts exactly like the deployed fp32 artifact.
+    ft = FineTuner(kit, FineTuneConfig(), kit_dir.parent / "ft_roundtrip")
+    policy = load_artifact(run_dir / "actor.onnx", engine="numpy")
+    obs = np.array([0.3, -0.9, 1.2])
+    expected = policy.act(obs)
+    got = -2.0 + (ft.agent.deterministic(obs) + 1.0) * 2.0  # normalised [-1, 1] -> [-2, 2]
+    assert np.allclose(got, expected, atol=1e-4)
+
+
+def test_bad_kits_are_rejected_with_the_fix(kit_dir, tmp_path):
+    with pytest.raises(ValueError, match="not a fine-tune kit"):
+        load_kit(tmp_path)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "agent.pt").write_bytes((kit_dir / "agent.pt").read_bytes())
+    meta = json.loads((kit_dir / "kit.json").read_text())
+    (bad / "kit.json").write_text(json.dumps({**meta, "format_version": 99}))
+    with pytest.raises(ValueError, match="re-write the kit"):
+        load_kit(bad)
+    with pytest.raises(ValueError, match="does not exist"):
+        write_kit(tmp_path, tmp_path / "k")
+
+
+def test_updates_keep_masked_weights_at_zero(kit_dir, tmp_path):
+    kit = load_kit(kit_dir)
+    ft = tuner(kit_dir, tmp_path)
+    for t in pendulum_transitions(300):
+        ft.add(*t)
+    before = [w.detach().clone() for w in ft.agent.actor_net.weights]
+    assert ft.update(150) == 150
+    for net, key in ((ft.agent.actor_net, "actor_masker"), (ft.agent.critic_net, "critic_masker")):
+        for w, mask in zip(net.weights, kit.agent_state[key]["masks"]):
+            assert torch.all(w[mask == 0] == 0)  # masked: exactly zero
+    masks = ft.agent.actor_masker.masks
+    assert all(torch.equal(a, b) for a, b in zip(masks, kit.agent_state["actor_masker"]["masks"]))  # no drop/grow
+    moved = sum(int((w != b).sum()) for w, b in zip(ft.agent.actor_net.weights, before))
+    assert moved > 0  # and the active weights did learn
+    assert ft.weights_finite()
+
+
+def test_update_to_data_cap_and_truncated_not_trained(kit_dir, tmp_path):
+    ft = tuner(kit_dir, tmp_path, updates_per_transition=0.5)
+    data = pendulum_transitions(400)  # Pendulum episodes are 200 steps: 2 truncated transitions
+    used = sum(ft.add(*t) for t in data)
+    assert used == 398 and len(ft.buffer) == 398
+    assert ft.update(10_000) == 200  # 0.5 updates per transition recorded
+    assert not ft.can_update()
+
+
+def test_a_version_every_n_updates_is_an_int8_artifact_with_parent(kit_dir, tmp_path):
+    ft = tuner(kit_dir, tmp_path)
+    for t in pendulum_transitions(300):
+        ft.add(*t)
+    ft.update(30)
+    assert not ft.version_due()  # 30 updates, but the running base version has not been judged yet
+    ft.on_episode(1, -300.0)
+    ft.on_episode(1, -320.0)
+    assert ft.tracker.best == 1 and ft.version_due()
+    v2 = ft.make_version()
+    assert (v2.version, v2.parent_version) == (2, 1) and not ft.version_due()
+    ft.update(24)
+    ft.on_episode(2, -250.0)
+    ft.on_episode(2, -260.0)
+    assert not ft.version_due()  # 24 < N = 25 updates since v2
+    ft.update(1)
+    assert ft.version_due()
+    v3 = ft.make_version()
+    assert (v3.version, v3.parent_version) == (3, 2)
+    parsed = parse_artifact(read_artifact_bytes(v3.path), v3.path)
+    assert parsed.contract.version == 3 and parsed.contract.parent_version == 2
+    assert all(layer.dtype == "int8" for layer in parsed.layers)
+    assert parsed.contract.provenance["tool"] == "lowrl finetune"
+    policy = load_artifact(v3.path)  # validates and warms up, as the policy node will
+    assert np.all(np.abs(policy.act(np.array([1.0, 0.0, 0.0]))) <= 2.0)
+    # Masked actor weights are zero in the artifact too (int8 keeps exact zeros).
+    mask0 = ft.agent.actor_masker.masks[0][0].T.numpy()
+    assert np.all(parsed.weights().layers[0][0][mask0 == 0] == 0)
+    assert json.loads((tmp_path / "versions.json").read_text())["current"] == 3
+
+
+def test_rollback_rule_with_scripted_returns():
+    tr = VersionTracker(eval_episodes=2, rollback_margin=50.0, min_return=-1000.0)
+    tr.add(VersionRecord(1, None, "base.onnx"))
+    assert tr.on_episode(1, -200.0).action == "none" and tr.best is None  # one episode: not judged
+    tr.on_episode(1, -220.0)
+    assert tr.best == 1 and tr.judged()
+    tr.add(VersionRecord(2, 1, "v2.onnx"))
+    tr.on_episode(2, -150.0)
+    tr.on_episode(2, -170.0)
+    assert tr.best == 2  # -160 beats -210
+    tr.add(VersionRecord(3, 2, "v3.onnx"))
+    tr.on_episode(3, -190.0)
+    d = tr.on_episode(3, -200.0)  # -195: worse than -160 but within the margin of 50
+    assert d.action == "none" and tr.current == 3 and tr.best == 2 and tr.versions[3].status == "good"
+    tr.add(VersionRecord(4, 3, "v4.onnx"))
+    tr.on_episode(4, -230.0)
+    d = tr.on_episode(4, -250.0)  # -240 < -160 - 50: roll back to the best
+    assert d.action == "rollback" and d.target.version == 2 and d.target.path == "v2.onnx"
+    assert tr.current == 2 and tr.versions[4].status == "rejected"
+    assert tr.on_episode(4, -100.0).action == "none" and tr.versions[4].returns == [-230.0, -250.0]  # stale
+    tr.add(VersionRecord(5, 2, "v5.onnx"))
+    d = tr.on_episode(5, -5000.0)  # a safety floor trips at once
+    assert d.action == "rollback" and d.target.version == 2 and "min_return" in d.reason
+    d = tr.on_safety_trip("NaN weights")  # the best itself is running: nothing better, pause
+    assert d.action == "pause" and tr.current == 2
+    assert tr.next_version == 6
+    copy = VersionTracker(2, 50.0)
+    copy.load_dict(json.loads(json.dumps(tr.to_dict())))
+    assert copy.best == 2 and copy.current == 2 and copy.versions[4].status == "rejected"
+
+
+def test_rollback_restores_the_best_learner_and_resume_continues(kit_dir, tmp_path):
+    ft = tuner(kit_dir, tmp_path)
+    for t in pendulum_transitions(300):
+        ft.add(*t)
+    ft.update(25)
+    ft.on_episode(1, -300.0)
+    ft.on_episode(1, -300.0)
+    ft.make_version()  # v2
+    v2_actor = [w.detach().clone() for w in ft.agent.actor_net.weights]
+    ft.on_episode(2, -200.0)
+    ft.on_episode(2, -200.0)
+    assert ft.tracker.best == 2
+    ft.update(25)
+    ft.make_version()  # v3
+    ft.update(25)
+    assert not all(torch.equal(a, b) for a, b in zip(ft.agent.actor_net.weights, v2_actor))
+    ft.on_episode(3, -400.0)
+    d = ft.on_episode(3, -400.0)
+    assert d.action == "rollback" and d.target.version == 2
+    assert all(torch.equal(a, b) for a, b in zip(ft.agent.actor_net.weights, v2_actor))
+    # Resume: a new FineTuner on the same directory continues the history and the counters.
+    again = tuner(kit_dir, tmp_path)
+    assert again.updates == ft.updates and again.tracker.current == 2 and again.tracker.best == 2
+    assert again.tracker.next_version == 4
+    assert all(torch.equal(a, b) for a, b in zip(again.agent.actor_net.weights, v2_actor))
+
+
+def test_resume_refills_the_buffer_from_the_log(kit_dir, tmp_path):
+    writer = TransitionLogWriter(tmp_path / "log")
+    for i, (o, a, r, n, te, tr) in enumerate(pendulum_transitions(250)):
+        writer.append(Transition(o, a, r, n, te, tr, 1, float(i)))
+    writer.close()
+    batch, report = read_log(tmp_path / "log")
+    ft = tuner(kit_dir, tmp_path / "ft")
+    assert ft.add_batch(batch) == 249 and ft.transitions_seen == 250  # one truncation at step 200
+    assert np.allclose(ft.buffer.obs[0], batch.obs[0]) and ft.buffer.action[0, 0] == pytest.approx(batch.action[0, 0] / 2)
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=0.0), dict(batch_size=0), dict(min_transitions=10, buffer_size=5),
+                                    dict(updates_per_transition=0.0), dict(rollback_margin=-1.0),
+                                    dict(version_every_updates=0)])
+def test_config_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError, match="FineTuneConfig"):
+        FineTuneConfig(**kwargs)
+
+
+def test_default_min_return_is_off():
+    assert math.isnan(FineTuneConfig().min_return)
