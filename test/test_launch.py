@@ -130,3 +130,23 @@ def test_bench_loop_smoke(tmp_path):
     for node in ("lowrl", "torch"):
         assert results[node]["samples"] > 50 and results[node]["rtt_p50_ms"] > 0
     assert results["lowrl"]["rss_mb_max"] > 0 and (tmp_path / "loop.png").is_file()
+
+
+def test_shutdown_escalates_when_a_node_ignores_sigint(tmp_path, monkeypatch):
+    """A node that ignores SIGINT gets SIGTERM after the grace period (a stand-in executable: the
+    escalation path cannot be provoked with our own nodes, which all stop on SIGINT)."""
+    from lowrl_ros.launcher import Launcher
+
+    stubborn = tmp_path / "stubborn_node"
+    stubborn.write_text("#!/bin/sh\ntrap '' INT\necho ready\nwhile true; do sleep 0.1; done\n")
+    stubborn.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    launcher = Launcher([NodeSpec(pkg="other_pkg", executable="stubborn_node", name="stubborn")],
+                        log_dir=tmp_path / "logs", console=None, grace_s=0.5)
+    launcher.start()
+    log = tmp_path / "logs" / "stubborn.log"
+    deadline = time.monotonic() + 10
+    while not (log.exists() and "ready" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for the trap to be set, not a fixed wait
+    codes = launcher.shutdown()
+    assert codes["stubborn"] == -signal.SIGTERM

@@ -323,3 +323,38 @@ def test_policy_node_imports_neither_torch_nor_the_simulator():
             "bad = [m for m in ('torch', 'gymnasium', 'mujoco') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_plain_observation_topic_input(rig):
+    from std_msgs.msg import Float32MultiArray
+
+    build, robot, executor = rig
+    build(input="observation")
+    pub = robot.node.create_publisher(Float32MultiArray, "/lowrl/observation", CONTROL)
+    assert wait_for_match(executor, pub) and wait_for_match(executor, robot.cmd_sub)
+
+    def answer(values):
+        n = len(robot.commands)
+        pub.publish(Float32MultiArray(data=values))
+        assert spin_until(executor, lambda: len(robot.commands) > n)
+        return robot.commands[-1]
+
+    assert answer([1.0, 0.0, 0.0]) == pytest.approx(0.5, abs=0.02)
+    assert answer([1.0, 0.0]) == 0.0  # wrong size -> safe action
+    assert spin_until(executor, lambda: any("has 2 values, the policy needs 3" in s.message
+                                            for s in robot.statuses("lowrl/policy/input")))
+    assert answer([1.0, 0.0, 0.0]) == pytest.approx(0.5, abs=0.02)
+
+
+def test_extra_observation_is_appended(rig, tmp_path):
+    from std_msgs.msg import Float32MultiArray
+
+    build, robot, executor = rig
+    node = build(obs_fields=FIELDS[:2], extra_obs_dim=1)
+    extra = robot.node.create_publisher(Float32MultiArray, "/lowrl/extra_observation", CONTROL)
+    connect(robot, executor)
+    assert exchange(robot, executor, robot.joint_state()) == 0.0  # no extra observation yet
+    assert wait_for_match(executor, extra)
+    extra.publish(Float32MultiArray(data=[0.25]))
+    assert spin_until(executor, lambda: node.adapter._extra is not None)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)

@@ -5,8 +5,8 @@ the first one; a malformed one is ignored with a warning and zero is applied). P
 (`/lowrl/reward`, std_msgs/Float64) each step and the return of each finished episode
 (`/lowrl/episode_return`, std_msgs/Float64), and logs episode returns.
 
-It also measures observation -> command round trips from its own side (the time from publishing a
-joint state to the first command received after it), which `lowrl bench loop` reads in-process.
+Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
+(`lowrl bench loop` measures round trips from it), and ``redirect_joint_states`` moves the output.
 """
 from __future__ import annotations
 
@@ -85,12 +85,7 @@ class SimRobotNode(Node):
         self._pub_reward = self.create_publisher(Float64, "/lowrl/reward", STATS)
         self._pub_return = self.create_publisher(Float64, "/lowrl/episode_return", STATS)
         self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
-        # Round trips measured here: publish time of the newest joint state, answered yet or not.
         self._published_at: float | None = None
-        self._answered = True
-        self.round_trips_s: list[float] = []
-        self.late_commands = 0  # answers that came after the next tick was due: a missed deadline
-        self.unanswered = 0  # joint states that got no command before the next tick
         self.steps = 0
         self.on_published: list = []  # callables(perf_counter time) run after each joint state: bench hooks
         self._warned = 0.0
@@ -114,16 +109,8 @@ class SimRobotNode(Node):
             if now - self._warned > 1.0:  # a stream of bad commands must not flood the log
                 self._warned = now
                 self.get_logger().warning(f"ignoring command, applying zero: {exc}")
-        if not self._answered and self._published_at is not None:
-            self._answered = True
-            rtt = now - self._published_at
-            self.round_trips_s.append(rtt)
-            if rtt > self.config.control_period_s:
-                self.late_commands += 1
 
     def _tick(self) -> None:
-        if not self._answered:
-            self.unanswered += 1
         outcome = self.robot.step(self._command)
         self.steps += 1
         self._pub_reward.publish(Float64(data=outcome.reward))
@@ -135,7 +122,6 @@ class SimRobotNode(Node):
         msg = self._msg
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.position, msg.velocity, msg.effort = joints.position.tolist(), joints.velocity.tolist(), joints.effort.tolist()
-        self._answered = False
         self._published_at = time.perf_counter()
         self._pub_js.publish(msg)
         for hook in self.on_published:
