@@ -7,10 +7,11 @@ from typing import Any, Mapping
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-OK = DiagnosticStatus.OK
-WARN = DiagnosticStatus.WARN
-ERROR = DiagnosticStatus.ERROR
-STALE = DiagnosticStatus.STALE
+# Plain ints (rclpy exposes the message constants as one-byte ``bytes``).
+OK = DiagnosticStatus.OK[0]
+WARN = DiagnosticStatus.WARN[0]
+ERROR = DiagnosticStatus.ERROR[0]
+STALE = DiagnosticStatus.STALE[0]
 
 HARDWARE_ID = socket.gethostname()
 
