@@ -99,6 +99,7 @@ def test_watchdog_trips_after_timeout():
     clock.advance(0.02)
     result = ctl.step()
     assert result.source == "safe" and result.reason.startswith("watchdog")
+    assert ctl.last_error.startswith("watchdog") and ctl.observation_age() == pytest.approx(0.11)
 
 
 def test_soft_start_blends_from_safe_action_after_activation_and_swap():

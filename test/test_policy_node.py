@@ -183,6 +183,8 @@ def test_watchdog_sends_safe_action_when_observations_stop(rig):
     connect(robot, executor)
     assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
     assert spin_until(executor, lambda: robot.commands[-1] == 0.0, timeout=3.0)
+    assert spin_until(executor, lambda: any(level_of(s) == 2 and "watchdog" in s.message
+                                            for s in robot.statuses("lowrl/policy/input")))
 
 
 def test_soft_start_ramps_from_the_safe_action(rig):

@@ -242,6 +242,12 @@ class PolicyController:
         else:
             self._obs, self._obs_error = obs, ""
 
+    def observation_age(self, now: float | None = None) -> float | None:
+        """Seconds since the newest observation (good or bad); None before the first one."""
+        if self._obs_time is None:
+            return None
+        return (self._clock() if now is None else now) - self._obs_time
+
     def set_tier(self, tier: int | str | ComputeTier) -> str | None:
         """Apply a compute tier at the next tick; return a log line when the applied tier changes."""
         requested = ComputeTier.parse(tier)
@@ -301,9 +307,11 @@ class PolicyController:
             return self._safe("inactive")
         if self._obs_error:
             return self._safe(self._obs_error)
-        if self._obs_time is None or now - self._obs_time > self.config.watchdog_timeout_s:
-            reason = (f"watchdog: no observation for {self.config.watchdog_timeout_s:g} s"
-                      if self._obs_time is not None else "waiting for the first observation")
+        if self._obs_time is None:
+            return self._safe("waiting for the first observation")
+        if now - self._obs_time > self.config.watchdog_timeout_s:
+            reason = f"watchdog: no observation for {self.config.watchdog_timeout_s:g} s"
+            self.last_error, self.last_error_time = reason, now  # diagnosed like a bad input
             return self._safe(reason)
         if self.tier == ComputeTier.SAFE:
             return self._safe("compute tier safe")

@@ -117,6 +117,7 @@ class PolicyNode(LifecycleNode):
         self._control_timer = None
         self._next_due: float | None = None
         self._last_diag_error = 0.0
+        self._error_reported: float | None = None
         self.active_policy_path = ""
 
     # ---- configuration ---------------------------------------------------------------------
@@ -325,8 +326,8 @@ class PolicyNode(LifecycleNode):
         self._tick(due)
 
     def _on_watchdog_tick(self) -> None:
-        c = self.controller
-        if c._obs_time is None or time.perf_counter() - c._obs_time > c.config.watchdog_timeout_s:
+        age = self.controller.observation_age()
+        if age is None or age > self.controller.config.watchdog_timeout_s:
             self._tick(time.perf_counter())
 
     def _tick(self, reference: float) -> None:
@@ -343,8 +344,8 @@ class PolicyNode(LifecycleNode):
         self._publish_command(action)
         if result is not None and result.latency_s is not None:
             self._latency_pub.publish(Float64(data=result.latency_s * 1e6))
-        if result is None or result.source == "safe" and result.reason not in ("inactive",):
-            self._input_error_diag(result.reason if result else self.controller.last_error)
+        if self.controller.last_error_time != self._error_reported:  # a new input error: say so now
+            self._input_error_diag()
 
     def _publish_command(self, action: np.ndarray) -> None:
         self._cmd_msg.data = action.tolist()
@@ -406,10 +407,11 @@ class PolicyNode(LifecycleNode):
             thread.join(timeout)
 
     # ---- reporting -------------------------------------------------------------------------
-    def _input_error_diag(self, reason: str) -> None:
+    def _input_error_diag(self) -> None:
         now = time.perf_counter()
         if now - self._last_diag_error > 0.2:  # immediate, but a flood of bad input is rate-limited
             self._last_diag_error = now
+            self._error_reported = self.controller.last_error_time
             self._publish_status()
 
     def _guarded(self, fn) -> Any:
