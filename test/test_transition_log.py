@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lowrl_ros.core.transition_log import (
-    Transition, TransitionLogConfig, TransitionLogError, TransitionLogWriter, decode_transition, encode_transition,
+    Transition, TransitionAssembler, TransitionLogConfig, TransitionLogError, TransitionLogWriter, decode_transition, encode_transition,
     read_log,
 )
 
@@ -208,3 +208,49 @@ def test_missing_directory_and_mixed_sizes(tmp_path):
         read_log(tmp_path)
     with pytest.raises(TransitionLogError, match="next_obs"):
         encode_transition(Transition(np.zeros(2), np.zeros(1), 0.0, np.zeros(3), False, False, 1, 0.0))
+
+
+def feed_robot(asm: TransitionAssembler, steps: int, *, swap_reward_at=(), lose_reward_at=(), end_at=(),
+               dt: float = 0.01):
+    """Messages as the sim robot and the policy node send them: reward r(t-1) [end], obs(t), command(t)."""
+    out = []
+    for k in range(steps):
+        t = 1.0 + k * dt
+        if k > 0 and k - 1 not in lose_reward_at:
+            if k - 1 in swap_reward_at:  # the reward arrives just after the observation it precedes
+                out += asm.observation([k, 0.0], t, version=7)
+                asm.reward(-(k - 1), t + 0.0003)
+            else:
+                asm.reward(-(k - 1), t - 0.0002)
+                if k - 1 in end_at:
+                    asm.episode_end("truncated", t - 0.0001)
+                out += asm.observation([k, 0.0], t, version=7)
+        else:
+            out += asm.observation([k, 0.0], t, version=7)
+        asm.command([k / 10], t + 0.001)
+    return out
+
+
+def test_assembler_pairs_steps_in_order():
+    asm = TransitionAssembler()
+    asm.reward(99.0, 0.5)  # before the first observation: a step we never saw
+    out = feed_robot(asm, 6, end_at={2})
+    assert [t.obs[0] for t in out] == [0, 1, 2, 3]  # step 4 is open until observation 6 seals it
+    assert [t.reward for t in out] == [0, -1, -2, -3]
+    assert [t.action[0] for t in out] == [0.0, 0.1, 0.2, 0.3]
+    assert [t.next_obs[0] for t in out] == [1, 2, 3, 4]
+    assert [t.truncated for t in out] == [False, False, True, False] and not any(t.terminated for t in out)
+    assert all(t.policy_version == 7 for t in out)
+    last = asm.flush()
+    assert len(last) == 1 and last[0].obs[0] == 4 and last[0].reward == -4 and asm.incomplete == 0
+
+
+def test_assembler_tolerates_reordering_and_drops_lost_rewards():
+    asm = TransitionAssembler()
+    out = feed_robot(asm, 8, swap_reward_at={2}, lose_reward_at={4})
+    out += asm.flush()
+    assert [t.obs[0] for t in out] == [0, 1, 2, 3, 5, 6]  # step 4's reward was lost: dropped, not guessed
+    assert [t.reward for t in out] == [0, -1, -2, -3, -5, -6]
+    assert asm.incomplete == 1
+    with pytest.raises(ValueError, match="terminated or truncated"):
+        asm.episode_end("done", 0.0)

@@ -491,3 +491,95 @@ def _batch(items: list[Transition]) -> TransitionBatch:
         terminated=np.array([t.terminated for t in items]), truncated=np.array([t.truncated for t in items]),
         policy_version=np.array([t.policy_version for t in items], dtype=np.int64),
         stamp=np.array([t.stamp for t in items]))
+
+
+
+# ---- forming transitions from a robot's message streams -------------------------------------
+@dataclass
+class _Pending:
+    obs: np.ndarray
+    obs_time: float
+    action: np.ndarray
+    next_obs: np.ndarray
+    next_time: float
+    version: int
+
+
+class TransitionAssembler:
+    """Pairs observations, commands, rewards and episode ends into transitions (ROS-free).
+
+    The streams come from different publishers, and std_msgs/Float64 rewards carry no stamp, so
+    pairing uses what holds on a robot like the sim robot node (ros2_control plus a reward topic):
+
+    * the robot applies the newest command at each step, so the action of step t is the newest
+      command received before observation t+1;
+    * the reward of step t and, at an episode's end, its end signal are published right before
+      observation t+1: they are the ones received closest in time to observation t+1, within half
+      a step (either side: a reordering by a fraction of a step is tolerated);
+    * a transition is sealed when observation t+2 arrives (everything of step t is in by then).
+
+    A step whose reward does not arrive within that window is dropped and counted in
+    ``incomplete`` (a lost message), never guessed. Times are the caller's arrival times (s).
+    """
+
+    def __init__(self) -> None:
+        self._obs: np.ndarray | None = None
+        self._obs_time = 0.0
+        self._cmd: np.ndarray | None = None
+        self._pending: _Pending | None = None
+        self._rewards: list[tuple[float, float]] = []
+        self._ends: list[tuple[float, str]] = []
+        self.incomplete = 0
+
+    def command(self, action, t: float) -> None:
+        """A command the controller sent (the robot holds the newest)."""
+        self._cmd = np.asarray(action, dtype=np.float64).copy()
+
+    def reward(self, value: float, t: float) -> None:
+        self._rewards.append((t, float(value)))
+
+    def episode_end(self, kind: str, t: float) -> None:
+        """An episode ended; ``kind`` is "terminated" or "truncated"."""
+        if kind not in ("terminated", "truncated"):
+            raise ValueError(f"episode end kind {kind!r}: use terminated or truncated")
+        self._ends.append((t, kind))
+
+    def observation(self, obs, t: float, version: int) -> list[Transition]:
+        """A new observation: seals the previous step and opens the next; returns sealed transitions."""
+        out = self.flush()
+        obs = np.asarray(obs, dtype=np.float64).copy()
+        if self._obs is not None and self._cmd is not None:
+            self._pending = _Pending(self._obs, self._obs_time, self._cmd, obs, t, int(version))
+        self._obs, self._obs_time = obs, t
+        return out
+
+    def flush(self) -> list[Transition]:
+        """Seal the open step now (at shutdown): returned if its reward is in, else counted incomplete."""
+        p, self._pending = self._pending, None
+        if p is None:
+            return []
+        tol = 0.5 * max(p.next_time - p.obs_time, 1e-6)
+        reward = _closest(self._rewards, p.next_time, tol)
+        end = _closest(self._ends, p.next_time, tol)
+        # Anything older than this step's window belongs to steps that are gone.
+        cut = reward[0] if reward else p.next_time + tol
+        self._rewards = [r for r in self._rewards if r[0] > cut]  # later ones are the next steps'
+        self._ends = [e for e in self._ends if e[0] > p.next_time + tol]
+        if reward is None:
+            self.incomplete += 1
+            return []
+        kind = end[1] if end else ""
+        return [Transition(p.obs, p.action, reward[1], p.next_obs, kind == "terminated", kind == "truncated",
+                           p.version, p.next_time)]
+
+    def reset(self) -> None:
+        """Forget the open step (e.g. the robot was stopped); sealed transitions are unaffected."""
+        self._obs, self._cmd, self._pending, self._rewards, self._ends = None, None, None, [], []
+
+
+def _closest(events: list[tuple], t: float, tol: float) -> tuple | None:
+    best = None
+    for e in events:
+        if abs(e[0] - t) <= tol and (best is None or abs(e[0] - t) < abs(best[0] - t)):
+            best = e
+    return best
