@@ -341,6 +341,11 @@ class ActorQLearner:
                 p.join(timeout=10)
                 if p.is_alive():
                     p.terminate()
+            # Snapshots published after an actor stopped reading sit in its pipe; without this the
+            # queue's feeder thread would wait for a reader forever when this process exits.
+            for q in snap_qs + [out_q]:
+                q.cancel_join_thread()
+                q.close()
         res.gradient_steps = self.agent.gradient_steps
         res.versions_published = self.gate.published
         res.rejected_stale, res.rejected_unknown = self.gate.rejected_stale, self.gate.rejected_unknown
