@@ -287,7 +287,8 @@ def run(path: str | Path, overrides: dict[str, str] | None = None, log_dir: Path
         for s, handler in previous.items():
             signal.signal(s, handler)
     for name, code in died.items():
-        launcher._say("launch", f"node {name} exited on its own (code {code}); see {launcher.log_dir / (name + '.log')}")
+        log = launcher.log_dir / f"{name}.log"
+        launcher._say("launch", f"node {name} exited on its own (code {code}); see {log}")
     if died:
         return 1
     # After our SIGINT, a clean node exits 0; a node killed by escalation did not stop cleanly.

@@ -44,7 +44,8 @@ def test_yaml_keys_are_parameters_the_nodes_declare(ros_context):
     from lowrl_ros.ros.policy_node import PolicyNode
     from lowrl_ros.ros.sim_robot_node import SimRobotNode
 
-    for cls, file, name in ((PolicyNode, "policy_node.yaml", "policy_node"), (SimRobotNode, "sim_robot.yaml", "sim_robot")):
+    cases = ((PolicyNode, "policy_node.yaml", "policy_node"), (SimRobotNode, "sim_robot.yaml", "sim_robot"))
+    for cls, file, name in cases:
         node = cls(context=ros_context)
         try:
             declared = {p for p in node._parameters if p not in ("use_sim_time", "start_type_description_service")}

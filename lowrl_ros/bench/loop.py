@@ -20,7 +20,6 @@ import argparse
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -135,6 +134,34 @@ def _plot(trips: dict[str, RoundTrips], path: Path, title: str) -> Path | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _markdown(results: dict, args: argparse.Namespace, png: Path | None) -> str:
+    lo, ratios, wake = results["lowrl"], results["ratios"], results["act_in_process"]
+    rows = "\n".join(
+        f"| {n} | {r['samples']} | {r['rtt_p50_ms']:.3f} | {r['rtt_p99_ms']:.3f} | {r['rtt_max_ms']:.2f} | "
+        f"{r['late_answers']} | {r['unanswered']} | {r['rss_mb_max']:.0f} |"
+        for n, r in ((n, results[n]) for n in NODES))
+    nan = float("nan")
+    return (
+        f"Policy `{results['policy']}`; sim robot at {args.rate_hz:.0f} Hz in the bench process, each policy "
+        f"node in its own process, fed in alternating {args.segment:g} s turns; {args.seconds:.0f} s measured "
+        f"per node after {args.warmup:.0f} s warm-up each. Machine load (1-min average) "
+        f"{results['loadavg_1min_before']:.1f} before, {results['loadavg_1min_after']:.1f} after, "
+        f"on {results['cpu_count']} cores.\n\n"
+        "| node | ticks | RTT p50 ms | RTT p99 ms | RTT max ms | late (> period) | unanswered | RSS MB (max) |\n"
+        "|---|---|---|---|---|---|---|---|\n" + rows + "\n\n"
+        f"Ratios torch/lowrl: RTT p50 {ratios['rtt_p50_torch_over_lowrl']:.2f}x, "
+        f"p99 {ratios['rtt_p99_torch_over_lowrl']:.2f}x, RSS {ratios['rss_torch_over_lowrl']:.2f}x.\n"
+        f"lowrl node's own count of deadline misses: {lo.get('node_deadline_misses', nan):.0f}; "
+        f"its inference p50/p99 (last window): {lo.get('node_inference_p50_us', nan):.1f} / "
+        f"{lo.get('node_inference_p99_us', nan):.1f} us; the same act() in the bench process "
+        f"({wake['engine']} engine) back-to-back {wake['back_to_back_p50_us']:.1f} / "
+        f"{wake['back_to_back_p99_us']:.1f} us, after 10 ms idle {wake['after_10ms_idle_p50_us']:.1f} / "
+        f"{wake['after_10ms_idle_p99_us']:.1f} us.\n\n"
+        "Targets (lowrl node): "
+        + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in results["targets_met"].items()) + "\n"
+        + (f"\n![round trips]({png.name})\n" if png else ""))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,24 +296,7 @@ def run(args: argparse.Namespace) -> int:
     targets = {"p99 <= 2 ms": lo["rtt_p99_ms"] <= 2.0, "zero deadline misses": lo["late_answers"] == 0
                and lo["unanswered"] == 0, "rss <= 120 MB": lo["rss_mb_max"] <= 120.0}
     results["targets_met"] = targets
-    rows = "\n".join(
-        f"| {n} | {r['samples']} | {r['rtt_p50_ms']:.3f} | {r['rtt_p99_ms']:.3f} | {r['rtt_max_ms']:.2f} | "
-        f"{r['late_answers']} | {r['unanswered']} | {r['rss_mb_max']:.0f} |" for n, r in ((n, results[n]) for n in NODES))
-    md = (f"Policy `{policy}`; sim robot at {args.rate_hz:.0f} Hz in the bench process, each policy node in its own "
-          f"process, fed in alternating {args.segment:g} s turns; {args.seconds:.0f} s measured per node after "
-          f"{args.warmup:.0f} s warm-up each. Machine load (1-min average) {results['loadavg_1min_before']:.1f} before, "
-          f"{results['loadavg_1min_after']:.1f} after, on {os.cpu_count()} cores.\n\n"
-          "| node | ticks | RTT p50 ms | RTT p99 ms | RTT max ms | late (> period) | unanswered | RSS MB (max) |\n"
-          "|---|---|---|---|---|---|---|---|\n" + rows + "\n\n"
-          f"Ratios torch/lowrl: RTT p50 {results['ratios']['rtt_p50_torch_over_lowrl']:.2f}x, "
-          f"p99 {results['ratios']['rtt_p99_torch_over_lowrl']:.2f}x, RSS {results['ratios']['rss_torch_over_lowrl']:.2f}x.\n"
-          f"lowrl node's own count of deadline misses: {lo.get('node_deadline_misses', float('nan')):.0f}; "
-          f"its inference p50/p99 (last window): {lo.get('node_inference_p50_us', float('nan')):.1f} / "
-          f"{lo.get('node_inference_p99_us', float('nan')):.1f} us; the same act() in the bench process "
-          f"({wake['engine']} engine) back-to-back {wake['back_to_back_p50_us']:.1f} / {wake['back_to_back_p99_us']:.1f} us, "
-          f"after 10 ms idle {wake['after_10ms_idle_p50_us']:.1f} / {wake['after_10ms_idle_p99_us']:.1f} us.\n\n"
-          "Targets (lowrl node): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()) + "\n"
-          + (f"\n![round trips]({png.name})\n" if png else ""))
+    md = _markdown(results, args, png)
     path = write_result("loop", results, md, out_dir)
     print(md)
     print(f"results: {path}" + (f", plot: {png}" if png else ""))

@@ -121,7 +121,8 @@ class SimRobotNode(Node):
         joints = self.robot.joints()
         msg = self._msg
         msg.header.stamp = self.get_clock().now().to_msg()
-        msg.position, msg.velocity, msg.effort = joints.position.tolist(), joints.velocity.tolist(), joints.effort.tolist()
+        msg.position, msg.velocity = joints.position.tolist(), joints.velocity.tolist()
+        msg.effort = joints.effort.tolist()
         self._published_at = time.perf_counter()
         self._pub_js.publish(msg)
         for hook in self.on_published:
