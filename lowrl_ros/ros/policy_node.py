@@ -34,7 +34,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, UInt8
 
 from lowrl_ros.core.bundle import load_bundle
-from lowrl_ros.core.control import ControlConfig, PolicyController
+from lowrl_ros.core.control import ControlConfig, PolicyController, TickSchedule
 from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.policy_stats import STATS_FIELDS, PolicyStats
 from lowrl_ros.core.tiers import ComputeTier
@@ -115,7 +115,7 @@ class PolicyNode(LifecycleNode):
         self._subs: list = []
         self._timers: list = []
         self._control_timer = None
-        self._next_due: float | None = None
+        self._schedule: TickSchedule | None = None
         self._last_diag_error = 0.0
         self._error_reported: float | None = None
         self.active_policy_path = ""
@@ -224,7 +224,7 @@ class PolicyNode(LifecycleNode):
         self.controller.activate()
         config = self.controller.config
         if config.mode == "fixed_rate":
-            self._next_due = None
+            self._schedule = TickSchedule(config.control_period_s)
             self._control_timer = self.create_timer(config.control_period_s, self._on_control_tick)
         else:
             # Event mode acts on observations; this timer only notices when they stop (watchdog).
@@ -314,15 +314,9 @@ class PolicyNode(LifecycleNode):
             self.controller.observe(None, str(exc))
 
     def _on_control_tick(self) -> None:
-        """fixed_rate: the timer keeps an absolute schedule; the reference is when the tick was due."""
-        now = time.perf_counter()
-        period = self.controller.config.control_period_s
-        due = now if self._next_due is None else self._next_due
-        behind = int((now - due) / period)
-        if behind >= 1:  # whole periods skipped: each one is a missed output
-            self.controller.deadline_misses += behind
-            due += behind * period
-        self._next_due = due + period
+        """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted."""
+        due, skipped = self._schedule.tick(time.perf_counter())
+        self.controller.deadline_misses += skipped  # each skipped period is an output that never came
         self._tick(due)
 
     def _on_watchdog_tick(self) -> None:
