@@ -130,6 +130,36 @@ def bench_train(cfg: ActorQConfig) -> dict[str, Any]:
             "energy": energy, "evals": res.evals}
 
 
+def _plot(train: dict[str, Any], widths: list[str]):
+    """Deployed return vs wall-clock per width, fp32 and int8 actors; PNG beside the results."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    from lowrl_ros.bench.record import RESULTS_DIR
+
+    fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 3.6), squeeze=False)
+    for ax, w in zip(axes[0], widths):
+        for name, style in (("fp32", "-"), ("int8", "--")):
+            for k, r in enumerate(train[w][name]):
+                ax.plot([e["wall_s"] for e in r["evals"]], [e["return"] for e in r["evals"]], style, marker="o",
+                        ms=3, label=f"{name} actors" if k == 0 else None, color="C0" if name == "fp32" else "C1")
+        ax.set_title(f"{w} actor")
+        ax.set_xlabel("wall-clock since actors ready (s)")
+        ax.set_ylabel("return of the deployed snapshot")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / "actorq.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--widths", nargs="+", choices=sorted(WIDTHS), default=["256", "3x1024"],
                         help="policies to compare (256: 2x256, 3x1024: 3x1024)")
@@ -206,6 +236,10 @@ def run(args: argparse.Namespace) -> int:
         md += ["", f"Energy: {ENERGY_LABEL}; codecarbon tracks the learner process, extended to the actors by "
                "their CPU-seconds. Returns are of the deployed snapshot (the artifact the actors ran).",
                "wall to target counts from the moment every actor had loaded version 1."]
+    if results["train"]:
+        png = _plot(results["train"], args.widths)
+        if png:
+            md += ["", f"Learning curves (deployed return vs wall-clock): {png}"]
     path = write_result("actorq", results, "\n".join(md))
     print("\n".join(md))
     print(f"wrote {path}")
