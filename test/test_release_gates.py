@@ -105,6 +105,15 @@ def test_int8_gate_stops_outlier_weights_and_percentile_clipping_rescues_them(te
     assert out.exists()
 
 
+def test_int8_gate_checks_the_mean_error_as_well_as_the_worst_probe(teacher, tmp_path):
+    out = tmp_path / "p.lowrl"
+    cfg = ReleaseConfig(int8_mean_error=1e-6, int8_max_error=1.0, **FAST)  # any worst case is fine, the mean is not
+    report = release([_cand("full", teacher.weights, teacher.contract)], teacher.weights, teacher.contract, cfg, out,
+                     log=_quiet)
+    _assert_stopped(report, out, "int8 vs fp32 action error")
+    assert "mean" in report.failures[0].detail and report.failures[0].measured <= 1.0
+
+
 def test_return_gate_stops_a_policy_that_lost_its_return(teacher, tmp_path):
     layers = _copy(teacher.weights)
     layers[-1] = (-layers[-1][0], -layers[-1][1])  # pushes the pendulum the wrong way
@@ -132,6 +141,7 @@ def test_a_failed_release_leaves_the_previous_bundle_untouched_and_versions_only
 @pytest.mark.parametrize("kwargs, words", [
     (dict(version=0), "version"), (dict(version=2, parent_version=2), "versions only go up"),
     (dict(parity_tol=0), "parity_tol"), (dict(int8_max_error=2), "int8_max_error"),
+    (dict(int8_mean_error=0.2, int8_max_error=0.1), "cannot exceed"),
     (dict(return_fraction=0), "return_fraction"), (dict(clip_percentile=20), "clip_percentile"),
 ])
 def test_release_config_rejects_bad_values(kwargs, words):
