@@ -38,8 +38,11 @@ class Recorder:
 
         from lowrl_ros.ros.qos import LATCHED, STATS
 
+        from rclpy.signals import SignalHandlerOptions
+
         self.context = rclpy.Context()
-        rclpy.init(context=self.context)
+        # Ctrl-C stays a plain KeyboardInterrupt: the demo then stops the nodes and still reports.
+        rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
         self.node = Node("lowrl_demo_recorder", context=self.context)
         self.returns: list[float] = []
         self.latencies_us: list[float] = []
@@ -104,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     rec = Recorder()
     launcher = Launcher(nodes, args.log_dir, console=None if args.quiet else sys.stdout)
     died: dict[str, int] = {}
+    started = time.monotonic()
     try:
         launcher.start()
         print(f"lowrl demo: running for {args.seconds:.0f} s (logs in {launcher.log_dir}) ...", flush=True)
@@ -114,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
                 break
             time.sleep(0.2)
     except KeyboardInterrupt:
-        pass
+        print("lowrl demo: interrupted, stopping the nodes", flush=True)
     finally:
+        elapsed = time.monotonic() - started
         launcher.shutdown()
         time.sleep(0.2)  # let the last messages reach the recorder
         rec.close()
@@ -123,5 +128,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"lowrl demo: node(s) {', '.join(died)} stopped early; see the logs in {launcher.log_dir}",
               file=sys.stderr)
         return 1
-    print(summary(rec, args.seconds))
+    print(summary(rec, elapsed))
     return 0 if rec.latencies_us else 1
