@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def params(name: str, node: str) -> dict:
     doc = yaml.safe_load((ROOT / "config" / name).read_text())
-    assert list(doc) == [node] and list(doc[node]) == ["ros__parameters"], f"{name}: use '{node}: ros__parameters:'"
-    return doc[node]["ros__parameters"]
+    # '/**/NAME' so the file applies when a launch file puts the node in a namespace.
+    key = f"/**/{node}"
+    assert list(doc) == [key] and list(doc[key]) == ["ros__parameters"], f"{name}: use '{key}: ros__parameters:'"
+    return doc[key]["ros__parameters"]
 
 
 def fields(cls) -> set[str]:

@@ -66,7 +66,8 @@ def test_cli_reports_unsupported_key_and_unknown_arg(tmp_path):
 
 def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tmp_path):
     log_dir = tmp_path / "logs"
-    proc = subprocess.Popen(LOWRL + ["launch", "robot.launch.yaml", "--log-dir", str(log_dir)],
+    # In a namespace: the shipped parameter file must still reach the node (its key is /**/policy_node).
+    proc = subprocess.Popen(LOWRL + ["launch", "robot.launch.yaml", "namespace:=arm", "--log-dir", str(log_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
     node = Node("launch_probe", context=ros_context)
     executor = SingleThreadedExecutor(context=ros_context)
@@ -78,7 +79,8 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
     node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", lambda m: stats.append(m), STATS)
     try:
         # The policy node appears on the graph and answers joint states.
-        assert spin_until(executor, lambda: "policy_node" in node.get_node_names(), timeout=60), "node never appeared"
+        assert spin_until(executor, lambda: ("policy_node", "/arm") in node.get_node_names_and_namespaces(),
+                          timeout=60), "node never appeared"
         assert wait_for_match(executor, js, timeout=60)
         assert spin_until(executor, lambda: len(stats) > 0, timeout=30), "no stats from the launched policy node"
 
