@@ -89,6 +89,15 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
             return bool(commands)
 
         assert spin_until(executor, answered, timeout=30, step=0.05)
+        # The lifecycle services work under the node's own executor: autostart left it active.
+        from lifecycle_msgs.msg import State
+        from lifecycle_msgs.srv import GetState
+
+        client = node.create_client(GetState, "/arm/policy_node/get_state")
+        assert client.wait_for_service(timeout_sec=30)
+        future = client.call_async(GetState.Request())
+        assert spin_until(executor, future.done, timeout=30)
+        assert future.result().current_state.id == State.PRIMARY_STATE_ACTIVE
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
