@@ -217,7 +217,8 @@ def _mujoco(args) -> tuple[dict, str]:
     steps = args.steps
     results: dict = {"steps": steps}
     lines = [f"SAC, {steps} env steps per run, seed 0, warm-up min(25000, steps/10), 10 evaluations of 5 "
-             "episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ (not run unless --steps says so).\n",
+             "episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ "
+             "(not run unless --steps says so).\n",
              "| env | variant | score | % of dense | compression | train FLOPs reduction | inference FLOPs reduction "
              "| wall s | ms/grad step |", "|---|---|---|---|---|---|---|---|---|"]
     for env_id in [e.strip() for e in args.envs.split(",") if e.strip()]:
@@ -298,7 +299,8 @@ def _kernels(args) -> tuple[dict, str]:
     gen = torch.Generator().manual_seed(0)
     results: dict = {"matmul": [], "adam": {}}
     lines = [f"{args.threads} torch thread(s); medians of 7 repeats, microseconds.\n",
-             "| layer (network, sparsity) | density | batch | dense mm | CSR sparse mm | CSR/dense |", "|---|---|---|---|---|---|"]
+             "| layer (network, sparsity) | density | batch | dense mm | CSR sparse mm | CSR/dense |",
+             "|---|---|---|---|---|---|"]
     cases = [("actor 90%", [(17, 256), (256, 256), (256, 12)], 0.9),
              ("critic 80%", [(23, 256), (256, 256), (256, 1)], 0.8),
              ("actor 98% (Hopper)", [(11, 256), (256, 256), (256, 6)], 0.98)]
