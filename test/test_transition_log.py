@@ -234,23 +234,44 @@ def feed_robot(asm: TransitionAssembler, steps: int, *, swap_reward_at=(), lose_
 def test_assembler_pairs_steps_in_order():
     asm = TransitionAssembler()
     asm.reward(99.0, 0.5)  # before the first observation: a step we never saw
-    out = feed_robot(asm, 6, end_at={2})
-    assert [t.obs[0] for t in out] == [0, 1, 2, 3]  # step 4 is open until observation 6 seals it
-    assert [t.reward for t in out] == [0, -1, -2, -3]
-    assert [t.action[0] for t in out] == [0.0, 0.1, 0.2, 0.3]
-    assert [t.next_obs[0] for t in out] == [1, 2, 3, 4]
-    assert [t.truncated for t in out] == [False, False, True, False] and not any(t.terminated for t in out)
+    out = feed_robot(asm, 7, end_at={2})
+    # Step 0 is not formed (start-up); step 5 is open until observation 7 seals it.
+    assert [t.obs[0] for t in out] == [1, 2, 3, 4]
+    assert [t.reward for t in out] == [-1, -2, -3, -4]
+    assert [t.action[0] for t in out] == [0.1, 0.2, 0.3, 0.4]
+    assert [t.next_obs[0] for t in out] == [2, 3, 4, 5]
+    assert [t.truncated for t in out] == [False, True, False, False] and not any(t.terminated for t in out)
     assert all(t.policy_version == 7 for t in out)
     last = asm.flush()
-    assert len(last) == 1 and last[0].obs[0] == 4 and last[0].reward == -4 and asm.incomplete == 0
+    assert len(last) == 1 and last[0].obs[0] == 5 and last[0].reward == -5 and asm.incomplete == 0
 
 
-def test_assembler_tolerates_reordering_and_drops_lost_rewards():
-    asm = TransitionAssembler()
-    out = feed_robot(asm, 8, swap_reward_at={2}, lose_reward_at={4})
-    out += asm.flush()
-    assert [t.obs[0] for t in out] == [0, 1, 2, 3, 5, 6]  # step 4's reward was lost: dropped, not guessed
-    assert [t.reward for t in out] == [0, -1, -2, -3, -5, -6]
-    assert asm.incomplete == 1
+def test_assembler_tolerates_late_rewards_and_drops_lost_ones():
+    asm = TransitionAssembler(max_reward_delay_s=0.05)
+    out = feed_robot(asm, 8, swap_reward_at={2})  # a reward just after the observation it precedes
+    assert [t.reward for t in out] == [-1, -2, -3, -4, -5] and asm.incomplete == 0
+    # Rewards of steps 1 and 2 held back by a retransmission until after observation 3.
+    asm = TransitionAssembler(max_reward_delay_s=0.05)
+    out = []
+    for k, t in enumerate((0.00, 0.01, 0.02, 0.03)):
+        if k == 1:
+            asm.reward(-0.0, t - 0.0002)
+        out += asm.observation([k, 0.0], t, version=1)
+        asm.command([k / 10], t + 0.001)
+    asm.reward(-1.0, 0.035)
+    asm.reward(-2.0, 0.036)
+    asm.reward(-3.0, 0.0398)
+    out += asm.observation([4, 0.0], 0.04, version=1)
+    out += asm.observation([5, 0.0], 0.05, version=1)
+    assert [(t.obs[0], t.action[0], t.reward, t.next_obs[0]) for t in out] == [
+        (1, 0.1, -1.0, 2), (2, 0.2, -2.0, 3), (3, 0.3, -3.0, 4)]
+    # A step whose reward never comes is dropped after max_reward_delay_s, not guessed.
+    asm = TransitionAssembler(max_reward_delay_s=0.05)
+    out = feed_robot(asm, 4)
+    for k in range(4, 14):  # the reward publisher died
+        out += asm.observation([k, 0.0], 1.0 + k * 0.01, version=7)
+    assert [t.obs[0] for t in out] == [1, 2] and asm.incomplete >= 3
     with pytest.raises(ValueError, match="terminated or truncated"):
         asm.episode_end("done", 0.0)
+    with pytest.raises(ValueError, match="max_reward_delay_s"):
+        TransitionAssembler(0.0)

@@ -147,6 +147,9 @@ class FineTuneConfig:
         min_return: a safety floor: any episode below it trips a rollback (nan: off).
         seed: seed of replay sampling and of the networks' noise.
         threads: torch threads of the learner (1 leaves the other core to control).
+        memory_cap_mb: resident memory of the fine-tuner process above which learning pauses.
+        nice: niceness added to the learner thread (0..19; higher = lower priority than control).
+        updates_per_slice: updates between checks of the tier, memory and events.
     """
 
     lr: float = 1e-4
@@ -160,6 +163,9 @@ class FineTuneConfig:
     min_return: float = math.nan
     seed: int = 0
     threads: int = 1
+    memory_cap_mb: float = 1500.0
+    nice: int = 10
+    updates_per_slice: int = 8
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -168,13 +174,15 @@ class FineTuneConfig:
 
         need(self.lr > 0, f"lr={self.lr} must be > 0 (e.g. 1e-4)")
         for name in ("batch_size", "buffer_size", "min_transitions", "version_every_updates", "eval_episodes",
-                     "threads"):
+                     "threads", "updates_per_slice"):
             need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
         need(self.min_transitions <= self.buffer_size,
              f"min_transitions={self.min_transitions} exceeds buffer_size={self.buffer_size}; lower it")
         need(self.updates_per_transition > 0, f"updates_per_transition={self.updates_per_transition} must be > 0")
         need(self.rollback_margin >= 0, f"rollback_margin={self.rollback_margin} must be >= 0 (return units)")
         need(self.seed >= 0, f"seed={self.seed} must be >= 0")
+        need(self.memory_cap_mb >= 64, f"memory_cap_mb={self.memory_cap_mb} must be >= 64 (torch alone is ~230 MB)")
+        need(0 <= self.nice <= 19, f"nice={self.nice} must be in 0..19 (10: below the control path)")
 
 
 # ---- versions and the rollback rule ---------------------------------------------------------

@@ -503,33 +503,56 @@ class _Pending:
     next_obs: np.ndarray
     next_time: float
     version: int
+    reward: float | None = None
+    end: str = ""
+    phantom: bool = False  # the first step after start-up: takes its reward, never recorded
 
 
 class TransitionAssembler:
     """Pairs observations, commands, rewards and episode ends into transitions (ROS-free).
 
-    The streams come from different publishers, and std_msgs/Float64 rewards carry no stamp, so
-    pairing uses what holds on a robot like the sim robot node (ros2_control plus a reward topic):
+    The streams come from different publishers and std_msgs/Float64 rewards carry no stamp, so
+    pairing relies on what holds on a robot like the sim robot node (ros2_control plus a reward
+    topic), and on each reliable stream arriving in order (DDS keeps a writer's order; it does not
+    keep the order *between* writers, and a retransmitted reward can arrive a step or more late):
 
     * the robot applies the newest command at each step, so the action of step t is the newest
       command received before observation t+1;
-    * the reward of step t and, at an episode's end, its end signal are published right before
-      observation t+1: they are the ones received closest in time to observation t+1, within half
-      a step (either side: a reordering by a fraction of a step is tolerated);
-    * a transition is sealed when observation t+2 arrives (everything of step t is in by then).
+    * rewards are taken in order: the reward of step t is the first unused reward that arrived
+      after observation t (an older one belongs to a step that was never formed);
+    * an episode end is published right after its step's reward: it marks the step of the newest
+      reward received so far (or, if it overtook that reward, the step of the next one);
+    * a step is sealed once its reward is in and observation t+2 has arrived. The first step after
+      start-up or ``reset`` is not recorded (see below). A step
+      whose reward has not come ``max_reward_delay_s`` after its next observation is dropped and
+      counted in ``incomplete`` (a lost message), never guessed.
 
-    A step whose reward does not arrive within that window is dropped and counted in
-    ``incomplete`` (a lost message), never guessed. Times are the caller's arrival times (s).
+    Start-up: a reward that arrives just after the first observation may be the step before's,
+    delivered late. So the first step is not recorded: it takes the first reward that arrived at
+    least half a step after the first observation, and pairing runs in order from there.
+
+    Args:
+        max_reward_delay_s: how late a reward may arrive (arrival times are the caller's, seconds).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_reward_delay_s: float = 0.5) -> None:
+        if not max_reward_delay_s > 0:
+            raise ValueError(f"max_reward_delay_s={max_reward_delay_s} must be > 0 (e.g. 0.5)")
+        self.max_reward_delay_s = float(max_reward_delay_s)
+        self.incomplete = 0
+        self.late_episode_ends = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the open steps (e.g. the robot was stopped); sealed transitions are unaffected."""
         self._obs: np.ndarray | None = None
         self._obs_time = 0.0
         self._cmd: np.ndarray | None = None
-        self._pending: _Pending | None = None
+        self._skip_first = True
+        self._pending: list[_Pending] = []
         self._rewards: list[tuple[float, float]] = []
-        self._ends: list[tuple[float, str]] = []
-        self.incomplete = 0
+        self._last_rewarded: _Pending | None = None
+        self._end_ahead = ""  # an episode end that arrived before its reward
 
     def command(self, action, t: float) -> None:
         """A command the controller sent (the robot holds the newest)."""
@@ -537,49 +560,70 @@ class TransitionAssembler:
 
     def reward(self, value: float, t: float) -> None:
         self._rewards.append((t, float(value)))
+        self._match()
 
     def episode_end(self, kind: str, t: float) -> None:
         """An episode ended; ``kind`` is "terminated" or "truncated"."""
         if kind not in ("terminated", "truncated"):
             raise ValueError(f"episode end kind {kind!r}: use terminated or truncated")
-        self._ends.append((t, kind))
+        if self._rewards:  # its reward is queued, not yet given to a step
+            self._end_ahead = kind
+        elif self._last_rewarded is not None and self._last_rewarded in self._pending:
+            self._last_rewarded.end = kind
+        elif self._last_rewarded is not None:
+            self.late_episode_ends += 1  # its step was sealed already
+        else:
+            self._end_ahead = kind
 
     def observation(self, obs, t: float, version: int) -> list[Transition]:
-        """A new observation: seals the previous step and opens the next; returns sealed transitions."""
-        out = self.flush()
+        """A new observation: opens the next step; returns the steps it seals."""
         obs = np.asarray(obs, dtype=np.float64).copy()
         if self._obs is not None and self._cmd is not None:
-            self._pending = _Pending(self._obs, self._obs_time, self._cmd, obs, t, int(version))
+            p = _Pending(self._obs, self._obs_time, self._cmd, obs, t, int(version))
+            if self._skip_first:
+                self._skip_first = False
+                # Earlier rewards (arrived before half a step after the first observation) are older steps'.
+                p.phantom, p.obs_time = True, self._obs_time + 0.5 * (t - self._obs_time)
+            self._pending.append(p)
         self._obs, self._obs_time = obs, t
-        return out
+        self._match()
+        return self._seal(t)
 
     def flush(self) -> list[Transition]:
-        """Seal the open step now (at shutdown): returned if its reward is in, else counted incomplete."""
-        p, self._pending = self._pending, None
-        if p is None:
-            return []
-        tol = 0.5 * max(p.next_time - p.obs_time, 1e-6)
-        reward = _closest(self._rewards, p.next_time, tol)
-        end = _closest(self._ends, p.next_time, tol)
-        # Anything older than this step's window belongs to steps that are gone.
-        cut = reward[0] if reward else p.next_time + tol
-        self._rewards = [r for r in self._rewards if r[0] > cut]  # later ones are the next steps'
-        self._ends = [e for e in self._ends if e[0] > p.next_time + tol]
-        if reward is None:
-            self.incomplete += 1
-            return []
-        kind = end[1] if end else ""
-        return [Transition(p.obs, p.action, reward[1], p.next_obs, kind == "terminated", kind == "truncated",
-                           p.version, p.next_time)]
+        """Seal every step whose reward is in (at shutdown); the others are counted incomplete."""
+        out = [self._transition(p) for p in self._pending if p.reward is not None and not p.phantom]
+        self.incomplete += sum(p.reward is None and not p.phantom for p in self._pending)
+        self._pending = []
+        return out
 
-    def reset(self) -> None:
-        """Forget the open step (e.g. the robot was stopped); sealed transitions are unaffected."""
-        self._obs, self._cmd, self._pending, self._rewards, self._ends = None, None, None, [], []
+    def _match(self) -> None:
+        for p in self._pending:
+            if p.reward is not None:
+                continue
+            # A reward that arrived before this step's observation is from an earlier step.
+            while self._rewards and self._rewards[0][0] < p.obs_time:
+                self._rewards.pop(0)
+            if not self._rewards:
+                return
+            p.reward = self._rewards.pop(0)[1]
+            if self._end_ahead:
+                p.end, self._end_ahead = self._end_ahead, ""
+            self._last_rewarded = p
 
+    def _seal(self, now: float) -> list[Transition]:
+        out, keep = [], []
+        for p in self._pending:
+            if p.reward is not None and p.next_time < self._obs_time:  # observation t+2 is in
+                if not p.phantom:
+                    out.append(self._transition(p))
+            elif p.reward is None and now - p.next_time > self.max_reward_delay_s:
+                self.incomplete += 0 if p.phantom else 1
+            else:
+                keep.append(p)
+        self._pending = keep
+        return out
 
-def _closest(events: list[tuple], t: float, tol: float) -> tuple | None:
-    best = None
-    for e in events:
-        if abs(e[0] - t) <= tol and (best is None or abs(e[0] - t) < abs(best[0] - t)):
-            best = e
-    return best
+    @staticmethod
+    def _transition(p: _Pending) -> Transition:
+        return Transition(p.obs, p.action, p.reward, p.next_obs, p.end == "terminated", p.end == "truncated",
+                          p.version, p.next_time)

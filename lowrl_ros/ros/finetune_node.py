@@ -1,0 +1,452 @@
+"""finetune_node: records every transition on the robot and fine-tunes the running policy.
+
+In: the observation (``/joint_states`` through the same observation adapter as the policy node,
+or ``/lowrl/observation``), the policy node's commands (``/<controller_name>/commands``), the
+reward (``/lowrl/reward``, std_msgs/Float64), episode ends (``/lowrl/episode_return``, Float64, one
+per finished episode), the compute tier (``/lowrl/compute_tier``, latched) and the policy node's
+diagnostics (``/diagnostics``: which version it runs, and whether a swap was rejected).
+
+Out: transitions on disk (lowrl_ros/core/transition_log.py: MCAP + write-ahead log); new policy
+versions to the policy node by setting its ``policy_path`` parameter through
+``/<policy_node>/set_parameters`` (so the policy node's own validation, warm-up and atomic swap
+are used); ``/diagnostics`` under ``lowrl/finetune/{log,learner,versions}``.
+
+Learning runs in a worker thread at low priority (``os.nice``), only while the compute tier is
+FULL, and pauses when the process's resident memory passes ``memory_cap_mb``. The decisions
+(pairing, learning, versions, rollback) live in lowrl_ros/core; this node wires messages to them.
+This process imports torch (it trains); the policy node and budget monitor never import it.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gc
+import math
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, Parameter, ParameterDescriptor, ParameterType,
+                                ParameterValue, SetParametersResult)
+from rcl_interfaces.srv import SetParameters
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
+
+from lowrl_ros.core.finetune import FineTuneConfig, FineTuner, load_kit
+from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.core.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
+from lowrl_ros.ros import diagnostics as diag
+from lowrl_ros.ros.policy_node import spin_until_signal
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+
+DIAG_PREFIX = "lowrl/finetune"
+POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status naming its running version and path
+OK, WARN, ERROR = 0, 1, 2
+INPUTS = ("joint_states", "observation")
+END_KINDS = ("truncated", "terminated")
+LOG_PREFIX = "log_"  # TransitionLogConfig fields appear as log_<field> parameters
+
+
+def _desc(text: str, *, read_only: bool = True, floats: tuple[float, float] | None = None,
+          ints: tuple[int, int] | None = None, dynamic: bool = False) -> ParameterDescriptor:
+    d = ParameterDescriptor(description=text, read_only=read_only, dynamic_typing=dynamic)
+    if floats:
+        d.floating_point_range = [FloatingPointRange(from_value=floats[0], to_value=floats[1], step=0.0)]
+    if ints:
+        d.integer_range = [IntegerRange(from_value=ints[0], to_value=ints[1], step=1)]
+    return d
+
+
+_FT_RANGES: dict[str, dict[str, Any]] = {
+    "lr": dict(floats=(1e-7, 1.0)), "batch_size": dict(ints=(1, 4096)), "buffer_size": dict(ints=(1, 10_000_000)),
+    "min_transitions": dict(ints=(1, 10_000_000)), "updates_per_transition": dict(floats=(1e-3, 100.0)),
+    "version_every_updates": dict(ints=(1, 10_000_000)), "eval_episodes": dict(ints=(1, 1000)),
+    "rollback_margin": dict(floats=(0.0, 1e9)), "min_return": dict(dynamic=True), "seed": dict(ints=(0, 2**31 - 1)),
+    "threads": dict(ints=(1, 64)), "memory_cap_mb": dict(floats=(64.0, 1e6)), "nice": dict(ints=(0, 19)),
+    "updates_per_slice": dict(ints=(1, 10_000)),
+}
+_LOG_RANGES: dict[str, dict[str, Any]] = {
+    "segment_transitions": dict(ints=(1, 10_000_000)), "segment_seconds": dict(floats=(0.01, 86400.0)),
+    "chunk_bytes": dict(ints=(256, 64 * 1024 * 1024)), "compression": {}, "fsync_interval_s": dict(floats=(0.0, 3600.0)),
+    "max_files": dict(ints=(2, 1_000_000)), "max_bytes": dict(ints=(65536, 2**62)),
+}
+
+
+class FineTuneNode(Node):
+    """The on-robot fine-tuner; see the module docstring and docs/finetune.md."""
+
+    def __init__(self, node_name: str = "finetune_node", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        p = self.declare_parameter
+        p("kit_path", "", _desc("fine-tune kit directory (kit.json + agent.pt)"))
+        p("work_dir", "~/.ros/lowrl_finetune", _desc("transitions/, versions/, learner.pt go here"))
+        p("base_policy_path", "", _desc("the artifact the policy node starts with (first rollback target)"))
+        p("base_version", 0, _desc("its version (0: the kit contract's)", ints=(0, 2**31 - 1)))
+        p("policy_node", "/policy_node", _desc("node whose policy_path parameter receives new versions"))
+        p("enabled", True, _desc("learn (recording never stops); true again clears a safety pause", read_only=False))
+        p("input", "joint_states", _desc("observation source: joint_states | observation"))
+        p("joint_states_topic", "/joint_states", _desc("sensor_msgs/JointState input"))
+        p("observation_topic", "/lowrl/observation", _desc("std_msgs/Float32MultiArray input"))
+        p("controller_name", "forward_command_controller", _desc("commands read from /<controller_name>/commands"))
+        p("obs_fields", [""], _desc("'<joint>.<field>' per observation entry (as the policy node)"))
+        p("obs_offset", [], _desc("per entry: obs = (raw - offset) * scale", dynamic=True))
+        p("obs_scale", [], _desc("per entry: obs = (raw - offset) * scale", dynamic=True))
+        p("reward_topic", "/lowrl/reward", _desc("std_msgs/Float64 reward, one per robot step"))
+        p("episode_topic", "/lowrl/episode_return", _desc("std_msgs/Float64, one per finished episode"))
+        p("episode_end_kind", "truncated", _desc("what an episode end means: truncated (time limit) | terminated"))
+        p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", floats=(0.05, 60.0)))
+        defaults = FineTuneConfig()
+        for f in dataclasses.fields(FineTuneConfig):
+            p(f.name, getattr(defaults, f.name), _desc(f"FineTuneConfig.{f.name}", **_FT_RANGES[f.name]))
+        log_defaults = TransitionLogConfig()
+        for f in dataclasses.fields(TransitionLogConfig):
+            p(LOG_PREFIX + f.name, getattr(log_defaults, f.name),
+              _desc(f"TransitionLogConfig.{f.name}", **_LOG_RANGES[f.name]))
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+        get = self._get
+        self.config = FineTuneConfig(**{f.name: get(f.name) for f in dataclasses.fields(FineTuneConfig)})
+        self.log_config = TransitionLogConfig(**{f.name: get(LOG_PREFIX + f.name)
+                                                 for f in dataclasses.fields(TransitionLogConfig)})
+        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS)):
+            if get(name) not in allowed:
+                raise ValueError(f"{name} {get(name)!r} is unknown; use one of {', '.join(allowed)}")
+        if not get("kit_path"):
+            raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
+                             "(written by lowrl_ros.core.finetune.write_kit from a lowrl train run)")
+        kit = load_kit(get("kit_path"))
+        self.work_dir = Path(get("work_dir")).expanduser()
+        log_dir = self.work_dir / "transitions"
+        # Open (and repair) the log first, then read it all back: resume = reload what is on disk.
+        self.writer = TransitionLogWriter(log_dir, self.log_config)
+        batch, report = read_log(log_dir)
+        self.tuner = FineTuner(kit, self.config, self.work_dir, base_path=get("base_policy_path"),
+                               base_version=get("base_version") or None)
+        seen = self.tuner.transitions_seen
+        self.tuner.add_batch(batch)
+        self.tuner.transitions_seen = max(seen, len(batch))  # the log holds every transition counted before
+        self.resumed = len(batch)
+        self.resumed_from_wal = self.writer.repaired
+        if len(batch):
+            self.get_logger().info(f"resumed: {len(batch)} transitions from {report.segments} segments "
+                                   f"({self.writer.repaired} rebuilt from a crash's write-ahead log), "
+                                   f"learner at {self.tuner.updates} updates, running v{self.tuner.tracker.current}")
+        self.adapter = None
+        obs_dim = kit.obs_dim
+        if get("input") == "joint_states":
+            self.adapter = ObservationAdapter(ObsAdapterConfig(
+                obs_fields=tuple(f for f in get("obs_fields") if f), obs_offset=tuple(get("obs_offset") or ()),
+                obs_scale=tuple(get("obs_scale") or ())))
+            if self.adapter.obs_dim != obs_dim:
+                raise ValueError(f"obs_fields give {self.adapter.obs_dim} observation entries but the kit's policy "
+                                 f"reads {obs_dim}; use the policy node's obs_fields")
+        self.obs_dim, self.action_dim = obs_dim, kit.action_dim
+
+        # Executor-thread state.
+        self.assembler = TransitionAssembler()
+        self.recorded = 0
+        self.bad_inputs = 0
+        self.received: collections.Counter = collections.Counter()  # messages per input, for diagnostics
+        self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
+        self.running_version = 0  # what the policy node reports running (0: not heard yet)
+        self._episode_version: int | None = None
+        self._requested: dict[str, int] = {}  # artifact path -> version, for rejection reports
+        # Worker hand-over (thread-safe containers).
+        self._to_learner: collections.deque = collections.deque()
+        self._swaps: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self.state = "starting"
+        self.paused_reason = ""
+        self.last_decision = "none"
+        self.rss_mb = 0.0
+        self.worker_error = ""
+
+        cmd_topic = f"/{get('controller_name').strip('/')}/commands"
+        if self.adapter is not None:
+            self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, CONTROL)
+        else:
+            self.create_subscription(Float32MultiArray, get("observation_topic"), self._on_observation, CONTROL)
+        self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, CONTROL)
+        self.create_subscription(Float64, get("reward_topic"), self._on_reward, STATS)
+        self.create_subscription(Float64, get("episode_topic"), self._on_episode, STATS)
+        self.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        service = f"/{get('policy_node').strip('/')}/set_parameters"
+        self._set_params = self.create_client(SetParameters, service)
+        self.create_timer(0.1, self._guarded(self._housekeeping))
+        self.create_timer(get("diagnostics_period_s"), self._guarded(self._publish_diagnostics))
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._work, name="finetune-learner", daemon=True)
+        self._worker.start()
+        self.get_logger().info(f"recording to {log_dir}; kit {get('kit_path')} ({kit.train_config.algo}, "
+                               f"{kit.obs_dim} obs -> {kit.action_dim} actions); versions to {service}")
+
+    def _get(self, name: str) -> Any:
+        return self.get_parameter(name).value
+
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        for prm in params:
+            if prm.name == "enabled" and prm.value:
+                self.paused_reason = ""  # an operator re-enabling clears a safety pause
+        return SetParametersResult(successful=True)
+
+    def _guarded(self, fn):
+        def run(*args) -> None:
+            try:
+                fn(*args)
+            except Exception as exc:  # noqa: BLE001 - a bad message must never stop recording
+                self.bad_inputs += 1
+                self.get_logger().error(f"{fn.__name__} failed: {type(exc).__name__}: {exc}",
+                                        throttle_duration_sec=1.0)
+        return run
+
+    # ---- recording (executor thread) --------------------------------------------------------
+    def _on_joint_state(self, msg: JointState) -> None:
+        try:
+            obs = self.adapter.from_joint_state(msg.name, msg.position, msg.velocity, msg.effort)
+        except ObservationError as exc:
+            self._bad(str(exc))
+            return
+        self.received["observation"] += 1
+        self._record(self.assembler.observation(obs, time.monotonic(), self.running_version))
+
+    def _on_observation(self, msg: Float32MultiArray) -> None:
+        try:
+            obs = from_array(msg.data, self.obs_dim)
+        except ObservationError as exc:
+            self._bad(str(exc))
+            return
+        self.received["observation"] += 1
+        self._record(self.assembler.observation(obs, time.monotonic(), self.running_version))
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        action = np.asarray(msg.data, dtype=np.float64)
+        if action.size != self.action_dim or not np.isfinite(action).all():
+            self._bad(f"command has {action.size} values (need {self.action_dim}) or is not finite")
+            return
+        self.received["command"] += 1
+        self.assembler.command(action, time.monotonic())
+
+    def _on_reward(self, msg: Float64) -> None:
+        if not math.isfinite(msg.data):
+            self._bad(f"reward {msg.data} is not finite")
+            return
+        self.received["reward"] += 1
+        self.assembler.reward(msg.data, time.monotonic())
+
+    def _on_episode(self, msg: Float64) -> None:
+        self.received["episode"] += 1
+        self.assembler.episode_end(self._get("episode_end_kind"), time.monotonic())
+        # An episode counts for a version only if that version ran all of it (as far as we know).
+        version, self._episode_version = self._episode_version, self.running_version or None
+        if version is not None and version == self.running_version and math.isfinite(msg.data):
+            self._to_learner.append(("episode", version, float(msg.data)))
+
+    def _bad(self, reason: str) -> None:
+        self.bad_inputs += 1
+        self.get_logger().warning(f"ignoring input: {reason}", throttle_duration_sec=2.0)
+
+    def _record(self, transitions) -> None:
+        for t in transitions:
+            self.writer.append(t)  # durable when it returns (write-ahead log)
+            self.recorded += 1
+            self._to_learner.append(("transition", t))
+
+    def _on_tier(self, msg: UInt8) -> None:
+        try:
+            tier = ComputeTier.parse(msg.data)
+        except ValueError as exc:
+            self._bad(str(exc))
+            return
+        if tier != self.tier:
+            self.get_logger().info(f"compute tier {tier.label}: learning "
+                                   f"{'allowed' if tier == ComputeTier.FULL else 'paused'}")
+        self.tier = tier
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name != POLICY_DIAG:
+                continue
+            values = {kv.key: kv.value for kv in status.values}
+            if diag.level_of(status) == ERROR and status.message.startswith("rejected "):
+                path = status.message[len("rejected "):].split(":", 1)[0]
+                version = self._requested.pop(path, None)
+                if version is not None:
+                    self._to_learner.append(("trip", f"the policy node rejected v{version}: {status.message}"))
+            if "version" in values:
+                try:
+                    self.running_version = int(values["version"])
+                except ValueError:
+                    pass
+
+    # ---- publishing versions (executor thread) ----------------------------------------------
+    def _housekeeping(self) -> None:
+        self.writer.roll_if_due()
+        if not self._swaps:
+            return
+        if not self._set_params.service_is_ready():
+            self.get_logger().warning(f"waiting for {self._set_params.srv_name} to publish a version",
+                                      throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            path, version, why = self._swaps[-1]  # newest wins
+            self._swaps.clear()
+        self._requested[path] = version
+        req = SetParameters.Request(parameters=[Parameter(
+            name="policy_path", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path))])
+        future = self._set_params.call_async(req)
+        future.add_done_callback(lambda f: self._swap_answered(f, path, version))
+        self.get_logger().info(f"asking {self._set_params.srv_name} to run v{version} ({why}): {path}")
+
+    def _swap_answered(self, future, path: str, version: int) -> None:
+        try:
+            result = future.result().results[0]
+        except Exception as exc:  # noqa: BLE001 - a failed call is retried by the next request
+            self.get_logger().error(f"setting policy_path to v{version} failed: {exc}")
+            return
+        if not result.successful:
+            self.get_logger().error(f"the policy node refused v{version}: {result.reason}")
+            self._to_learner.append(("trip", f"policy node refused v{version}: {result.reason}"))
+
+    # ---- learning (worker thread) -----------------------------------------------------------
+    def _work(self) -> None:
+        try:
+            os.nice(self.config.nice)  # Linux: this thread only (the learner), never the callbacks
+        except OSError as exc:
+            self.get_logger().warning(f"could not lower the learner's priority: {exc}")
+        proc = psutil.Process()
+        tuner = self.tuner
+        while not self._stop.is_set():
+            try:
+                self._drain()
+                self.state = self._learn_state(proc)
+                if self.state != "learning":
+                    self._stop.wait(0.1)
+                    continue
+                if tuner.update(self.config.updates_per_slice) == 0:
+                    self._stop.wait(0.02)
+                    continue
+                if not tuner.weights_finite():
+                    self._decide(tuner.on_safety_trip("the learner's weights became non-finite"))
+                elif tuner.version_due():
+                    record = tuner.make_version()
+                    self.last_decision = f"v{record.version} made after {record.updates} updates"
+                    with self._lock:
+                        self._swaps.append((record.path, record.version,
+                                            f"new version, parent v{record.parent_version}"))
+            except Exception as exc:  # noqa: BLE001 - the learner failing must not stop recording
+                self.worker_error = f"{type(exc).__name__}: {exc}"
+                self.paused_reason = f"learner error: {self.worker_error}"
+                self.get_logger().error(f"learner paused: {self.worker_error}")
+                self._stop.wait(1.0)
+
+    def _drain(self) -> None:
+        while self._to_learner:
+            item = self._to_learner.popleft()
+            if item[0] == "transition":
+                t = item[1]
+                self.tuner.add(t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated)
+            elif item[0] == "episode":
+                self._decide(self.tuner.on_episode(item[1], item[2]))
+            else:
+                self._decide(self.tuner.on_safety_trip(item[1]))
+
+    def _decide(self, decision) -> None:
+        if decision.reason:
+            self.last_decision = decision.reason
+            self.get_logger().info(decision.reason)
+        if decision.action == "rollback":
+            self.get_logger().warning(f"rolling back to v{decision.target.version}: {decision.reason}")
+            with self._lock:
+                self._swaps.append((decision.target.path, decision.target.version, "rollback"))
+        elif decision.action == "pause":
+            self.paused_reason = decision.reason
+            self.get_logger().error(f"learning paused: {decision.reason}; set enabled:=true to resume")
+
+    def _learn_state(self, proc: psutil.Process) -> str:
+        self.rss_mb = proc.memory_info().rss / 2**20
+        if not self._get("enabled"):
+            return "disabled"
+        if self.paused_reason:
+            return "paused_safety"
+        if self.tier != ComputeTier.FULL:
+            return "waiting_for_full_tier"
+        if self.rss_mb > self.config.memory_cap_mb:
+            gc.collect()
+            self.get_logger().warning(f"resident memory {self.rss_mb:.0f} MB is above memory_cap_mb="
+                                      f"{self.config.memory_cap_mb:.0f}: learning paused; lower buffer_size or "
+                                      "batch_size, or raise the cap", throttle_duration_sec=10.0)
+            return "paused_memory"
+        if not self.tuner.can_update():
+            return "waiting_for_data"
+        return "learning"
+
+    # ---- reporting ---------------------------------------------------------------------------
+    def _publish_diagnostics(self) -> None:
+        t = self.tuner
+        tracker = t.tracker
+        log_level = WARN if self.assembler.incomplete or self.writer.dropped_segments else OK
+        learn_level = {"paused_safety": ERROR, "paused_memory": WARN}.get(self.state, OK)
+        statuses = [
+            diag.status(f"{DIAG_PREFIX}/log", log_level, f"{self.recorded} transitions recorded",
+                        {"recorded": self.recorded, "resumed": self.resumed, "rebuilt_from_wal": self.resumed_from_wal,
+                         "incomplete_steps": self.assembler.incomplete, "bad_inputs": self.bad_inputs,
+                         "dropped_segments": self.writer.dropped_segments, "dir": str(self.writer.directory),
+                         **{f"received_{k}": v for k, v in sorted(self.received.items())}}),
+            diag.status(f"{DIAG_PREFIX}/learner", learn_level,
+                        self.paused_reason or self.state,
+                        {"state": self.state, "updates": t.updates, "buffer": len(t.buffer),
+                         "transitions_seen": t.transitions_seen, "rss_mb": round(self.rss_mb, 1),
+                         "memory_cap_mb": self.config.memory_cap_mb,
+                         "tier": self.tier.label if self.tier is not None else "unknown"}),
+            diag.status(f"{DIAG_PREFIX}/versions", OK, self.last_decision,
+                        {"running": self.running_version, "current": tracker.current, "best": tracker.best,
+                         "next": tracker.next_version}),
+        ]
+        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+
+    def close(self) -> None:
+        """Stop learning, seal the open step, close the log and save the learner."""
+        self._stop.set()
+        self._worker.join(timeout=30.0)
+        self._record(self.assembler.flush())
+        self.writer.close()
+        if not self._worker.is_alive():
+            self._drain()
+            self.tuner.save()
+
+
+def main(args: list[str] | None = None) -> int:
+    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    node = None
+    try:
+        node = FineTuneNode()
+        spin_until_signal(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except ValueError as exc:  # bad parameters or kit: say which and how to fix, no traceback
+        print(f"finetune_node: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if node is not None:
+            node.close()
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""The fine-tuner with real rclpy: recording, the tier gate, versions through the policy node's
+hot-swap path with a rollback, and SIGKILL mid-session then restart (nothing recorded is lost).
+
+A "robot" node in the test publishes joint states, rewards and episode ends the way the sim robot
+node does (reward, [episode end], joint state each step); commands come from a scripted publisher
+or from a real policy node. The learner is a real (tiny) SAC kit from a real `lowrl train` run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64, Float64MultiArray, UInt8  # noqa: E402
+
+from lowrl_ros.core.finetune import FineTuneConfig, write_kit  # noqa: E402
+from lowrl_ros.core.train.config import TrainConfig  # noqa: E402
+from lowrl_ros.core.train.export import export_actor  # noqa: E402
+from lowrl_ros.core.train.loop import Trainer  # noqa: E402
+from lowrl_ros.core.transition_log import TransitionLogConfig, read_log  # noqa: E402
+from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode  # noqa: E402
+from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
+from rosutil import spin_until, wait_for_match  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+JOINT = "pendulum_joint"
+FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
+TINY = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,
+            mask_interval=20, buffer_min=150, buffer_check_size=64, buffer_check_interval=100, checkpoint_interval=0,
+            progress=False, variant="rlx2")
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """(kit dir, base int8 artifact) from a real tiny `lowrl train` run."""
+    run = tmp_path_factory.mktemp("run")
+    trainer = Trainer(TrainConfig(**TINY), run)
+    result = trainer.run()
+    _, int8 = export_actor(trainer.agent, trainer.env, run, result.env_steps)
+    return write_kit(run, tmp_path_factory.mktemp("kit")), int8
+
+
+def theta(k: int) -> float:
+    return 0.01 * k
+
+
+class Robot:
+    """Publishes like the sim robot node; optionally also the commands (a scripted controller)."""
+
+    def __init__(self, ctx) -> None:
+        self.node = Node("fake_robot", context=ctx)
+        self.js = self.node.create_publisher(JointState, "/joint_states", CONTROL)
+        self.cmd = self.node.create_publisher(Float64MultiArray, "/forward_command_controller/commands", CONTROL)
+        self.reward = self.node.create_publisher(Float64, "/lowrl/reward", STATS)
+        self.episode = self.node.create_publisher(Float64, "/lowrl/episode_return", STATS)
+        self.tier = self.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
+        self.diags: dict[str, dict[str, str]] = {}
+        self.commands = 0
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+        self.node.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
+                                      lambda m: setattr(self, "commands", self.commands + 1), CONTROL)
+
+    def _on_diag(self, msg: DiagnosticArray) -> None:
+        for s in msg.status:
+            self.diags[s.name] = {kv.key: kv.value for kv in s.values}
+
+    def value(self, name: str, key: str, default: float = -1.0) -> float:
+        try:
+            return float(self.diags.get(name, {}).get(key, default))
+        except ValueError:
+            return default
+
+    def step(self, k: int, *, episode_return: float | None = None) -> None:
+        """Reward of step k-1, [its episode end], then observation k (theta_k, velocity k)."""
+        if k > 0:
+            self.reward.publish(Float64(data=-float(k - 1)))
+            if episode_return is not None:
+                self.episode.publish(Float64(data=episode_return))
+        msg = JointState(name=[JOINT], position=[theta(k)], velocity=[float(k)], effort=[0.0])
+        self.js.publish(msg)
+
+
+def check_transitions(batch) -> list[int]:
+    """Every recorded transition is step k: obs theta_k, action k/1000, reward -k, next obs k+1."""
+    ks = []
+    for i in range(len(batch)):
+        k = int(round(batch.obs[i, 2]))
+        assert batch.obs[i, :2] == pytest.approx([math.cos(theta(k)), math.sin(theta(k))])
+        assert batch.action[i, 0] == pytest.approx(k / 1000.0), k
+        assert batch.reward[i] == -k
+        assert batch.next_obs[i, 2] == k + 1
+        ks.append(k)
+    return ks
+
+
+def node_params(kit_dir, work_dir, **extra) -> dict:
+    return {"kit_path": str(kit_dir), "work_dir": str(work_dir), "obs_fields": FIELDS, "min_transitions": 20,
+            "batch_size": 16, "diagnostics_period_s": 0.2, **extra}
+
+
+def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_path):
+    kit_dir, base = kit
+    node = FineTuneNode(context=ros_context, parameter_overrides=[
+        Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, base_policy_path=str(base)).items()])
+    robot = Robot(ros_context)
+    ex = SingleThreadedExecutor(context=ros_context)
+    ex.add_node(node)
+    ex.add_node(robot.node)
+    try:
+        for pub in (robot.js, robot.cmd, robot.reward, robot.episode, robot.tier):
+            assert wait_for_match(ex, pub)
+        robot.tier.publish(UInt8(data=3))  # safe tier: record, never learn
+        steps = 60
+        for k in range(steps):
+            t0 = time.monotonic()
+            robot.step(k, episode_return=-123.0 if k == 30 else None)
+            assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
+            robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
+            assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
+            spin_until(ex, lambda: False, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
+        assert node.recorded == steps - 3  # step 0 is not formed; the last is sealed by the next observation
+        assert node.assembler.incomplete == 0
+        batch, report = read_log(tmp_path / "transitions")
+        assert len(batch) == node.recorded and report.from_wal == 1  # the open segment, read from its WAL
+        assert check_transitions(batch) == list(range(1, steps - 2))
+        assert batch.truncated.tolist() == [k == 29 for k in range(1, steps - 2)]  # episode end after step 29
+        # Enough data, but the tier is not FULL: no update, ever.
+        spin_until(ex, lambda: False, 0.8)
+        assert node.tuner.updates == 0 and node.state == "waiting_for_full_tier"
+        assert robot.diags["lowrl/finetune/learner"]["state"] == "waiting_for_full_tier"
+        robot.tier.publish(UInt8(data=0))
+        assert spin_until(ex, lambda: node.tuner.updates > 0, 20.0)
+        assert node.tuner.updates <= node.tuner.transitions_seen  # update-to-data cap 1.0
+        robot.tier.publish(UInt8(data=1))  # lite: learning stops again
+        assert spin_until(ex, lambda: node.state == "waiting_for_full_tier", 5.0)
+        frozen = node.tuner.updates
+        spin_until(ex, lambda: False, 0.5)
+        assert node.tuner.updates <= frozen + node.config.updates_per_slice  # at most the slice in flight
+    finally:
+        node.close()
+        ex.shutdown()
+        node.destroy_node()
+        robot.node.destroy_node()
+    batch, report = read_log(tmp_path / "transitions")
+    assert report.complete_segments == report.segments == 1 and len(batch) == steps - 2  # close() sealed the last
+
+
+def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context, kit, tmp_path):
+    kit_dir, base = kit
+    policy = PolicyNode(context=ros_context, parameter_overrides=[
+        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
+        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
+        Parameter("soft_start_steps", value=0), Parameter("watchdog_timeout_s", value=1.0)])
+    policy.trigger_configure()
+    policy.trigger_activate()
+    node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
+        kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=20, eval_episodes=1,
+        rollback_margin=100.0).items()])
+    robot = Robot(ros_context)
+    ex = SingleThreadedExecutor(context=ros_context)
+    for n in (policy, node, robot.node):
+        ex.add_node(n)
+    paths = [str(base)]
+    try:
+        for pub in (robot.js, robot.reward, robot.episode, robot.tier):
+            assert wait_for_match(ex, pub)
+        robot.tier.publish(UInt8(data=0))
+        # Scripted returns: the base scores -500, any fine-tuned version -1500 (a drop > margin 100).
+        deadline = time.monotonic() + 60
+        k = 0
+        while time.monotonic() < deadline:
+            end = -500.0 if node.running_version == 1 else -1500.0
+            robot.step(k, episode_return=end if k and k % 25 == 0 else None)
+            before = robot.commands
+            spin_until(ex, lambda: robot.commands > before, 2.0)  # the real policy node answers
+            if policy.active_policy_path != paths[-1]:
+                paths.append(policy.active_policy_path)
+            if len(paths) >= 3:
+                break
+            k += 1
+        assert len(paths) >= 3, f"no version/rollback within the time: {paths}, {node.last_decision}"
+        assert paths[1].endswith("versions/v000002.onnx")  # v2 went through the policy node's swap path
+        assert paths[2] == str(base)  # v2 returned -1500 < -500 - 100: the base is back
+        assert node.tuner.tracker.versions[2].status == "rejected" and node.tuner.tracker.current == 1
+        assert "more than 100" in node.last_decision or "rolling" in node.last_decision or "v2" in node.last_decision
+        assert spin_until(ex, lambda: robot.value("lowrl/finetune/versions", "running") == 1, 5.0)
+    finally:
+        node.close()
+        ex.shutdown()
+        for n in (policy, node, robot.node):
+            n.destroy_node()
+    records = read_log(tmp_path / "transitions")[0]
+    assert {1, 2} <= set(records.policy_version.tolist())  # each transition says which version acted
+
+
+def start_node(kit_dir, work_dir) -> subprocess.Popen:
+    args = [sys.executable, "-m", "lowrl_ros.ros.finetune_node", "--ros-args",
+            "--params-file", str(REPO / "config/finetune_node.yaml"),
+            "-p", f"kit_path:={kit_dir}", "-p", f"work_dir:={work_dir}", "-p", "diagnostics_period_s:=0.1",
+            "-p", "min_transitions:=20", "-p", "batch_size:=16", "-p", f"{LOG_PREFIX}segment_transitions:=64"]
+    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit, tmp_path):
+    kit_dir, _ = kit
+    robot = Robot(ros_context)
+    ex = SingleThreadedExecutor(context=ros_context)
+    ex.add_node(robot.node)
+    log = "finetune_node log"
+    LOG_NAME = "lowrl/finetune/log"
+    proc = start_node(kit_dir, tmp_path)
+    try:
+        assert wait_for_match(ex, robot.js, 60.0) and wait_for_match(ex, robot.reward, 10.0)
+        assert wait_for_match(ex, robot.cmd, 10.0)
+        robot.tier.publish(UInt8(data=0))
+        k = 0
+
+        def run_steps(n: int) -> None:
+            nonlocal k
+            for _ in range(n):
+                robot.step(k)
+                spin_until(ex, lambda: False, 0.004)
+                robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
+                spin_until(ex, lambda: False, 0.004)
+                k += 1
+
+        run_steps(200)
+        assert spin_until(ex, lambda: robot.value(LOG_NAME, "recorded") >= 150, 10.0)
+        reported = robot.value(LOG_NAME, "recorded")
+        run_steps(10)  # still feeding when it dies: mid-session
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        log = proc.stdout.read()
+        assert proc.returncode == -signal.SIGKILL
+
+        batch, report = read_log(tmp_path / "transitions")
+        assert len(batch) >= reported, log
+        assert report.from_wal == 1 and not report.problems and report.segments >= 3
+        first = check_transitions(batch)
+        assert first == list(range(first[0], first[0] + len(first)))  # consecutive, nothing missing
+
+        proc = start_node(kit_dir, tmp_path)
+        robot.diags.clear()
+        assert spin_until(ex, lambda: robot.value(LOG_NAME, "resumed") >= 0, 60.0)
+        assert robot.value(LOG_NAME, "resumed") == len(batch)  # the whole log came back into the buffer
+        assert robot.value(LOG_NAME, "rebuilt_from_wal") >= 1
+        assert wait_for_match(ex, robot.cmd, 10.0)
+        start = k
+        run_steps(60)
+        assert spin_until(ex, lambda: robot.value(LOG_NAME, "recorded") >= 50, 10.0)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        log = proc.stdout.read()
+        assert proc.returncode == 0, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        ex.shutdown()
+        robot.node.destroy_node()
+    after, report = read_log(tmp_path / "transitions")
+    assert report.complete_segments == report.segments and report.from_wal == 0, log  # every file a whole MCAP
+    ks = check_transitions(after)
+    assert ks[:len(first)] == first  # what was there before the kill is unchanged
+    new = ks[len(first):]
+    assert len(new) >= 50 and new == list(range(new[0], new[0] + len(new))) and new[0] >= start
+
+
+def test_shipped_yaml_matches_the_dataclasses_and_declared_parameters(ros_context, kit, tmp_path):
+    data = yaml.safe_load((REPO / "config/finetune_node.yaml").read_text())["finetune_node"]["ros__parameters"]
+    ft = {f.name for f in dataclasses.fields(FineTuneConfig)}
+    lg = {f.name for f in dataclasses.fields(TransitionLogConfig)}
+    FineTuneConfig(**{k: v for k, v in data.items() if k in ft})  # validates
+    TransitionLogConfig(**{k[len(LOG_PREFIX):]: v for k, v in data.items() if k.startswith(LOG_PREFIX)})
+    assert ft - set(data) == {"min_return"}  # off unless set (a NaN does not survive every YAML parser)
+    assert {LOG_PREFIX + n for n in lg} <= set(data)
+    defaults, log_defaults = FineTuneConfig(), TransitionLogConfig()
+    for name in ft - {"min_return"}:
+        assert data[name] == getattr(defaults, name), name  # the file and the dataclasses agree
+    for name in lg:
+        assert data[LOG_PREFIX + name] == getattr(log_defaults, name), name
+    with pytest.raises(ValueError, match="kit_path is empty"):
+        FineTuneNode(context=ros_context)
+    # Every key of the file is a parameter the node declares (a typo would be silently ignored).
+    values = {**data, "kit_path": str(kit[0]), "work_dir": str(tmp_path)}
+    node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+    try:
+        for key, value in values.items():
+            assert node.has_parameter(key), key
+            assert node.get_parameter(key).value == value or list(node.get_parameter(key).value) == value, key
+        assert node.config == FineTuneConfig(**{k: v for k, v in data.items() if k in ft})
+    finally:
+        node.close()
+        node.destroy_node()
+
+
+def test_bad_parameters_exit_with_the_fix(kit, tmp_path):
+    kit_dir, _ = kit
+    r = subprocess.run([sys.executable, "-m", "lowrl_ros.ros.finetune_node", "--ros-args",
+                        "-p", f"kit_path:={tmp_path}", "-p", f"work_dir:={tmp_path / 'w'}",
+                        "-p", f"obs_fields:={FIELDS}".replace("'", "")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "not a fine-tune kit" in r.stderr
