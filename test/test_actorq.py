@@ -34,7 +34,8 @@ def test_two_actor_processes_tag_transitions_with_increasing_versions():
         assert flat[0] >= 1 and flat[-1] > flat[0], f"actor {actor} never refreshed its snapshot: {versions}"
     assert res.bytes_per_broadcast > 0
     assert res.bytes_broadcast_total == pytest.approx(res.bytes_per_broadcast * res.versions_published * 2)
-    assert res.snapshot_max_error <= 0.05
+    assert len(res.snapshot_errors) == res.versions_published - 1  # every publish after v1 was checked
+    assert res.snapshot_max_error == max(res.snapshot_errors) and res.snapshot_max_error < 0.2
     assert np.isfinite(res.final_return) and res.evals[-1]["env_steps"] == res.env_steps
 
 

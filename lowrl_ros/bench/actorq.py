@@ -125,7 +125,9 @@ def bench_train(cfg: ActorQConfig) -> dict[str, Any]:
             "final_return": res.final_return, "best_return": max(e["return"] for e in res.evals),
             "bytes_per_broadcast": res.bytes_per_broadcast, "versions": res.versions_published,
             "rejected_stale": res.rejected_stale, "rejected_unknown": res.rejected_unknown,
-            "snapshot_max_error": res.snapshot_max_error, "learner_cpu_s": res.learner_cpu_s,
+            "snapshot_max_error": res.snapshot_max_error,
+            "snapshot_median_error": float(np.median(res.snapshot_errors)) if res.snapshot_errors else None,
+            "snapshots_over_tolerance": res.snapshots_over_tolerance, "learner_cpu_s": res.learner_cpu_s,
             "actor_cpu_s": [a.get("cpu_s_psutil") for a in res.actors], "torch_in_actors": res.torch_in_actors,
             "energy": energy, "evals": res.evals}
 
@@ -207,8 +209,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_train:
         md += ["", "## Training end to end (fp32 learner, actor processes)", "",
                "| policy | actors | env steps/s | steps/s per actor while busy | act µs | wall to target s | final return "
-               "| bytes/broadcast | CPU-s learner + actors | energy kWh (estimate) | rejected |",
-               "|---|---|---|---|---|---|---|---|---|---|---|"]
+               "| bytes/broadcast | CPU-s learner + actors | energy kWh (estimate) | rejected "
+               "| snapshot error max (over tol.) |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for w in args.widths:
             hidden, depth = WIDTHS[w]
             runs: dict[str, list] = {"fp32": [], "int8": []}
@@ -225,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
                               f"{r['actor_act_us_per_step']:.0f} | {'not reached' if wt is None else f'{wt:.1f}'} | "
                               f"{r['final_return']:.0f} | {r['bytes_per_broadcast']:.0f} | "
                               f"{r['learner_cpu_s']:.1f} + {cpu - r['learner_cpu_s']:.1f} | "
-                              f"{'n/a' if e is None else f'{e:.2e}'} | {r['rejected_stale'] + r['rejected_unknown']} |")
+                              f"{'n/a' if e is None else f'{e:.2e}'} | {r['rejected_stale'] + r['rejected_unknown']} | "
+                              f"{r['snapshot_max_error']:.3f} ({r['snapshots_over_tolerance']}) |")
             results["train"][w] = runs
             f32, i8 = runs["fp32"][0], runs["int8"][0]
             results["train"][w + "_ratios_first_pair"] = {

@@ -17,8 +17,9 @@ After Krishnan et al., "QuaRL: Quantization for Fast and Environmentally Sustain
 - fixes for the reference's pitfalls: versions are checked on receipt (``VersionGate``: a chunk
   holding a version the learner never published, or one more than ``max_version_lag`` versions
   old, is rejected whole and counted); every published snapshot is compared with the learner's
-  fp32 policy on replay states (parity, ``snapshot_tolerance``); and returns are measured on
-  the deployed snapshot (the artifact, through the runtime), never on the fp32 learner.
+  fp32 policy on replay states (parity against ``snapshot_tolerance``, error recorded per version);
+  and returns are measured on the deployed snapshot (the artifact, through the runtime), never on
+  the fp32 learner.
 
 Data rate: the learner keeps ``updates_per_step`` gradient steps per accepted env step (after the
 warm-up), like the trainer; when it falls behind it stops draining the bounded transition queue,
@@ -29,6 +30,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import queue
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -68,7 +70,7 @@ class ActorQConfig:
         target_return: stop once an evaluation reaches this mean return (nan: never).
         time_limit_s: stop after this much wall-clock (0: no limit).
         snapshot_tolerance: max |snapshot - fp32 learner| action error allowed, as a fraction of the
-            action range (the int8 quantization budget); exceeded -> the run fails.
+            action range (the int8 quantization budget); publishes above it are counted and warned.
         seed: seeds the learner, the actors (seed*1000 + actor id) and evaluation.
         threads: torch threads of the learner.
     """
@@ -193,6 +195,8 @@ class ActorQResult:
     rejected_stale: int = 0
     rejected_unknown: int = 0
     snapshot_max_error: float = 0.0  # worst |snapshot - fp32| over publishes, fraction of action range
+    snapshot_errors: list[float] = field(default_factory=list)  # that error at each publish (32 replay states)
+    snapshots_over_tolerance: int = 0  # publishes whose error exceeded snapshot_tolerance
     # env_steps, wall_s (since every actor was ready), return of the deployed snapshot
     evals: list[dict[str, float]] = field(default_factory=list)
     final_return: float = math.nan
@@ -364,11 +368,16 @@ class ActorQLearner:
             obs, _ = self.buffer.oldest(len(self.buffer))
             probe = obs[self.rng.integers(0, len(obs), 32)]
             err = self.snapshot_error(probe)
+            self.result.snapshot_errors.append(err)
             self.result.snapshot_max_error = max(self.result.snapshot_max_error, err)
             if err > self.cfg.snapshot_tolerance:
-                raise RuntimeError(f"snapshot v{version} differs from the fp32 learner by {err:.3g} of the action "
-                                   f"range > snapshot_tolerance {self.cfg.snapshot_tolerance}; the quantized "
-                                   "policy is not the one being learned (raise the tolerance only knowingly)")
+                # Counted and reported, not fatal: one probe state near a quantization edge should
+                # not kill a long run, but a run where this is frequent is not learning what it acts.
+                self.result.snapshots_over_tolerance += 1
+                if self.result.snapshots_over_tolerance == 1:
+                    print(f"actorq: snapshot v{version} differs from the fp32 learner by {err:.3g} of the action "
+                          f"range > snapshot_tolerance {self.cfg.snapshot_tolerance} (counted in "
+                          "snapshots_over_tolerance)", file=sys.stderr)
         for q in snap_qs:
             q.put(("snapshot", version, data))
         self.result.bytes_broadcast_total += len(data) * len(snap_qs)
