@@ -54,7 +54,8 @@ def format_report(report: ProfileReport) -> str:
                      f"{t.macs} MACs (dense {t.dense_macs}, non-zero {t.nnz_macs}), latency p50 {lat['p50']:.1f} "
                      f"us p99 {lat['p99']:.1f} us over {lat['calls']} calls")
     lines.append(f"  memory: process peak {m['process_peak_rss_mb']:.1f} MB (bare interpreter "
-                 f"{m['bare_interpreter_peak_rss_mb']:.1f} MB, runtime imports {m['runtime_imports_peak_rss_mb']:.1f} MB, "
+                 f"{m['bare_interpreter_peak_rss_mb']:.1f} MB, "
+                 f"runtime imports {m['runtime_imports_peak_rss_mb']:.1f} MB, "
                  f"policy over runtime {m['policy_over_runtime_mb']:.1f} MB)")
     for c in report.checks + [c for t in report.tiers for c in t.checks]:
         lines.append(f"  [{c.verdict}] {c.reason}")

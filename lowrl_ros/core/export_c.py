@@ -302,7 +302,8 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
             pt = "uint16_t" if plan.nnz < 65536 else "uint32_t"
             ct = "uint8_t" if plan.in_dim <= 256 else "uint16_t"
             csr_kinds.add((pt, ct))
-            arrays += [_array(pt, f"{p}_ptr", ptr), _array(ct, f"{p}_col", cols), _array(ctype, f"{p}_val", w[rows, cols])]
+            arrays += [_array(pt, f"{p}_ptr", ptr), _array(ct, f"{p}_col", cols),
+                       _array(ctype, f"{p}_val", w[rows, cols])]
             k = f"{pt}_{ct}"
             if plan.dtype == "int8":
                 calls.append(f"{name}_csr_i8_{k}({p}_ptr, {p}_col, {p}_val, {p}_ws, {p}_b, {src}, {dst}, "
