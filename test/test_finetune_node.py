@@ -136,7 +136,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
             assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
             spin_until(ex, lambda: False, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
         assert node.recorded == steps - 3  # step 0 is not formed; the last is sealed by the next observation
-        assert node.assembler.incomplete == 0
+        assert node.assembler.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
         batch, report = read_log(tmp_path / "transitions")
         assert len(batch) == node.recorded and report.from_wal == 1  # the open segment, read from its WAL
         assert check_transitions(batch) == list(range(1, steps - 2))
@@ -242,7 +242,7 @@ def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit,
                 k += 1
 
         run_steps(200)
-        assert spin_until(ex, lambda: robot.value(LOG_NAME, "recorded") >= 150, 10.0)
+        assert spin_until(ex, lambda: robot.value(LOG_NAME, "recorded") >= 150, 10.0), robot.diags
         reported = robot.value(LOG_NAME, "recorded")
         run_steps(10)  # still feeding when it dies: mid-session
         proc.send_signal(signal.SIGKILL)

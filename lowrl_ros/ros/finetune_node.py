@@ -38,6 +38,7 @@ from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, Parameter, Par
 from rcl_interfaces.srv import SetParameters
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
@@ -48,7 +49,7 @@ from lowrl_ros.core.tiers import ComputeTier
 from lowrl_ros.core.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.policy_node import spin_until_signal
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+from lowrl_ros.ros.qos import LATCHED
 
 DIAG_PREFIX = "lowrl/finetune"
 POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status naming its running version and path
@@ -56,6 +57,11 @@ OK, WARN, ERROR = 0, 1, 2
 INPUTS = ("joint_states", "observation")
 END_KINDS = ("truncated", "terminated")
 LOG_PREFIX = "log_"  # TransitionLogConfig fields appear as log_<field> parameters
+# A recorder must not drop what a controller may: the control topics are KEEP_LAST 1 for the policy
+# node (a stale observation is worse than none), but here every message counts, so the reader keeps
+# 2 s at 100 Hz while the learner holds the GIL (compatible with the publishers' QoS: depth is local).
+RECORD = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200, reliability=ReliabilityPolicy.RELIABLE,
+                    durability=DurabilityPolicy.VOLATILE)
 
 
 def _desc(text: str, *, read_only: bool = True, floats: tuple[float, float] | None = None,
@@ -157,6 +163,7 @@ class FineTuneNode(Node):
         self.assembler = TransitionAssembler()
         self.recorded = 0
         self.bad_inputs = 0
+        self.callback_errors = 0
         self.received: collections.Counter = collections.Counter()  # messages per input, for diagnostics
         self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
         self.running_version = 0  # what the policy node reports running (0: not heard yet)
@@ -174,12 +181,12 @@ class FineTuneNode(Node):
 
         cmd_topic = f"/{get('controller_name').strip('/')}/commands"
         if self.adapter is not None:
-            self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, CONTROL)
+            self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, RECORD)
         else:
-            self.create_subscription(Float32MultiArray, get("observation_topic"), self._on_observation, CONTROL)
-        self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, CONTROL)
-        self.create_subscription(Float64, get("reward_topic"), self._on_reward, STATS)
-        self.create_subscription(Float64, get("episode_topic"), self._on_episode, STATS)
+            self.create_subscription(Float32MultiArray, get("observation_topic"), self._on_observation, RECORD)
+        self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, RECORD)
+        self.create_subscription(Float64, get("reward_topic"), self._on_reward, RECORD)
+        self.create_subscription(Float64, get("episode_topic"), self._on_episode, RECORD)
         self.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -203,11 +210,12 @@ class FineTuneNode(Node):
         return SetParametersResult(successful=True)
 
     def _guarded(self, fn):
-        def run(*args) -> None:
+        """Wrap a timer callback (no arguments: rclpy passes TimerInfo to one that takes any)."""
+        def run() -> None:
             try:
-                fn(*args)
-            except Exception as exc:  # noqa: BLE001 - a bad message must never stop recording
-                self.bad_inputs += 1
+                fn()
+            except Exception as exc:  # noqa: BLE001 - reporting must never stop recording
+                self.callback_errors += 1
                 self.get_logger().error(f"{fn.__name__} failed: {type(exc).__name__}: {exc}",
                                         throttle_duration_sec=1.0)
         return run
@@ -304,6 +312,7 @@ class FineTuneNode(Node):
             path, version, why = self._swaps[-1]  # newest wins
             self._swaps.clear()
         self._requested[path] = version
+        self._episode_version = None  # the episode under way will have run two versions: not judged
         req = SetParameters.Request(parameters=[Parameter(
             name="policy_path", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path))])
         future = self._set_params.call_async(req)
@@ -403,6 +412,7 @@ class FineTuneNode(Node):
             diag.status(f"{DIAG_PREFIX}/log", log_level, f"{self.recorded} transitions recorded",
                         {"recorded": self.recorded, "resumed": self.resumed, "rebuilt_from_wal": self.resumed_from_wal,
                          "incomplete_steps": self.assembler.incomplete, "bad_inputs": self.bad_inputs,
+                         "callback_errors": self.callback_errors,
                          "dropped_segments": self.writer.dropped_segments, "dir": str(self.writer.directory),
                          **{f"received_{k}": v for k, v in sorted(self.received.items())}}),
             diag.status(f"{DIAG_PREFIX}/learner", learn_level,
