@@ -219,7 +219,8 @@ def test_resume_refills_the_buffer_from_the_log(kit_dir, tmp_path):
     batch, report = read_log(tmp_path / "log")
     ft = tuner(kit_dir, tmp_path / "ft")
     assert ft.add_batch(batch) == 249 and ft.transitions_seen == 250  # one truncation at step 200
-    assert np.allclose(ft.buffer.obs[0], batch.obs[0]) and ft.buffer.action[0, 0] == pytest.approx(batch.action[0, 0] / 2)
+    assert np.allclose(ft.buffer.obs[0], batch.obs[0])
+    assert ft.buffer.action[0, 0] == pytest.approx(batch.action[0, 0] / 2)  # [-2, 2] -> [-1, 1]
 
 
 @pytest.mark.parametrize("kwargs", [dict(lr=0.0), dict(batch_size=0), dict(min_transitions=10, buffer_size=5),

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
@@ -208,6 +206,35 @@ def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context
             n.destroy_node()
     records = read_log(tmp_path / "transitions")[0]
     assert {1, 2} <= set(records.policy_version.tolist())  # each transition says which version acted
+
+
+def test_memory_cap_pauses_learning_with_a_diagnostic(ros_context, kit, tmp_path):
+    kit_dir, base = kit
+    # 64 MB is below what any torch process holds: learning must pause, recording must go on.
+    node = FineTuneNode(context=ros_context, parameter_overrides=[
+        Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, memory_cap_mb=64.0).items()])
+    robot = Robot(ros_context)
+    ex = SingleThreadedExecutor(context=ros_context)
+    ex.add_node(node)
+    ex.add_node(robot.node)
+    try:
+        for pub in (robot.js, robot.cmd, robot.reward, robot.tier):
+            assert wait_for_match(ex, pub)
+        robot.tier.publish(UInt8(data=0))
+        for k in range(40):
+            robot.step(k)
+            assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
+            robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
+            assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
+        assert spin_until(ex, lambda: robot.diags.get("lowrl/finetune/learner", {}).get("state") == "paused_memory",
+                          5.0)
+        assert node.tuner.updates == 0 and node.recorded >= 35
+        assert float(robot.diags["lowrl/finetune/learner"]["rss_mb"]) > 64.0
+    finally:
+        node.close()
+        ex.shutdown()
+        node.destroy_node()
+        robot.node.destroy_node()
 
 
 def start_node(kit_dir, work_dir) -> subprocess.Popen:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -14,8 +13,8 @@ import numpy as np
 import pytest
 
 from lowrl_ros.core.transition_log import (
-    Transition, TransitionAssembler, TransitionLogConfig, TransitionLogError, TransitionLogWriter, decode_transition, encode_transition,
-    read_log,
+    Transition, TransitionAssembler, TransitionLogConfig, TransitionLogError, TransitionLogWriter, decode_transition,
+    encode_transition, read_log,
 )
 
 REPO = Path(__file__).resolve().parents[1]

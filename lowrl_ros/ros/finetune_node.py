@@ -84,7 +84,8 @@ _FT_RANGES: dict[str, dict[str, Any]] = {
 }
 _LOG_RANGES: dict[str, dict[str, Any]] = {
     "segment_transitions": dict(ints=(1, 10_000_000)), "segment_seconds": dict(floats=(0.01, 86400.0)),
-    "chunk_bytes": dict(ints=(256, 64 * 1024 * 1024)), "compression": {}, "fsync_interval_s": dict(floats=(0.0, 3600.0)),
+    "chunk_bytes": dict(ints=(256, 64 * 1024 * 1024)), "compression": {},
+    "fsync_interval_s": dict(floats=(0.0, 3600.0)),
     "max_files": dict(ints=(2, 1_000_000)), "max_bytes": dict(ints=(65536, 2**62)),
 }
 
