@@ -59,8 +59,8 @@ class ActorQConfig:
         total_steps: env steps to collect (accepted transitions).
         warmup_steps: uniform-random env steps (split among the actors) before learning starts.
         batch_size, updates_per_step, lr: learner settings (see TrainConfig).
-        refresh_every: publish a new version every this many accepted env steps; actors pull the
-            newest every this many of their own steps.
+        refresh_every: publish a new version every this many accepted env steps (K); actors pick
+            up the newest at their next chunk boundary.
         chunk_steps: transitions per message from an actor.
         max_version_lag: reject chunks holding a version older than published - this.
         explore_noise: Gaussian exploration noise of the actors, normalised action units.

@@ -16,8 +16,9 @@ Protocol (all messages are tuples on multiprocessing queues):
   action; ``("episode", actor_id, return, version)`` per finished episode; on stop,
   ``("done", actor_id, stats)``; on failure ``("error", actor_id, traceback)``.
 
-The actor pulls the newest waiting snapshot every ``refresh_every`` of its own env steps (older
-waiting ones are skipped: only the newest matters).
+The actor polls for the newest waiting snapshot at every chunk boundary (older waiting ones are
+skipped: only the newest matters). Polling only every ``refresh_every`` of its *own* steps let an
+actor fall ``num_actors`` versions behind between polls, and chunks then arrived stale.
 """
 from __future__ import annotations
 
@@ -109,12 +110,12 @@ def _run(actor_id: int, spec: dict[str, Any], snapshots, out, stop) -> None:
     if not _put(out, ("ready", actor_id, stats["load_s"]), stop):
         return
     obs, _ = env.reset(seed=spec["seed"] * 1000 + actor_id)
-    warmup, noise, refresh = int(spec["warmup_steps"]), float(spec["explore_noise"]), int(spec["refresh_every"])
+    warmup, noise = int(spec["warmup_steps"]), float(spec["explore_noise"])
     half, mid = (high - low) / 2.0, (high + low) / 2.0
     ep_return, k = 0.0, 0
     clock = time.perf_counter
     while not stop.is_set():
-        if stats["steps"] and stats["steps"] % refresh == 0:
+        if k == 0 and stats["steps"]:  # at every chunk boundary: a non-blocking poll costs ~µs
             snap = _newest_snapshot(snapshots, False, stop)
             if snap is not None and snap[0] > version:
                 load(snap)
