@@ -198,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     md = [f"Environment {args.env}; actors run snapshots through load_artifact(engine='{base.engine}').", ""]
     with tempfile.TemporaryDirectory() as tmp:
         md += ["## Collection alone (env.step + act, interleaved rounds, median)", "",
-               "| policy | fp32 steps/s | int8 steps/s | int8 / fp32 | fp32 bytes | int8 bytes |", "|---|---|---|---|---|---|"]
+               "| policy | fp32 steps/s | int8 steps/s | int8 / fp32 | fp32 bytes | int8 bytes |",
+               "|---|---|---|---|---|---|"]
         for w in args.widths:
             hidden, depth = WIDTHS[w]
             print(f"collect {w}: {args.collect_rounds} rounds x {args.collect_steps} steps", file=sys.stderr)
@@ -208,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
                       f"{r['int8_over_fp32']:.2f}x | {r['bytes']['fp32']} | {r['bytes']['int8']} |")
     if not args.no_train:
         md += ["", "## Training end to end (fp32 learner, actor processes)", "",
-               "| policy | actors | env steps/s | steps/s per actor while busy | act µs | wall to target s | final return "
+               "| policy | actors | env steps/s | steps/s per actor while busy | act µs | wall to target s "
+               "| final return "
                "| bytes/broadcast | CPU-s learner + actors | energy kWh (estimate) | rejected "
                "| snapshot error max (over tol.) |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
