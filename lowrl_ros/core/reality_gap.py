@@ -1,0 +1,180 @@
+"""A reality gap as a config: the "real" robot is the simulator with its physics changed (no ROS).
+
+:class:`RealityGapConfig` lists what differs between the simulation a policy was trained in and
+the robot it runs on; :class:`RealityGapWrapper` applies it to a gymnasium environment:
+
+- MuJoCo environments (InvertedPendulum-v5, and any other ``MujocoEnv``): the model is edited in
+  place through ``env.unwrapped.model``: ``body_mass`` and ``body_inertia`` × ``mass_scale``
+  (a heavier body of the same shape: the inertia scales with the mass), ``geom_friction`` and
+  ``dof_frictionloss`` × ``friction_scale``, ``dof_frictionloss`` + ``added_friction`` (dry
+  joint friction), ``dof_damping`` × ``damping_scale`` + ``added_damping``, and the actuators'
+  ``gear`` × ``actuator_gain`` (the same control gives a weaker/stronger force). A model with no
+  contacts and no joint friction (InvertedPendulum-v5: every geom has contype 0) has no friction
+  to scale: ``friction_scale`` is refused there with the fix (use ``added_friction``).
+- Pendulum-v1 (classic control, no MuJoCo model): the mass ``m`` × ``mass_scale``; the commanded
+  torque × ``actuator_gain``; ``added_damping`` c as a viscous torque −c·θdot added to the motor's
+  torque *before* Pendulum's own ±2 N·m clip (a motor's back-EMF: it takes from the motor's
+  authority, and the reward's torque cost sees the applied torque); ``added_friction`` f as a dry
+  friction torque −f·sign(θdot), the same way. Pendulum has no friction and no damping to scale, so ``friction_scale`` and ``damping_scale`` other than 1 are refused for it.
+- Every environment: ``action_delay_steps`` (the action applied at step t is the one commanded at
+  t − d; zeros before the first), and ``obs_noise_std`` (Gaussian noise on every observation entry,
+  from a generator seeded by ``reset(seed=...)``, so a seeded run is reproducible).
+
+The identity config changes nothing: the wrapped env reproduces the unwrapped one exactly (tested).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RealityGapConfig:
+    """How the robot differs from the simulation (identity by default).
+
+    Attributes:
+        mass_scale: every body's mass (and inertia) × this; 1.3 = 30 % heavier.
+        friction_scale: every geom's friction coefficients × this (MuJoCo only).
+        added_friction: dry (Coulomb) friction added to every joint (N·m or N); Pendulum-v1: −f·sign(θdot).
+        damping_scale: every joint's damping × this (MuJoCo only).
+        added_damping: viscous damping added to every joint (N·m·s/rad or N·s/m); Pendulum-v1: −c·θdot.
+        actuator_gain: commanded force/torque × this; 0.8 = a 20 % weaker actuator.
+        obs_noise_std: standard deviation of Gaussian noise added to every observation entry.
+        action_delay_steps: control steps between a command and its effect (0: none).
+    """
+
+    mass_scale: float = 1.0
+    friction_scale: float = 1.0
+    added_friction: float = 0.0
+    damping_scale: float = 1.0
+    added_damping: float = 0.0
+    actuator_gain: float = 1.0
+    obs_noise_std: float = 0.0
+    action_delay_steps: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("mass_scale", "friction_scale", "actuator_gain"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0.05 <= value <= 20.0):
+                raise ValueError(f"RealityGapConfig.{name}={value} is outside 0.05..20; it is a factor "
+                                 "(1.0 = as in simulation, 1.3 = +30 %)")
+        if not (math.isfinite(self.damping_scale) and 0.0 <= self.damping_scale <= 100.0):
+            raise ValueError(f"RealityGapConfig.damping_scale={self.damping_scale} is outside 0..100; "
+                             "it is a factor on the model's joint damping (1.0 = as in simulation)")
+        for name in ("added_friction", "added_damping", "obs_noise_std"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"RealityGapConfig.{name}={value} must be finite and >= 0 (0: none)")
+        if int(self.action_delay_steps) != self.action_delay_steps or not 0 <= self.action_delay_steps <= 100:
+            raise ValueError(f"RealityGapConfig.action_delay_steps={self.action_delay_steps} must be a whole "
+                             "number of control steps in 0..100")
+
+    @property
+    def is_identity(self) -> bool:
+        return self == RealityGapConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """A one-line summary of the fields that differ from the identity, e.g. for logs."""
+        base = RealityGapConfig()
+        parts = [f"{f.name}={getattr(self, f.name):g}" for f in dataclasses.fields(self)
+                 if getattr(self, f.name) != getattr(base, f.name)]
+        return ", ".join(parts) or "none (identity)"
+
+
+class RealityGapWrapper(gym.Wrapper):
+    """Applies a :class:`RealityGapConfig` to a Pendulum-v1 or MuJoCo gymnasium environment.
+
+    Args:
+        env: the environment as ``gym.make`` returns it (the wrapper edits ``env.unwrapped``).
+        gap: the gap to apply.
+        noise_seed: seed of the observation noise until the first ``reset(seed=...)``.
+    """
+
+    def __init__(self, env: gym.Env, gap: RealityGapConfig, noise_seed: int = 0) -> None:
+        super().__init__(env)
+        self.gap = gap
+        self._rng = np.random.default_rng(noise_seed)
+        self._queue: collections.deque = collections.deque()
+        u = env.unwrapped
+        self._pendulum = hasattr(u, "max_torque") and hasattr(u, "m") and not hasattr(u, "model")
+        if self._pendulum:
+            if gap.friction_scale != 1.0 or gap.damping_scale != 1.0:
+                raise ValueError("Pendulum-v1 has no friction or joint damping to scale; leave friction_scale and "
+                                 "damping_scale at 1.0 and use added_friction / added_damping")
+            u.m = float(u.m) * gap.mass_scale
+        elif hasattr(u, "model"):
+            self._edit_mujoco_model(u.model)
+        else:
+            raise ValueError(f"{env.spec.id if env.spec else env}: the reality gap supports Pendulum-v1 and MuJoCo "
+                             "environments only")
+        self._reset_delay()
+
+    def _edit_mujoco_model(self, model: Any) -> None:
+        g = self.gap
+        has_friction = bool((model.geom_contype != 0).any() or (model.dof_frictionloss != 0).any())
+        if g.friction_scale != 1.0 and not has_friction:
+            raise ValueError("this MuJoCo model has no contacts and no joint friction, so friction_scale changes "
+                             "nothing; leave it at 1.0 and use added_friction (dry joint friction) instead")
+        # Multiplying by exactly 1.0 leaves every value bit-identical: the identity changes nothing.
+        model.body_mass[:] = model.body_mass * g.mass_scale
+        model.body_inertia[:] = model.body_inertia * g.mass_scale
+        model.geom_friction[:] = model.geom_friction * g.friction_scale
+        model.dof_frictionloss[:] = model.dof_frictionloss * g.friction_scale + g.added_friction
+        model.dof_damping[:] = model.dof_damping * g.damping_scale + g.added_damping
+        model.actuator_gear[:, 0] = model.actuator_gear[:, 0] * g.actuator_gain
+
+    def _reset_delay(self) -> None:
+        zero = np.zeros(self.action_space.shape, dtype=self.action_space.dtype)
+        self._queue = collections.deque(zero.copy() for _ in range(self.gap.action_delay_steps))
+
+    def _noisy(self, obs: np.ndarray) -> np.ndarray:
+        if self.gap.obs_noise_std == 0.0:
+            return obs  # no draw: the identity consumes no random numbers
+        return (obs + self._rng.normal(0.0, self.gap.obs_noise_std, np.shape(obs))).astype(np.asarray(obs).dtype)
+
+    def noise(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Observation noise of ``shape`` from the wrapper's generator (the sim robot adds it to joints)."""
+        if self.gap.obs_noise_std == 0.0:
+            return np.zeros(shape)
+        return self._rng.normal(0.0, self.gap.obs_noise_std, shape)
+
+    def delayed(self, action: np.ndarray) -> np.ndarray:
+        """The action that takes effect now, given the one commanded now (the delay line)."""
+        if not self._queue:
+            return action
+        self._queue.append(np.array(action, copy=True))
+        return self._queue.popleft()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed + 7919)  # a stream apart from the env's own
+        self._reset_delay()
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._noisy(obs), info
+
+    def step(self, action):
+        act = self.delayed(np.asarray(action, dtype=self.action_space.dtype))
+        if self._pendulum:
+            g = self.gap
+            if g.actuator_gain != 1.0 or g.added_damping != 0.0 or g.added_friction != 0.0:
+                theta_dot = float(self.env.unwrapped.state[1])
+                resist = g.added_damping * theta_dot + g.added_friction * float(np.sign(theta_dot))
+                act = (act * g.actuator_gain - resist).astype(self.action_space.dtype)
+        obs, reward, terminated, truncated, info = self.env.step(act)
+        info = dict(info, applied_action=act)
+        return self._noisy(obs), reward, terminated, truncated, info
+
+
+def make_gapped_env(env_id: str, gap: RealityGapConfig, **kwargs: Any) -> gym.Env:
+    """``gym.make(env_id, **kwargs)`` wrapped in a :class:`RealityGapWrapper` applying ``gap``."""
+    env = gym.make(env_id, **kwargs)
+    return RealityGapWrapper(env, gap)
