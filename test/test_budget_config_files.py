@@ -14,8 +14,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "config"
 
 def budget_params() -> dict:
     doc = yaml.safe_load((CONFIG / "budget_monitor.yaml").read_text())
-    assert set(doc) == {"budget_monitor"}, "the node is named budget_monitor"
-    return doc["budget_monitor"]["ros__parameters"]
+    assert set(doc) == {"/**/budget_monitor"}, "the node is named budget_monitor, in any namespace"
+    return doc["/**/budget_monitor"]["ros__parameters"]
 
 
 def test_budget_yaml_builds_a_valid_config():

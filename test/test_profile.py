@@ -28,7 +28,7 @@ def _artifact(path: Path, sizes: list[int], int8: bool = True, seed: int = 0) ->
 def _budget_yaml(path: Path, **params) -> Path:
     """A budget file in the shipped format (node name + ros__parameters), edited."""
     doc = yaml.safe_load((ROOT / "config" / "budget_monitor.yaml").read_text())
-    doc["budget_monitor"]["ros__parameters"].update(params)
+    doc["/**/budget_monitor"]["ros__parameters"].update(params)
     path.write_text(yaml.safe_dump(doc))
     return path
 

@@ -172,7 +172,8 @@ class ProfileReport:
 def load_budget(path: str | Path) -> BudgetConfig:
     """The budget monitor's configuration from its ROS parameter YAML (or a flat mapping).
 
-    Accepts ``budget_monitor: {ros__parameters: {...}}`` (the shipped config/budget_monitor.yaml)
+    Accepts ``budget_monitor:`` or ``/**/budget_monitor: {ros__parameters: {...}}`` (the shipped
+    config/budget_monitor.yaml)
     or the bare mapping of BudgetConfig fields; validation is BudgetConfig's own.
 
     Raises:
@@ -189,8 +190,9 @@ def load_budget(path: str | Path) -> BudgetConfig:
         raise ValueError(f"budget file {p} is not valid YAML ({exc}); fix its syntax") from None
     if not isinstance(doc, dict):
         raise ValueError(f"budget file {p} must be a mapping like config/budget_monitor.yaml")
-    if BUDGET_NODE in doc:
-        block = doc[BUDGET_NODE]
+    key = next((k for k in (BUDGET_NODE, f"/**/{BUDGET_NODE}") if k in doc), None)
+    if key is not None:
+        block = doc[key]
         if not isinstance(block, dict) or not isinstance(block.get("ros__parameters"), dict):
             raise ValueError(f"budget file {p}: '{BUDGET_NODE}' must hold a 'ros__parameters' mapping")
         doc = block["ros__parameters"]
