@@ -16,17 +16,27 @@ signature is checked before any payload is trusted.
 
 Every rejection is a ``BundleRejected`` with a machine-readable ``code`` (for the robot's status
 reply and diagnostics) and a message that says what to do about it.
+
+Insecure mode (a bench or a simulator, never a robot near people): a sender without a key writes an
+all-zero HMAC (``UNSIGNED_HMAC``). A receiver with ``require_signature=True`` rejects such a
+message with code ``unsigned`` whatever key it holds, so an insecure trainer can only reach a robot
+that was itself configured insecure. Integrity (CRCs, SHA-256) is checked either way.
+
+The robot answers each message with a :class:`BundleStatus` (JSON on the status topic); codes in
+``RESEND_CODES`` mean "damaged in transit, send it again".
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import stat
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 MAGIC = b"LWRB"
 PROTOCOL = 1
@@ -36,6 +46,9 @@ HMAC_LEN = 32
 MIN_KEY_BYTES = 16
 DEFAULT_CHUNK_SIZE = 64 * 1024
 NO_PARENT = 0  # versions start at 1, so 0 means "no parent"
+UNSIGNED_HMAC = bytes(HMAC_LEN)  # what an insecure sender writes instead of a signature
+# Damage a re-send can repair (the bytes were hurt on the way, not made wrong by the sender).
+RESEND_CODES = frozenset({"corrupt_chunk", "missing_chunk", "truncated", "length_mismatch"})
 
 
 class BundleRejected(ValueError):
@@ -92,14 +105,15 @@ def _sign(key: bytes, header: bytes) -> bytes:
     return hmac.new(key, header, hashlib.sha256).digest()
 
 
-def encode_bundle(bundle: bytes, version: int, key: bytes, *, parent_version: int | None = None,
+def encode_bundle(bundle: bytes, version: int, key: bytes | None, *, parent_version: int | None = None,
                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> bytes:
     """Frame and sign ``bundle`` (the bytes of a .lowrl or .onnx file) as one wire message.
 
     Args:
         bundle: the artifact or bundle file's bytes.
         version: this bundle's version, >= 1; the robot accepts only versions above its current one.
-        key: the HMAC-SHA256 key shared by trainer and robot (``load_key``).
+        key: the HMAC-SHA256 key shared by trainer and robot (``load_key``); None sends the
+            message unsigned (``UNSIGNED_HMAC``), which only an insecure robot accepts.
         parent_version: the version this one was derived from (fine-tuning lineage), if any.
         chunk_size: payload bytes per chunk, >= 1.
     """
@@ -107,12 +121,12 @@ def encode_bundle(bundle: bytes, version: int, key: bytes, *, parent_version: in
         raise ValueError(f"bundle version must be >= 1, got {version}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 byte, got {chunk_size}")
-    if len(key) < MIN_KEY_BYTES:
+    if key is not None and len(key) < MIN_KEY_BYTES:
         raise ValueError(f"signing key too short ({len(key)} bytes, need >= {MIN_KEY_BYTES})")
     n_chunks = max(1, -(-len(bundle) // chunk_size))
     header = _HEADER.pack(MAGIC, PROTOCOL, version, parent_version or NO_PARENT, len(bundle), chunk_size,
                           n_chunks, hashlib.sha256(bundle).digest())
-    parts = [header, _sign(key, header)]
+    parts = [header, UNSIGNED_HMAC if key is None else _sign(key, header)]
     for i in range(n_chunks):
         payload = bundle[i * chunk_size:(i + 1) * chunk_size]
         parts.append(_CHUNK.pack(i, len(payload), zlib.crc32(payload)))
@@ -134,22 +148,41 @@ def read_header(message: bytes) -> BundleHeader:
     return BundleHeader(version, parent, total, chunk_size, n_chunks, sha)
 
 
-def decode_bundle(message: bytes, key: bytes, *, current_version: int = 0) -> tuple[BundleHeader, bytes]:
+def is_signed(message: bytes) -> bool:
+    """True when the message carries a signature (not the insecure all-zero HMAC)."""
+    return message[_HEADER.size:_HEADER.size + HMAC_LEN] != UNSIGNED_HMAC
+
+
+def decode_bundle(message: bytes, key: bytes | None, *, current_version: int = 0,
+                  require_signature: bool = True) -> tuple[BundleHeader, bytes]:
     """Check and reassemble one wire message; return its header and the bundle bytes.
 
     Args:
         message: the bytes received.
-        key: the HMAC key (``load_key``).
+        key: the HMAC key (``load_key``), or None on a robot that has none.
         current_version: the version running now; only a strictly newer version is accepted.
+        require_signature: False only on an insecure robot: then an unsigned message, or a signed
+            one the robot holds no key for, is accepted on its CRCs and SHA-256 alone. A signed
+            message is verified whenever a key is present.
 
     Raises:
-        BundleRejected: with ``code`` one of truncated, bad_magic, bad_protocol, bad_signature,
-            old_version, bad_chunk_size, corrupt_chunk, missing_chunk, length_mismatch, bad_sha256.
+        BundleRejected: with ``code`` one of truncated, bad_magic, bad_protocol, unsigned, no_key,
+            bad_signature, old_version, bad_chunk_size, corrupt_chunk, missing_chunk,
+            length_mismatch, bad_sha256.
     """
     header = read_header(message)
     head_bytes = message[:_HEADER.size]
     signature = message[_HEADER.size:_HEADER.size + HMAC_LEN]
-    if not hmac.compare_digest(signature, _sign(key, head_bytes)):
+    if signature == UNSIGNED_HMAC:
+        if require_signature:
+            raise BundleRejected("unsigned", f"bundle v{header.version} is unsigned (the trainer runs insecure); "
+                                             "give the trainer the robot's key_file, or set require_signature:=false "
+                                             "on the robot (bench only)")
+    elif key is None:
+        if require_signature:
+            raise BundleRejected("no_key", f"bundle v{header.version} is signed but this robot has no key_file; "
+                                           "set key_file to the trainer's key (chmod 600)")
+    elif not hmac.compare_digest(signature, _sign(key, head_bytes)):
         raise BundleRejected("bad_signature", f"bundle v{header.version} signature does not verify: the sender "
                                               "used another key (check the key files match) or the header was altered")
     if header.version <= current_version:
@@ -190,3 +223,206 @@ def decode_bundle(message: bytes, key: bytes, *, current_version: int = 0) -> tu
         raise BundleRejected("bad_sha256", f"bundle v{header.version}: SHA-256 of the reassembled bytes does not "
                                            "match the signed header; the chunks were tampered with")
     return header, bundle
+
+
+@dataclass(frozen=True)
+class BundleStatus:
+    """The robot's answer to one bundle message (JSON on ``/lowrl/policy_bundle/status``).
+
+    Attributes:
+        version: the version the message announced (None if its header was unreadable).
+        accepted: True once the bundle passed every check and is handed to the hot swap.
+        code: "ok", or the BundleRejected code.
+        reason: human-readable, says what to do.
+        missing, corrupt: chunk indices to re-send.
+        resend: the robot asks for the same message again (damage in transit).
+        running_version: the highest version the robot runs or has accepted.
+    """
+
+    version: int | None
+    accepted: bool
+    code: str = "ok"
+    reason: str = ""
+    missing: tuple[int, ...] = field(default_factory=tuple)
+    corrupt: tuple[int, ...] = field(default_factory=tuple)
+    resend: bool = False
+    running_version: int = 0
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["missing"], d["corrupt"] = list(self.missing), list(self.corrupt)
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "BundleStatus":
+        """Parse a status reply; ValueError (with the text) if it is not one."""
+        try:
+            d: Any = json.loads(text)
+            if not isinstance(d, dict) or not isinstance(d.get("accepted"), bool):
+                raise ValueError("no boolean 'accepted'")
+            version = d.get("version")
+            return cls(version=None if version is None else int(version), accepted=d["accepted"],
+                       code=str(d.get("code", "")), reason=str(d.get("reason", "")),
+                       missing=tuple(int(i) for i in d.get("missing") or ()),
+                       corrupt=tuple(int(i) for i in d.get("corrupt") or ()),
+                       resend=bool(d.get("resend", False)), running_version=int(d.get("running_version") or 0))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"not a bundle status reply ({exc}): {text[:200]!r}") from None
+
+    @classmethod
+    def rejected(cls, exc: BundleRejected, version: int | None, running_version: int) -> "BundleStatus":
+        return cls(version=version, accepted=False, code=exc.code, reason=str(exc), missing=tuple(exc.missing),
+                   corrupt=tuple(exc.corrupt), resend=exc.code in RESEND_CODES, running_version=running_version)
+
+
+# ---- the sending end (trainer side) ---------------------------------------------------------------
+@dataclass(frozen=True)
+class StreamConfig:
+    """What the trainer streams and how (config/trainer_node.yaml; the trainer node maps its parameters here).
+
+    Attributes:
+        bundle_path: one bundle/artifact file to publish (re-published when it changes to a newer version).
+        watch_dir: or a directory (e.g. where `lowrl compress -o DIR/vN.lowrl` writes): the newest
+            version among files matching ``pattern`` is published.
+        pattern: glob of bundle files inside ``watch_dir``.
+        key_file: HMAC key file (``load_key``); required unless ``insecure``.
+        insecure: send unsigned (all-zero HMAC); only a robot with require_signature:=false accepts it.
+        chunk_size: payload bytes per chunk.
+        max_resends: re-sends of one version on the robot's request before giving up.
+        poll_period_s: how often the source is checked for a new version.
+    """
+
+    bundle_path: str = ""
+    watch_dir: str = ""
+    pattern: str = "*.lowrl"
+    key_file: str = ""
+    insecure: bool = False
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    max_resends: int = 3
+    poll_period_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if bool(self.bundle_path) == bool(self.watch_dir):
+            raise ValueError("set exactly one of bundle_path (a .lowrl/.onnx file) or watch_dir (a directory "
+                             f"`lowrl compress` writes into); got bundle_path={self.bundle_path!r}, "
+                             f"watch_dir={self.watch_dir!r}")
+        if not self.pattern:
+            raise ValueError("pattern is empty; use a glob such as '*.lowrl'")
+        if not self.key_file and not self.insecure:
+            raise ValueError("no key_file: bundles must be signed. Create a key with `python -c \"import secrets; "
+                             "print(secrets.token_hex(32))\" > ~/.lowrl/bundle.key && chmod 600 ~/.lowrl/bundle.key`, "
+                             "give the same file to the robot, and set key_file; or run insecure:=true on a bench")
+        if not 1 <= self.chunk_size <= 64 * 1024 * 1024:
+            raise ValueError(f"chunk_size {self.chunk_size} must be 1..67108864 bytes (64 KiB is a good size)")
+        if not 0 <= self.max_resends <= 1000:
+            raise ValueError(f"max_resends {self.max_resends} must be 0..1000")
+        if not 0.01 <= self.poll_period_s <= 3600:
+            raise ValueError(f"poll_period_s {self.poll_period_s} must be 0.01..3600 s")
+
+
+@dataclass
+class SendEvent:
+    """What the sender decided on one poll: ``kind`` is "publish", "refused" or "unreadable"."""
+
+    kind: str
+    message: str
+    path: str = ""
+    version: int = 0
+    wire: bytes = b""
+
+
+class BundleSender:
+    """Pick the newest bundle version from the source, frame it, and keep the re-send account.
+
+    Versions only go up: a file whose version is not above the last one published (or the one the
+    robot reports running) is refused, never sent. The wire message of the current version is kept
+    so a re-send repeats exactly the signed bytes.
+    """
+
+    def __init__(self, config: StreamConfig, key: bytes | None) -> None:
+        self.config = config
+        self.key = key
+        self.published_version = 0
+        self.published_path = ""
+        self.wire = b""
+        self.n_chunks = 0
+        self.resends = 0
+        self.robot_version = 0
+        self._seen: dict[str, tuple[int, int]] = {}  # path -> (mtime_ns, size) last looked at
+        self._versions: dict[str, tuple[tuple[int, int], int, int]] = {}  # path -> (sig, version, parent)
+
+    def _candidates(self) -> list[Path]:
+        if self.config.bundle_path:
+            return [Path(self.config.bundle_path).expanduser()]
+        return sorted(p for p in Path(self.config.watch_dir).expanduser().glob(self.config.pattern) if p.is_file())
+
+    def _version_of(self, path: Path, sig: tuple[int, int]) -> tuple[int, int]:
+        cached = self._versions.get(str(path))
+        if cached and cached[0] == sig:
+            return cached[1], cached[2]
+        from lowrl_ros.core.bundle import load_bundle  # validates every tier before anything is sent
+
+        bundle = load_bundle(path, engine="numpy")
+        parent = bundle.contract.parent_version or NO_PARENT
+        self._versions[str(path)] = (sig, bundle.version, parent)
+        return bundle.version, parent
+
+    def poll(self) -> list[SendEvent]:
+        """Look at the source; return what happened (at most one "publish")."""
+        events: list[SendEvent] = []
+        candidates = self._candidates()
+        if self.config.bundle_path and not candidates[0].is_file():
+            if self._seen.get(str(candidates[0])) != (-1, -1):
+                self._seen[str(candidates[0])] = (-1, -1)
+                events.append(SendEvent("unreadable", f"{candidates[0]}: no such file yet; waiting for it",
+                                        str(candidates[0])))
+            return events
+        found: list[tuple[int, int, Path, bool]] = []  # version, parent, path, changed since last poll
+        for path in candidates:
+            try:
+                st = path.stat()
+            except OSError:
+                continue  # removed between glob and stat
+            sig = (st.st_mtime_ns, st.st_size)
+            changed = self._seen.get(str(path)) != sig
+            self._seen[str(path)] = sig
+            try:
+                version, parent = self._version_of(path, sig)
+            except (ValueError, OSError) as exc:
+                if changed:  # said once per change of the file, not at every poll
+                    events.append(SendEvent("unreadable", f"cannot use {path}: {exc}", str(path)))
+                continue
+            found.append((version, parent, path, changed))
+        if not found:
+            return events
+        floor = max(self.published_version, self.robot_version)
+        version, parent, path, _ = max(found, key=lambda f: f[0])
+        if version > floor:
+            data = path.read_bytes()
+            self.wire = encode_bundle(data, version, self.key, parent_version=parent,
+                                      chunk_size=self.config.chunk_size)
+            self.n_chunks = read_header(self.wire).n_chunks
+            self.published_version, self.published_path, self.resends = version, str(path), 0
+            events.append(SendEvent("publish", f"v{version} from {path}: {len(data)} bytes in {self.n_chunks} "
+                                               f"chunk(s)", str(path), version, self.wire))
+        for v, _, p, changed in found:
+            if changed and v <= floor and not (v == self.published_version and str(p) == self.published_path):
+                events.append(SendEvent("refused", f"refusing {p}: its version v{v} is not newer than v{floor} "
+                                                   "(published, or running on the robot); versions must increase "
+                                                   "(`lowrl compress --version N`)", str(p), v))
+        return events
+
+    def on_status(self, status: BundleStatus) -> SendEvent | None:
+        """Account for the robot's answer; return a "publish" event when a re-send is due."""
+        self.robot_version = max(self.robot_version, status.running_version)
+        if status.version != self.published_version or not status.resend or not self.wire:
+            return None
+        if self.resends >= self.config.max_resends:
+            return SendEvent("refused", f"v{self.published_version}: the robot asked for a re-send again "
+                                        f"({status.code}) but max_resends={self.config.max_resends} are spent; "
+                                        "check the link, then publish a new version or restart the trainer",
+                             self.published_path, self.published_version)
+        self.resends += 1
+        return SendEvent("publish", f"re-sending v{self.published_version} ({self.resends}/{self.config.max_resends}) "
+                                    f"on the robot's request: {status.code}", self.published_path,
+                         self.published_version, self.wire)
