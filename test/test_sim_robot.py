@@ -82,3 +82,64 @@ def test_sim_robot_node_publishes_joints_and_ignores_malformed_commands(ros_cont
         executor.shutdown()
         sim.destroy_node()
         probe.destroy_node()
+
+
+def test_gap_reaches_the_robot_and_noise_is_on_the_measurement():
+    from lowrl_ros.core.reality_gap import RealityGapConfig
+
+    plain = SimRobot(SimRobotConfig(seed=2))
+    noisy = SimRobot(SimRobotConfig(seed=2), RealityGapConfig(obs_noise_std=0.05))
+    assert noisy.env.unwrapped.state.tolist() == plain.env.unwrapped.state.tolist()  # same true state
+    assert abs(noisy.joints().velocity[0] - plain.joints().velocity[0]) > 1e-4  # measured with noise
+    weak = SimRobot(SimRobotConfig(seed=2), RealityGapConfig(actuator_gain=0.5, action_delay_steps=1))
+    weak.step([2.0])
+    assert weak.joints().effort[0] == 0.0  # delayed: nothing commanded before
+    weak.step([2.0])
+    assert weak.joints().effort[0] == 1.0  # half the commanded torque acts
+
+
+def test_lockstep_node_steps_once_per_command_and_logs_episodes(ros_context, tmp_path):
+    """A probe plays the policy: every joint state is answered by exactly one command, and each
+    command makes exactly one step (reward count == commands), with episodes in episodes.csv."""
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64, Float64MultiArray
+
+    from lowrl_ros.core.session_report import read_session
+    from lowrl_ros.ros.qos import CONTROL, STATS
+    from lowrl_ros.ros.sim_robot_node import SimRobotNode
+    from rosutil import spin_until
+
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[
+        Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=25),
+        Parameter("session_dir", value=str(tmp_path)), Parameter("gap.mass_scale", value=1.3),
+        Parameter("gap.action_delay_steps", value=1)])
+    probe = Node("policy_probe", context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(sim)
+    executor.add_node(probe)
+    rewards, episodes, sent = [], [], []
+    cmd = probe.create_publisher(Float64MultiArray, "/forward_command_controller/commands", CONTROL)
+
+    def answer(msg: JointState) -> None:
+        sent.append(msg.position[0])
+        cmd.publish(Float64MultiArray(data=[-1.0 if msg.velocity[0] > 0 else 1.0]))
+
+    probe.create_subscription(JointState, "/joint_states", answer, CONTROL)
+    probe.create_subscription(Float64, "/lowrl/reward", lambda m: rewards.append(m.data), STATS)
+    probe.create_subscription(Float64MultiArray, "/lowrl/episode", lambda m: episodes.append(list(m.data)), STATS)
+    try:
+        assert spin_until(executor, lambda: len(episodes) >= 2, timeout=30)
+        assert sim.robot.gap.mass_scale == 1.3 and sim.config.mode == "lockstep"
+        assert spin_until(executor, lambda: len(rewards) >= sim.steps, timeout=5)
+        assert sim.steps >= 50 and abs(len(sent) - sim.steps) <= 2  # one step per command, no timer steps
+        assert episodes[0][0] == 1 and episodes[0][2] == 25 and episodes[0][1] == pytest.approx(sum(rewards[:25]))
+        log = read_session(tmp_path)
+        assert log.n_episodes >= 2 and log.episodes["length"][0] == 25
+        assert log.info["gap"] == "mass_scale=1.3, action_delay_steps=1"
+    finally:
+        executor.shutdown()
+        sim.destroy_node()
+        probe.destroy_node()

@@ -11,6 +11,14 @@ publishes the joint state; the policy node answers with a command. Joint naming:
 
 One env step per tick: the simulation advances by the env's own dt per tick, whatever the tick
 rate, so at 100 Hz Pendulum-v1 (dt 0.05 s) runs 5x faster than its physical time.
+
+The robot may differ from the simulation the policy was trained in: a
+:class:`lowrl_ros.core.reality_gap.RealityGapConfig` (mass, friction, damping, actuator gain,
+action delay inside the env; observation noise on the published joint positions and velocities).
+
+Modes (``SimRobotConfig.mode``): ``realtime`` steps on a wall-clock timer with the newest command;
+``lockstep`` steps exactly once per command received and publishes the next joint state at once,
+so a session runs as fast as the policy answers and no step is ever skipped or doubled.
 """
 from __future__ import annotations
 
@@ -19,7 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowrl_ros.core.reality_gap import RealityGapConfig, RealityGapWrapper
+
 SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5")
+MODES = ("realtime", "lockstep")
 
 
 @dataclass(frozen=True)
@@ -31,12 +42,19 @@ class SimRobotConfig:
         control_period_s: wall-clock period of one env step (the robot's control rate).
         seed: seed of the first episode's reset (later episodes continue the env's RNG).
         max_episode_steps: episode length in steps (0: the env's default).
+        mode: ``realtime`` (a step every control_period_s) or ``lockstep`` (a step per command).
+        lockstep_resend_s: lockstep: re-publish the current joint state (without stepping) when no
+            command came for this long (a policy still starting up, a lost message).
+        session_dir: where the episode log (episodes.csv) goes; "" keeps no log.
     """
 
     env_id: str = "Pendulum-v1"
     control_period_s: float = 0.01
     seed: int = 0
     max_episode_steps: int = 0
+    mode: str = "realtime"
+    lockstep_resend_s: float = 0.5
+    session_dir: str = ""
 
     def __post_init__(self) -> None:
         if self.env_id not in SUPPORTED_ENVS:
@@ -46,6 +64,11 @@ class SimRobotConfig:
             raise ValueError(f"control_period_s={self.control_period_s} is outside 0.0001..10 s; e.g. 0.01 for 100 Hz")
         if self.max_episode_steps < 0:
             raise ValueError(f"max_episode_steps must be >= 0 (0: the env's default), got {self.max_episode_steps}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is unknown; use realtime (wall-clock timer) or lockstep "
+                             "(one step per command)")
+        if not 0.01 <= self.lockstep_resend_s <= 60.0:
+            raise ValueError(f"lockstep_resend_s={self.lockstep_resend_s} is outside 0.01..60 s; e.g. 0.5")
 
 
 @dataclass
@@ -64,17 +87,24 @@ class StepOutcome:
     episode_done: bool
     episode_return: float  # the finished episode's return when episode_done, else the running sum
     episode_steps: int
+    terminated: bool = False  # the episode ended in a terminal state (not on the time limit)
 
 
 class SimRobot:
-    """A gymnasium env behind a joint-level interface: ``step(action)`` then ``joints()``."""
+    """A gymnasium env behind a joint-level interface: ``step(action)`` then ``joints()``.
 
-    def __init__(self, config: SimRobotConfig) -> None:
+    Args:
+        config: the robot's settings.
+        gap: how this robot differs from the simulation (default: not at all).
+    """
+
+    def __init__(self, config: SimRobotConfig, gap: RealityGapConfig | None = None) -> None:
         import gymnasium as gym  # the sim is off-board / test only; the robot side never imports it
 
         self.config = config
+        self.gap = gap or RealityGapConfig()
         kwargs = {"max_episode_steps": config.max_episode_steps} if config.max_episode_steps else {}
-        self.env = gym.make(config.env_id, **kwargs)
+        self.env = RealityGapWrapper(gym.make(config.env_id, **kwargs), self.gap, noise_seed=config.seed)
         space = self.env.action_space
         self.action_low = np.asarray(space.low, dtype=np.float64)
         self.action_high = np.asarray(space.high, dtype=np.float64)
@@ -111,11 +141,13 @@ class SimRobot:
     def step(self, action) -> StepOutcome:
         """Advance one env step with ``action`` (clipped to the action space); resets at episode end."""
         act = np.clip(self.check_action(action), self.action_low, self.action_high)
-        _, reward, terminated, truncated, _ = self.env.step(act.astype(np.float32))
-        self._last_action = act
+        _, reward, terminated, truncated, info = self.env.step(act.astype(np.float32))
+        # The effort is what acted (after the gap's delay, gain and damping), as a torque sensor reads it.
+        self._last_action = np.asarray(info["applied_action"], dtype=np.float64)
         self._return += float(reward)
         self._steps += 1
-        outcome = StepOutcome(float(reward), bool(terminated or truncated), self._return, self._steps)
+        outcome = StepOutcome(float(reward), bool(terminated or truncated), self._return, self._steps,
+                              bool(terminated))
         if outcome.episode_done:
             self.episodes += 1
             self.returns.append(self._return)
@@ -134,6 +166,11 @@ class SimRobot:
             theta, theta_dot = (float(v) for v in u.state)
             wrapped = (theta + math.pi) % (2 * math.pi) - math.pi
             pos, vel, eff = np.array([wrapped]), np.array([theta_dot]), self._last_action.copy()
+        if self.gap.obs_noise_std > 0.0:  # sensor noise on what is measured (positions, velocities)
+            pos = pos + self.env.noise(pos.shape)
+            vel = vel + self.env.noise(vel.shape)
+            if not self._mujoco:
+                pos = (pos + math.pi) % (2 * math.pi) - math.pi
         return JointReading(self.joint_names, pos, vel, eff)
 
     def close(self) -> None:

@@ -1,23 +1,39 @@
 """sim_robot_node: a gymnasium env as a robot: `/joint_states` out, `<controller>/commands` in.
 
-Steps the env once per control period on a wall-clock timer, with the newest command (zero until
-the first one; a malformed one is ignored with a warning and zero is applied). Publishes the reward
-(`/lowrl/reward`, std_msgs/Float64) each step and the return of each finished episode
-(`/lowrl/episode_return`, std_msgs/Float64), and logs episode returns.
+Modes (parameter ``mode``):
+
+- ``realtime``: steps the env once per control period on a wall-clock timer, with the newest
+  command (zero until the first one; a malformed one is ignored with a warning and zero applied).
+- ``lockstep``: steps exactly once per command received, then publishes the next joint state at
+  once. It starts by publishing the first joint state when both its joint-state subscriber and its
+  command publisher have matched, and re-publishes the current one (without stepping) after
+  ``lockstep_resend_s`` without a command, so a policy that starts late or a lost message never
+  stalls the session.
+
+Each step publishes the reward (`/lowrl/reward`, std_msgs/Float64) before the next joint state;
+each finished episode its return (`/lowrl/episode_return`, std_msgs/Float64, what the fine-tuner
+reads) and `/lowrl/episode` (std_msgs/Float64MultiArray ``[episode index, return, length,
+terminated (1/0)]``, index from 1). The robot may differ from the simulation by a reality gap
+(parameters ``gap.*``, lowrl_ros/core/reality_gap.py). With ``session_dir`` set it appends each
+episode to ``session_dir/episodes.csv`` with the policy version that ran it (read from the policy
+node's ``lowrl/policy/policy`` diagnostic; used for the session log only).
 
 Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
 (`lowrl bench loop` measures round trips from it), and ``redirect_joint_states`` moves the output.
 """
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import rclpy
 import rclpy.executors
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import IntegerRange, FloatingPointRange, ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
@@ -25,8 +41,16 @@ from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 
-from lowrl_ros.core.sim_robot import SimRobot, SimRobotConfig
+from lowrl_ros.core.reality_gap import RealityGapConfig
+from lowrl_ros.core.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
+from lowrl_ros.core.sim_robot import MODES, SimRobot, SimRobotConfig
 from lowrl_ros.ros.qos import CONTROL, STATS
+
+POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status; its "version" value names the running policy
+GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
+_GAP_RANGES = {"mass_scale": (0.05, 20.0), "friction_scale": (0.05, 20.0), "added_friction": (0.0, 1e3),
+               "damping_scale": (0.0, 100.0), "added_damping": (0.0, 1e3), "actuator_gain": (0.05, 20.0),
+               "obs_noise_std": (0.0, 100.0)}
 
 
 def make_executor(context=None):
@@ -75,24 +99,57 @@ class SimRobotNode(Node):
           _descriptor("episode length (0: env default)", read_only=True, ints=(0, 10**9)))
         p("joint_states_topic", "/joint_states", _descriptor("joint state output", read_only=True))
         p("command_topic", "/forward_command_controller/commands", _descriptor("command input", read_only=True))
+        p("mode", defaults.mode, _descriptor(f"stepping: {' | '.join(MODES)}", read_only=True))
+        p("lockstep_resend_s", defaults.lockstep_resend_s,
+          _descriptor("lockstep: re-publish the joint state after this long without a command", read_only=True,
+                      floats=(0.01, 60.0)))
+        p("session_dir", defaults.session_dir, _descriptor("episodes.csv goes here ('' = no log)", read_only=True))
+        gap_defaults = RealityGapConfig()
+        for f in dataclasses.fields(RealityGapConfig):
+            if f.name == "action_delay_steps":
+                p(GAP_PREFIX + f.name, gap_defaults.action_delay_steps,
+                  _descriptor("reality gap: control steps between a command and its effect", read_only=True,
+                              ints=(0, 100)))
+            else:
+                p(GAP_PREFIX + f.name, float(getattr(gap_defaults, f.name)),
+                  _descriptor(f"reality gap: {f.name}", read_only=True, floats=_GAP_RANGES[f.name]))
         get = lambda name: self.get_parameter(name).value  # noqa: E731
-        self.config = SimRobotConfig(env_id=get("env_id"), control_period_s=get("control_period_s"),
-                                     seed=get("seed"), max_episode_steps=get("max_episode_steps"))
-        self.robot = SimRobot(self.config)
+        self.config = SimRobotConfig(**{f.name: get(f.name) for f in dataclasses.fields(SimRobotConfig)})
+        self.gap = RealityGapConfig(**{f.name: get(GAP_PREFIX + f.name) for f in dataclasses.fields(RealityGapConfig)})
+        self.robot = SimRobot(self.config, self.gap)
         self._command = np.zeros(self.robot.action_dim)
         self._pub_js = self.create_publisher(JointState, get("joint_states_topic"), CONTROL)
         self._js_pubs = {get("joint_states_topic"): self._pub_js}
         self._pub_reward = self.create_publisher(Float64, "/lowrl/reward", STATS)
         self._pub_return = self.create_publisher(Float64, "/lowrl/episode_return", STATS)
-        self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
+        self._pub_episode = self.create_publisher(Float64MultiArray, "/lowrl/episode", STATS)
+        self._cmd_sub = self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
         self._published_at: float | None = None
         self.steps = 0
         self.on_published: list = []  # callables(perf_counter time) run after each joint state: bench hooks
         self._warned = 0.0
         self._msg = JointState(name=list(self.robot.joint_names))
-        self._timer = self.create_timer(self.config.control_period_s, self._tick)
-        self.get_logger().info(f"sim robot {self.config.env_id} at {1 / self.config.control_period_s:.0f} Hz, "
-                               f"joints {', '.join(self.robot.joint_names)}")
+        # Session log: the version the policy node reports, at each episode's start and end.
+        self.policy_version = 0
+        self._episode_version = 0
+        self._log: CsvLog | None = None
+        if self.config.session_dir:
+            session = Path(self.config.session_dir).expanduser()
+            self._log = CsvLog(session / EPISODES_CSV, EPISODE_FIELDS)
+            write_session_info(session, {"env_id": self.config.env_id, "gap": self.gap.describe(),
+                                         "gap_config": self.gap.to_dict(), "mode": self.config.mode,
+                                         "started_unix": time.time()})
+            self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self._lockstep = self.config.mode == "lockstep"
+        self._started = False  # lockstep: the first joint state has gone out
+        self._last_command_at = time.monotonic()
+        if self._lockstep:
+            self._timer = self.create_timer(min(0.05, self.config.lockstep_resend_s / 2), self._lockstep_watch)
+        else:
+            self._timer = self.create_timer(self.config.control_period_s, self._tick)
+        rate = "lockstep (a step per command)" if self._lockstep else f"{1 / self.config.control_period_s:.0f} Hz"
+        self.get_logger().info(f"sim robot {self.config.env_id}, {rate}, joints {', '.join(self.robot.joint_names)}, "
+                               f"reality gap: {self.gap.describe()}")
 
     def redirect_joint_states(self, topic: str) -> None:
         """Publish joint states on ``topic`` from the next tick on (benchmarks alternate receivers)."""
@@ -109,15 +166,54 @@ class SimRobotNode(Node):
             if now - self._warned > 1.0:  # a stream of bad commands must not flood the log
                 self._warned = now
                 self.get_logger().warning(f"ignoring command, applying zero: {exc}")
+        if self._lockstep and self._started:
+            self._last_command_at = time.monotonic()
+            self._tick()
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name == POLICY_DIAG:
+                for kv in status.values:
+                    if kv.key == "version":
+                        try:
+                            self.policy_version = int(kv.value)
+                        except ValueError:
+                            pass
+
+    def _lockstep_watch(self) -> None:
+        """Lockstep: send the first joint state once matched; re-send it when the policy went quiet."""
+        if not self._started:
+            if self._pub_js.get_subscription_count() > 0 and self._cmd_sub.get_publisher_count() > 0:
+                self._started = True
+                self._last_command_at = time.monotonic()
+                self._episode_version = self.policy_version
+                self._publish_joints()
+            return
+        if time.monotonic() - self._last_command_at > self.config.lockstep_resend_s:
+            self._last_command_at = time.monotonic()
+            self._publish_joints()  # the same state again: nothing stepped, so no reward is due
 
     def _tick(self) -> None:
         outcome = self.robot.step(self._command)
         self.steps += 1
         self._pub_reward.publish(Float64(data=outcome.reward))
         if outcome.episode_done:
-            self._pub_return.publish(Float64(data=outcome.episode_return))
-            self.get_logger().info(f"episode {self.robot.episodes}: return {outcome.episode_return:.1f} "
-                                   f"over {outcome.episode_steps} steps")
+            self._end_episode(outcome)
+        self._publish_joints()
+
+    def _end_episode(self, outcome) -> None:
+        index = self.robot.episodes
+        self._pub_return.publish(Float64(data=outcome.episode_return))
+        self._pub_episode.publish(Float64MultiArray(data=[float(index), outcome.episode_return,
+                                                          float(outcome.episode_steps), float(outcome.terminated)]))
+        self.get_logger().info(f"episode {index}: return {outcome.episode_return:.1f} "
+                               f"over {outcome.episode_steps} steps (policy v{self.policy_version})")
+        if self._log is not None:
+            self._log.append([f"{time.time():.3f}", index, f"{outcome.episode_return:.4f}", outcome.episode_steps,
+                              int(outcome.terminated), self._episode_version, self.policy_version])
+        self._episode_version = self.policy_version
+
+    def _publish_joints(self) -> None:
         joints = self.robot.joints()
         msg = self._msg
         msg.header.stamp = self.get_clock().now().to_msg()
@@ -129,6 +225,9 @@ class SimRobotNode(Node):
             hook(self._published_at)
 
     def destroy_node(self) -> None:
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+            self._log = None
         if getattr(self, "robot", None) is not None:
             self.robot.close()
             self.robot = None
