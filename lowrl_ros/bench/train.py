@@ -316,6 +316,15 @@ def _kernels(args) -> tuple[dict, str]:
                                       "csr_us": t_csr, "ratio": t_csr / t_dense})
             lines.append(f"| hidden 256x256, {name} | {d:.3f} | {batch} | {t_dense:.1f} | {t_csr:.1f} | "
                          f"{t_csr / t_dense:.2f} |")
+        # The weight gradient of a sparse layer is only needed where the mask is 1 (an SDDMM).
+        x, g = torch.randn(256, 256, generator=gen), torch.randn(256, 256, generator=gen)
+        mask_csr = (w != 0).to(torch.float32).to_sparse_csr()
+        t_dense_g = timeit(lambda: x.t() @ g)
+        t_sddmm = timeit(lambda: torch.sparse.sampled_addmm(mask_csr, x.t(), g, beta=0.0))
+        results["matmul"].append({"case": name + " weight gradient", "density": d, "batch": 256,
+                                  "dense_us": t_dense_g, "csr_us": t_sddmm, "ratio": t_sddmm / t_dense_g})
+        lines.append(f"| weight grad, {name} (sampled_addmm) | {d:.3f} | 256 | {t_dense_g:.1f} | {t_sddmm:.1f} | "
+                     f"{t_sddmm / t_dense_g:.2f} |")
     params = [torch.nn.Parameter(torch.randn(2, 256, 256, generator=gen)) for _ in range(3)]
     for p in params:
         p.grad = torch.randn(p.shape, generator=gen)
