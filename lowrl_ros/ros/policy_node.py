@@ -4,9 +4,14 @@ configure: load the artifact/bundle and the config   activate: start control
 deactivate: publish the safe action and stop          cleanup/shutdown: release everything
 
 In: ``/joint_states`` (sensor_msgs/JointState, through the observation adapter) or
-``/lowrl/observation`` (std_msgs/Float32MultiArray); ``/lowrl/compute_tier`` (std_msgs/UInt8, latched).
+``/lowrl/observation`` (std_msgs/Float32MultiArray); ``/lowrl/compute_tier`` (std_msgs/UInt8, latched);
+``/lowrl/policy_bundle`` (std_msgs/UInt8MultiArray, latched: signed bundles from the trainer node).
 Out: ``/<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_command_controller),
-``/diagnostics``, ``/lowrl/policy/latency_us`` (per inference), ``/lowrl/policy/stats`` (10 Hz).
+``/diagnostics``, ``/lowrl/policy/latency_us`` (per inference), ``/lowrl/policy/stats`` (10 Hz),
+``/lowrl/policy_bundle/status`` (std_msgs/String, JSON: accepted or the rejection code).
+
+A received bundle goes through :class:`lowrl_ros.core.bundle_receiver.BundleReceiver` on the same
+worker thread as a ``policy_path`` hot swap, then through the same atomic swap between ticks.
 
 The decisions (safety, watchdog, soft start, decimation, tiers) live in
 :class:`lowrl_ros.core.control.PolicyController`; this node converts messages, owns the timers and
@@ -31,15 +36,19 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.signals import SignalHandlerOptions
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, UInt8
+from std_msgs.msg import (Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String, UInt8,
+                          UInt8MultiArray)
 
 from lowrl_ros.core.bundle import load_bundle
+from lowrl_ros.core.bundle_receiver import BundleReceiver, ReceiverConfig
+from lowrl_ros.core.bundle_stream import BundleRejected, BundleStatus, load_key, read_header
 from lowrl_ros.core.control import ControlConfig, PolicyController, TickSchedule
 from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.policy_stats import STATS_FIELDS, PolicyStats
 from lowrl_ros.core.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
 
 DIAG_PREFIX = "lowrl/policy"
 INPUTS = ("joint_states", "observation")
@@ -98,14 +107,27 @@ class PolicyNode(LifecycleNode):
         p("latency_window", c.latency_window, _desc("latencies kept for p50/p99", read_only=True, ints=(1, 100000)))
         p("stats_rate_hz", 10.0, _desc("rate of /lowrl/policy/stats", read_only=True, floats=(0.1, 100.0)))
         p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", read_only=True, floats=(0.05, 60.0)))
+        r = ReceiverConfig()
+        p("bundle_topic", "/lowrl/policy_bundle",
+          _desc("signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status",
+                read_only=True))
+        p("key_file", "", _desc("HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted "
+                                "unless require_signature is false", read_only=True))
+        p("require_signature", r.require_signature,
+          _desc("reject unsigned or unverifiable bundles (false only on a bench)", read_only=True))
+        p("receive_dir", r.receive_dir, _desc("where accepted bundles are kept", read_only=True))
+        p("keep_bundles", r.keep, _desc("accepted bundle files kept in receive_dir", read_only=True, ints=(1, 1000)))
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         self._lock = threading.Lock()  # guards _pending and the swap status
         self._pending = None  # a validated, warmed-up bundle waiting for the next tick
         self._swap_thread: threading.Thread | None = None
-        self._queued_path: str | None = None
+        self._queued: tuple[str, Any] | None = None  # ("path", str) or ("bundle", bytes); newest wins
         self._swap_status = (OK, "no swap requested")
+        self._receiver: BundleReceiver | None = None
+        self._stream_version = 0  # highest bundle version accepted from the stream
+        self._stream_status = (OK, "no bundle received", {})
         self._clear_runtime()
 
     def _clear_runtime(self) -> None:
@@ -184,18 +206,34 @@ class PolicyNode(LifecycleNode):
                                      f"the policy reads {controller.obs_dim} ({', '.join(bundle.contract.obs_names)}); "
                                      "list one '<joint>.<field>' per policy observation")
                 self.adapter = adapter
+            receiver = self._make_receiver()
         except Exception as exc:  # noqa: BLE001 - any load failure must become a FAILURE, not a crash
             self.get_logger().error(f"configure failed: {exc}")
             self._publish_diag([diag.status(f"{DIAG_PREFIX}/policy", ERROR, f"configure failed: {exc}")])
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
         self.controller = controller
+        self._receiver = receiver
         self.active_policy_path = path
         self._create_io()
         self.get_logger().info(
             f"configured: {path} v{bundle.version}, tiers {', '.join(bundle.policies)}, "
             f"{controller.obs_dim} obs -> {controller.action_dim} actions, mode {config.mode}")
         return TransitionCallbackReturn.SUCCESS
+
+    def _make_receiver(self) -> BundleReceiver:
+        """The bundle receiver from the parameters; a key_file that is set but unusable fails configure."""
+        key_file = self._get("key_file")
+        config = ReceiverConfig(receive_dir=self._get("receive_dir"), require_signature=self._get("require_signature"),
+                                keep=self._get("keep_bundles"), engine=self._get("engine"))
+        key = load_key(key_file) if key_file else None
+        if key is None and config.require_signature:
+            self.get_logger().warning(f"no key_file: bundles on {self._get('bundle_topic')} will be rejected "
+                                      "(set key_file to the trainer's key to accept streamed policies)")
+        elif not config.require_signature:
+            self.get_logger().warning("require_signature is false: UNSIGNED bundles will be accepted "
+                                      "(bench only; anyone on the network can replace the policy)")
+        return BundleReceiver(config, key)
 
     def _create_io(self) -> None:
         cmd_topic = f"/{self._get('controller_name').strip('/')}/commands"
@@ -213,6 +251,10 @@ class PolicyNode(LifecycleNode):
             self._subs.append(self.create_subscription(Float32MultiArray, self._get("observation_topic"),
                                                        self._on_observation, CONTROL))
         self._subs.append(self.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED))
+        bundle_topic = self._get("bundle_topic")
+        self._subs.append(self.create_subscription(UInt8MultiArray, bundle_topic, self._on_bundle, LATCHED))
+        self._bundle_status_pub = self.create_publisher(String, f"{bundle_topic.rstrip('/')}/status", BUNDLE_STATUS)
+        self._pubs.append(self._bundle_status_pub)
         self._timers.append(self.create_timer(1.0 / self._get("stats_rate_hz"), self._guarded(self._publish_stats)))
         self._timers.append(self.create_timer(self._get("diagnostics_period_s"), self._guarded(self._publish_status)))
         self._cmd_msg = Float64MultiArray()
@@ -357,14 +399,21 @@ class PolicyNode(LifecycleNode):
             self._publish_status()
 
     def _start_swap(self, path: str) -> None:
-        """Load, validate and warm up ``path`` on a worker thread; the control path never waits.
-
-        One worker at a time: a request that arrives while one runs is queued (newest wins) and
-        picked up by the same worker, so the parameter callback never blocks on a join.
-        """
+        """Load, validate and warm up ``path`` on a worker thread; the control path never waits."""
         self.get_logger().info(f"hot-swap requested: {path}")
+        self._queue_work(("path", path))
+
+    def _on_bundle(self, msg: UInt8MultiArray) -> None:
+        """A bundle from the trainer: only queued here; all checking happens on the swap worker."""
+        if self.controller is None:
+            return
+        self._queue_work(("bundle", msg.data.tobytes() if hasattr(msg.data, "tobytes") else bytes(msg.data)))
+
+    def _queue_work(self, item: tuple[str, Any]) -> None:
+        """One worker at a time: a request that arrives while one runs is queued (newest wins) and
+        picked up by the same worker, so no callback ever blocks on a join."""
         with self._lock:
-            self._queued_path = path
+            self._queued = item
             if self._swap_thread is not None and self._swap_thread.is_alive():
                 return
             self._swap_thread = threading.Thread(target=self._swap_worker, name="policy-swap", daemon=True)
@@ -375,18 +424,68 @@ class PolicyNode(LifecycleNode):
         controller = self.controller
         while True:
             with self._lock:
-                path, self._queued_path = self._queued_path, None
-                if path is None:
+                item, self._queued = self._queued, None
+                if item is None:
                     return
-            try:
-                bundle = load_bundle(path, engine=engine)  # validates and warms up every tier
-                controller.check_compatible(bundle)
-            except Exception as exc:  # noqa: BLE001 - a bad artifact is reported, never raised
-                self._swap_rejected(path, str(exc))
-                continue
+            kind, what = item
+            if kind == "bundle":
+                bundle = self._receive_bundle(controller, what)
+                if bundle is None:
+                    continue
+                path = str(bundle.path)
+            else:
+                path = what
+                try:
+                    bundle = load_bundle(path, engine=engine)  # validates and warms up every tier
+                    controller.check_compatible(bundle)
+                except Exception as exc:  # noqa: BLE001 - a bad artifact is reported, never raised
+                    self._swap_rejected(path, str(exc))
+                    continue
             with self._lock:
                 self._pending = bundle
                 self._swap_status = (OK, f"{path} v{bundle.version} validated, swapping at the next tick")
+
+    def _receive_bundle(self, controller: PolicyController, message: bytes):
+        """Run the receiver's checks (worker thread); reply on the status topic; the bundle or None."""
+        with self._lock:
+            pending = self._pending
+        running = controller.bundle
+        current = max(running.version, self._stream_version, pending.version if pending is not None else 0)
+        try:
+            version: int | None = read_header(message).version
+        except BundleRejected:
+            version = None
+        try:
+            got = self._receiver.receive(message, current_version=current, running=running.contract,
+                                         running_sha256=running.sha256, protect=(self.active_policy_path,))
+            controller.check_compatible(got.bundle)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the running policy keeps acting
+            if not isinstance(exc, BundleRejected):
+                exc = BundleRejected("invalid_artifact", f"{type(exc).__name__}: {exc}")
+            reply = BundleStatus.rejected(exc, version, current)
+            self._reply(reply)
+            if exc.code == "duplicate":
+                self.get_logger().info(str(exc))
+                self._stream_status = (OK, f"v{version} already running", {"last_code": exc.code})
+                return None
+            self._stream_status = (ERROR, f"rejected v{version}: [{exc.code}] {exc}",
+                                   {"last_code": exc.code, "resend_requested": reply.resend})
+            self._swap_rejected(f"bundle v{version}", f"[{exc.code}] {exc}")
+            return None
+        self._stream_version = got.header.version
+        self._reply(BundleStatus(version=got.header.version, accepted=True, code="ok",
+                                 reason=f"validated, swapping at the next tick ({got.path})",
+                                 running_version=got.header.version))
+        self._stream_status = (OK, f"accepted v{got.header.version}", {"last_code": "ok"})
+        self.get_logger().info(f"bundle v{got.header.version} accepted ({got.header.total_len} bytes, "
+                               f"{got.header.n_chunks} chunks) -> {got.path}")
+        return got.bundle
+
+    def _reply(self, status: BundleStatus) -> None:
+        try:
+            self._bundle_status_pub.publish(String(data=status.to_json()))
+        except Exception as exc:  # noqa: BLE001 - a torn-down publisher (cleanup during a receive)
+            self.get_logger().warning(f"could not send the bundle status reply: {exc}")
 
     def _swap_rejected(self, path: str, reason: str) -> None:
         with self._lock:
@@ -454,6 +553,13 @@ class PolicyNode(LifecycleNode):
             f"v{bundle.version} {self.active_policy_path}",
             {"version": bundle.version, "path": self.active_policy_path, "tiers": ",".join(bundle.policies),
              "swap": swap_message, "active": c.active}))
+        stream_level, stream_message, stream_values = self._stream_status
+        receiver = self._receiver
+        statuses.append(diag.status(
+            f"{DIAG_PREFIX}/bundle", stream_level, stream_message,
+            {"stream_version": self._stream_version, "topic": self._get("bundle_topic"),
+             "signed_only": receiver is not None and receiver.config.require_signature,
+             "key": "loaded" if receiver is not None and receiver.key is not None else "none", **stream_values}))
         statuses.append(diag.status(
             f"{DIAG_PREFIX}/tier", OK if c.tier == ComputeTier.FULL else WARN,
             f"tier {c.tier.label}", {"tier": c.tier.label, "requested": c.requested_tier.label,

@@ -1,0 +1,208 @@
+"""trainer_node: streams policy bundles from the off-board computer to the robot (rclpy Node).
+
+Out: ``/lowrl/policy_bundle`` (std_msgs/UInt8MultiArray, latched: reliable + transient_local,
+depth 1; one message = one whole signed bundle version, lowrl_ros/core/bundle_stream.py), so a
+robot that (re)starts later still gets the newest version at once; ``/diagnostics``
+(``lowrl/trainer/stream``, ``lowrl/trainer/robot``, ``lowrl/trainer/security``).
+In: ``/lowrl/policy_bundle/status`` (std_msgs/String, JSON ``BundleStatus``): the robot's answer;
+a request to re-send (damage in transit) is served up to ``max_resends`` times per version.
+
+The source is one file (``bundle_path``, live: setting it publishes the new file) or a directory
+(``watch_dir``) that `lowrl compress -o DIR/vN.lowrl --version N` writes into; it is polled every
+``poll_period_s`` and the newest version is published, never an older one than already published
+or reported running by the robot. Bundles are validated (``load_bundle``) before they are sent.
+
+Without a ``key_file`` the node refuses to start, unless ``insecure:=true``: then bundles go out
+unsigned (all-zero HMAC, accepted only by a robot with ``require_signature:=false``), a WARN is
+logged at start and an ERROR diagnostic is published every period.
+
+Not here yet (issue 6 §2, "can also take transitions from the robot"): off-board fine-tuning on
+transitions streamed from the robot; fine-tuning runs on the robot (finetune_node) for now.
+This node imports no torch: it streams files that `lowrl train`/`lowrl compress` produced.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import rclpy
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+from std_msgs.msg import String, UInt8MultiArray
+
+from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, SendEvent, StreamConfig, load_key
+from lowrl_ros.ros import diagnostics as diag
+from lowrl_ros.ros.policy_node import spin_until_signal
+from lowrl_ros.ros.qos import LATCHED
+from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
+
+DIAG_PREFIX = "lowrl/trainer"
+OK, WARN, ERROR = diag.OK, diag.WARN, diag.ERROR
+
+
+def _desc(text: str, *, read_only: bool = True, floats: tuple[float, float] | None = None,
+          ints: tuple[int, int] | None = None) -> ParameterDescriptor:
+    d = ParameterDescriptor(description=text, read_only=read_only)
+    if floats:
+        d.floating_point_range = [FloatingPointRange(from_value=floats[0], to_value=floats[1], step=0.0)]
+    if ints:
+        d.integer_range = [IntegerRange(from_value=ints[0], to_value=ints[1], step=1)]
+    return d
+
+
+class TrainerNode(Node):
+    """Publishes bundle versions and serves the robot's re-send requests. See the module docstring.
+
+    Raises:
+        ValueError: at construction, when the parameters make no valid StreamConfig (no key and
+            not insecure, no source, ...) or the key file is unusable; the message says how to fix it.
+    """
+
+    def __init__(self, node_name: str = "trainer_node", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        c = StreamConfig.__dataclass_fields__
+        p = self.declare_parameter
+        p("bundle_path", c["bundle_path"].default,
+          _desc("bundle/artifact file to publish; a change publishes the new file", read_only=False))
+        p("watch_dir", c["watch_dir"].default, _desc("or: a directory; its newest bundle version is published"))
+        p("pattern", c["pattern"].default, _desc("glob of bundle files in watch_dir"))
+        p("key_file", c["key_file"].default, _desc("HMAC-SHA256 key file shared with the robot (chmod 600)"))
+        p("insecure", c["insecure"].default, _desc("send unsigned bundles when there is no key (bench only)"))
+        p("chunk_size", c["chunk_size"].default, _desc("payload bytes per chunk", ints=(1, 64 * 1024 * 1024)))
+        p("max_resends", c["max_resends"].default, _desc("re-sends of one version on request", ints=(0, 1000)))
+        p("poll_period_s", c["poll_period_s"].default, _desc("source polling period", floats=(0.01, 3600.0)))
+        p("bundle_topic", "/lowrl/policy_bundle", _desc("where bundles go; the robot answers on <topic>/status"))
+        p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", floats=(0.05, 60.0)))
+        config = self._stream_config()
+        key = load_key(config.key_file) if config.key_file else None
+        self.sender = BundleSender(config, key)
+        topic = self.get_parameter("bundle_topic").value
+        self._bundle_pub = self.create_publisher(UInt8MultiArray, topic, LATCHED)
+        self.create_subscription(String, f"{topic.rstrip('/')}/status", self._on_status, BUNDLE_STATUS)
+        self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
+        self.publications = 0  # messages put on the wire (first sends and re-sends)
+        self._stream = (OK, "nothing published yet", {})
+        self._robot = (OK, "no answer from a robot yet", {})
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        self.create_timer(config.poll_period_s, self._guarded(self.poll))
+        self.create_timer(self.get_parameter("diagnostics_period_s").value, self._guarded(self._publish_diagnostics))
+        if key is None:
+            self.get_logger().warning("INSECURE: no key_file, bundles go out UNSIGNED; only a robot with "
+                                      "require_signature:=false accepts them. Set key_file for a real robot.")
+        source = config.bundle_path or f"{config.watch_dir}/{config.pattern}"
+        self.get_logger().info(f"streaming {source} on {topic} ({config.chunk_size}-byte chunks, "
+                               f"{'signed' if key else 'UNSIGNED'})")
+
+    def _stream_config(self, overrides: dict[str, Any] | None = None) -> StreamConfig:
+        values = {f.name: self.get_parameter(f.name).value for f in dataclasses.fields(StreamConfig)}
+        values.update(overrides or {})
+        return StreamConfig(**values)
+
+    def _validate_parameters(self, params) -> SetParametersResult:
+        changes = {p.name: p.value for p in params if p.name == "bundle_path"}
+        try:
+            if changes:
+                self._stream_config(changes)
+        except ValueError as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    def _apply_parameters(self, params) -> None:
+        if any(p.name == "bundle_path" for p in params):
+            self.sender.config = self._stream_config()
+            self.poll()
+
+    # ---- streaming ---------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Check the source; publish a newer version, or say why not."""
+        for event in self.sender.poll():
+            self._handle(event)
+
+    def _handle(self, event: SendEvent) -> None:
+        log = self.get_logger()
+        if event.kind == "publish":
+            msg = UInt8MultiArray()
+            msg.data = event.wire
+            self._bundle_pub.publish(msg)
+            self.publications += 1
+            log.info(f"published {event.message}")
+            self._stream = (OK, f"published v{event.version}", {
+                "version": event.version, "path": event.path, "bytes": len(event.wire),
+                "chunks": self.sender.n_chunks, "resends": self.sender.resends, "publications": self.publications})
+        else:  # refused / unreadable: nothing goes out, the robot keeps what it runs
+            log.warning(event.message) if event.kind == "unreadable" else log.error(event.message)
+            self._stream = (WARN if event.kind == "unreadable" else ERROR, event.message,
+                            {"version": self.sender.published_version, "refused": event.path})
+        self._publish_diagnostics()
+
+    def _on_status(self, msg: String) -> None:
+        try:
+            status = BundleStatus.from_json(msg.data)
+        except ValueError as exc:
+            self.get_logger().warning(f"ignoring a status reply: {exc}")
+            return
+        mine = status.version == self.sender.published_version
+        values = {"version": status.version, "code": status.code, "running_version": status.running_version}
+        if status.accepted:
+            self.get_logger().info(f"robot accepted v{status.version}")
+            self._robot = (OK, f"robot accepted v{status.version}", values)
+        elif status.code == "duplicate":
+            self._robot = (OK, f"robot already runs v{status.version}", values)
+        elif mine or status.version is None:
+            level = WARN if status.resend else ERROR
+            self.get_logger().error(f"robot rejected v{status.version}: [{status.code}] {status.reason}")
+            self._robot = (level, f"robot rejected v{status.version}: [{status.code}] {status.reason}", values)
+        event = self.sender.on_status(status)
+        if event is not None:
+            self._handle(event)
+        else:
+            self._publish_diagnostics()
+
+    # ---- reporting ---------------------------------------------------------------------------
+    def _guarded(self, fn):
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - a bad file must not stop the executor
+                self.get_logger().error(f"{fn.__name__} failed: {type(exc).__name__}: {exc}")
+        return run
+
+    def _publish_diagnostics(self) -> None:
+        signed = self.sender.key is not None
+        statuses = [
+            diag.status(f"{DIAG_PREFIX}/stream", *self._stream),
+            diag.status(f"{DIAG_PREFIX}/robot", *self._robot),
+            diag.status(f"{DIAG_PREFIX}/security", OK if signed else ERROR,
+                        "bundles signed (HMAC-SHA256)" if signed else
+                        "INSECURE: bundles are UNSIGNED (insecure:=true, no key_file); set key_file",
+                        {"signed": signed, "key_file": self.sender.config.key_file or "none"}),
+        ]
+        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+
+
+def main(args: list[str] | None = None) -> int:
+    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    node = None
+    try:
+        try:
+            node = TrainerNode()
+        except ValueError as exc:
+            print(f"trainer_node: {exc}", file=sys.stderr)
+            return 1
+        spin_until_signal(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

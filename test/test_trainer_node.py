@@ -1,0 +1,192 @@
+"""The trainer node with real rclpy: key rules (a real process), monotonic versions, re-sends on request.
+
+A listener node in the test process plays the robot: it receives the latched bundle messages and
+answers on the status topic the way the policy node does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from std_msgs.msg import String, UInt8MultiArray  # noqa: E402
+
+from lowrl_ros.core.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
+from lowrl_ros.core.bundle_stream import (BundleStatus, StreamConfig, decode_bundle, is_signed,  # noqa: E402
+                                          read_header)
+from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
+from lowrl_ros.ros.qos import LATCHED, STATS  # noqa: E402
+from lowrl_ros.ros.trainer_node import TrainerNode  # noqa: E402
+from rosutil import spin_until, wait_for_match  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = bytes(range(32))
+
+
+def artifact(path: Path, version: int) -> Path:
+    rng = np.random.default_rng(version)
+    weights = MlpWeights([(rng.normal(size=(4, 3)).astype(np.float32), np.zeros(4, np.float32)),
+                          (rng.normal(size=(1, 4)).astype(np.float32), np.zeros(1, np.float32))])
+    contract = PolicyContract(obs_names=("a", "b", "c"), action_names=("u",), action_low=(-2.0,),
+                              action_high=(2.0,), version=version)
+    return save_artifact(path, weights, contract)
+
+
+@pytest.fixture
+def key_file(tmp_path) -> Path:
+    p = tmp_path / "bundle.key"
+    p.write_text(KEY.hex())
+    p.chmod(0o600)
+    return p
+
+
+class FakeRobot:
+    """Receives bundle messages, answers on the status topic, records the trainer's diagnostics."""
+
+    def __init__(self, ctx) -> None:
+        self.node = Node("fake_robot", context=ctx)
+        self.bundles: list[bytes] = []
+        self.diags: list = []
+        self.sub = self.node.create_subscription(UInt8MultiArray, "/lowrl/policy_bundle",
+                                                 lambda m: self.bundles.append(m.data.tobytes()), LATCHED)
+        self.status_pub = self.node.create_publisher(String, "/lowrl/policy_bundle/status", STATS)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diags.extend(m.status), 50)
+
+    def answer(self, status: BundleStatus) -> None:
+        self.status_pub.publish(String(data=status.to_json()))
+
+    def has_diag(self, name: str, level: int, text: str) -> bool:
+        return any(s.name == name and level_of(s) == level and text in s.message for s in self.diags)
+
+
+@pytest.fixture
+def rig(ros_context):
+    executor = SingleThreadedExecutor(context=ros_context)
+    robot = FakeRobot(ros_context)
+    executor.add_node(robot.node)
+    made = []
+
+    def build(**params) -> TrainerNode:
+        values = {"poll_period_s": 0.1, "diagnostics_period_s": 0.2, **params}
+        node = TrainerNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+        made.append(node)
+        executor.add_node(node)
+        return node
+
+    yield build, robot, executor
+    for node in made:
+        node.destroy_node()
+    robot.node.destroy_node()
+    executor.shutdown()
+
+
+def test_shipped_yaml_builds_the_config_and_names_declared_parameters(rig, key_file):
+    doc = yaml.safe_load((ROOT / "config" / "trainer_node.yaml").read_text())
+    assert list(doc) == ["/**/trainer_node"]
+    p = doc["/**/trainer_node"]["ros__parameters"]
+    config = StreamConfig(**{f.name: p[f.name] for f in dataclasses.fields(StreamConfig)})
+    assert config.watch_dir and not config.insecure and config.key_file  # signed by default
+    build, _, _ = rig
+    node = build(watch_dir=str(key_file.parent), key_file=str(key_file))
+    declared = {n for n in node._parameters if n not in ("use_sim_time", "start_type_description_service")}
+    assert set(p) == declared
+
+
+def _run_node(*params: str, timeout: float = 60.0) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "lowrl_ros.ros.trainer_node", "--ros-args"]
+    for p in params:
+        cmd += ["-p", p]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_refuses_to_start_without_a_key(tmp_path):
+    path = artifact(tmp_path / "v1.onnx", 1)
+    proc = _run_node(f"bundle_path:={path}")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out
+    assert "no key_file" in out and "chmod 600" in out and "insecure:=true" in out
+    bad_key = tmp_path / "open.key"
+    bad_key.write_text(KEY.hex())
+    bad_key.chmod(0o644)
+    proc = _run_node(f"bundle_path:={path}", f"key_file:={bad_key}")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "chmod 600" in out, out
+
+
+def test_insecure_process_streams_unsigned_and_says_so_loudly(ros_context, tmp_path):
+    path = artifact(tmp_path / "v1.onnx", 1)
+    executor = SingleThreadedExecutor(context=ros_context)
+    robot = FakeRobot(ros_context)
+    executor.add_node(robot.node)
+    proc = _run_node(f"bundle_path:={path}", "insecure:=true", "poll_period_s:=0.1", "diagnostics_period_s:=0.2")
+    try:
+        assert spin_until(executor, lambda: robot.bundles, timeout=60), "no bundle from the insecure trainer"
+        assert not is_signed(robot.bundles[0])
+        assert decode_bundle(robot.bundles[0], None, require_signature=False)[1] == path.read_bytes()
+        assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/security", 2, "INSECURE"), timeout=20)
+    finally:
+        proc.send_signal(2)
+        out, _ = proc.communicate(timeout=30)
+        robot.node.destroy_node()
+        executor.shutdown()
+    assert proc.returncode == 0, out
+    assert "INSECURE" in out and "UNSIGNED" in out
+
+
+def test_publishes_signed_and_refuses_an_older_version(rig, key_file, tmp_path):
+    build, robot, executor = rig
+    v3, v2 = artifact(tmp_path / "v3.onnx", 3), artifact(tmp_path / "v2.onnx", 2)
+    node = build(bundle_path=str(v3), key_file=str(key_file), chunk_size=500)
+    assert spin_until(executor, lambda: robot.bundles, timeout=20)
+    header, data = decode_bundle(robot.bundles[-1], KEY)
+    assert header.version == 3 and data == v3.read_bytes() and header.n_chunks == -(-len(data) // 500)
+    assert node.set_parameters([Parameter("bundle_path", value=str(v2))])[0].successful
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/stream", 2, "not newer than v3"))
+    v3.write_bytes(v2.read_bytes())  # the published file itself replaced by an older version
+    node.set_parameters([Parameter("bundle_path", value=str(v3))])
+    robot.diags.clear()
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/stream", 2, "v2 is not newer"))
+    assert not spin_until(executor, lambda: len(robot.bundles) > 1, timeout=0.5)
+    assert node.publications == 1 and node.sender.published_version == 3
+    v4 = artifact(tmp_path / "v4.onnx", 4)
+    node.set_parameters([Parameter("bundle_path", value=str(v4))])
+    assert spin_until(executor, lambda: len(robot.bundles) == 2)
+    assert read_header(robot.bundles[-1]).version == 4
+
+
+def test_resends_on_request_a_bounded_number_of_times(rig, key_file, tmp_path):
+    build, robot, executor = rig
+    d = tmp_path / "releases"
+    d.mkdir()
+    artifact(d / "v5.onnx", 5)
+    node = build(watch_dir=str(d), pattern="*.onnx", key_file=str(key_file), max_resends=2)
+    assert spin_until(executor, lambda: robot.bundles, timeout=20)
+    assert wait_for_match(executor, robot.status_pub)
+    first = robot.bundles[0]
+    resend = BundleStatus(version=5, accepted=False, code="corrupt_chunk", reason="chunk 0 CRC", corrupt=(0,),
+                          resend=True, running_version=1)
+    for n in (2, 3):
+        robot.answer(resend)
+        assert spin_until(executor, lambda: len(robot.bundles) == n), f"re-send {n - 1} did not come"
+        assert robot.bundles[-1] == first  # the same signed bytes
+    robot.answer(resend)
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/stream", 2, "max_resends=2"))
+    assert len(robot.bundles) == 3
+    # A rejection that a re-send cannot repair is reported, not re-sent.
+    robot.answer(BundleStatus(version=5, accepted=False, code="bad_signature", reason="key", running_version=1))
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/robot", 2, "bad_signature"))
+    robot.answer(BundleStatus(version=5, accepted=True, running_version=5))
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/robot", 0, "accepted v5"))
+    assert len(robot.bundles) == 3 and node.sender.robot_version == 5
