@@ -1,13 +1,22 @@
-"""`lowrl demo` (what `make demo` runs): a simulated Pendulum robot driven by the shipped policy.
+"""`lowrl demo` (what `make demo` runs): a short sim-to-real session on shipped defaults.
 
-Runs launch/demo.launch.yaml through the project's launcher (sim robot + policy node, each its own
-process, talking over DDS) for ``--seconds``, while a recorder node in this process listens to
-the episode returns, the per-inference latency and the policy node's stats; then prints a summary
-of those figures. Nothing in the summary is computed anywhere but from those messages.
+Runs launch/sim_to_real.launch.yaml through the project's launcher: a simulated Pendulum robot
+with a reality gap (lockstep), the policy node running the shipped policy, the budget monitor and,
+when a fine-tune kit is given (``--kit``, with ``--policy`` its actor), the on-robot fine-tuner;
+each its own process, talking over DDS, for ``--seconds``. A recorder node in this process
+listens to the episode returns, the per-inference latency, the policy node's stats and the
+compute tier, and writes them into the session directory beside the sim robot's episodes.csv;
+at the end the session report (lowrl_ros/core/session_report.py) is written there and its
+summary printed. Nothing in the summary is computed anywhere but from those messages and files.
+
+The shipped model (models/pendulum_sac.lowrl) was trained with Stable-Baselines3 and has no
+fine-tune kit (a kit needs a `lowrl train` checkpoint), so by default the session runs without
+fine-tuning and says so.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import os
 import sys
 import threading
@@ -20,9 +29,13 @@ from lowrl_ros.launcher import Launcher, LaunchError, package_share, parse_launc
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")
     parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the shipped "
                         "models/pendulum_sac.lowrl)")
+    parser.add_argument("--kit", default=None, help="fine-tune kit of --policy (lowrl_ros.core.finetune.write_kit); "
+                        "without it the session runs without the fine-tuner")
+    parser.add_argument("--session-dir", type=Path, default=None,
+                        help="where the session's files and report go (default lowrl_sessions/<date-time>)")
     parser.add_argument("--log-dir", type=Path, default=None, help="per-node logs (default under ~/.ros/log)")
     parser.add_argument("--quiet", action="store_true", help="do not echo the nodes' output")
 
@@ -30,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Recorder:
     """Subscribes to what the summary reports; runs its own executor on a thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, session_dir: Path | None = None) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
@@ -48,17 +61,39 @@ class Recorder:
         self.latencies_us: list[float] = []
         self.stats: list[float] | None = None
         self.tiers: list[int] = []  # from the budget monitor, when the launch file runs one
+        self._logs: dict[str, object] = {}
+        if session_dir is not None:  # the session report's inputs (lowrl_ros/core/session_report.py)
+            from lowrl_ros.core import session_report as sr
+
+            self._logs = {"latency": sr.CsvLog(session_dir / sr.LATENCY_CSV, sr.LATENCY_FIELDS),
+                          "stats": sr.CsvLog(session_dir / sr.POLICY_STATS_CSV, sr.STATS_CSV_FIELDS),
+                          "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS)}
         self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
-        self.node.create_subscription(Float64, "/lowrl/policy/latency_us",
-                                      lambda m: self.latencies_us.append(m.data), STATS)
-        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats",
-                                      lambda m: setattr(self, "stats", list(m.data)), STATS)
-        self.node.create_subscription(UInt8, "/lowrl/compute_tier", lambda m: self.tiers.append(m.data), LATCHED)
+        self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, STATS)
+        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
+        self.node.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
+
+    def _log(self, name: str, row: list) -> None:
+        log = self._logs.get(name)
+        if log is not None:
+            log.append([f"{time.time():.4f}"] + row)
+
+    def _on_latency(self, msg) -> None:
+        self.latencies_us.append(msg.data)
+        self._log("latency", [f"{msg.data:.2f}"])
+
+    def _on_stats(self, msg) -> None:
+        self.stats = list(msg.data)
+        self._log("stats", [f"{v:g}" for v in msg.data])
+
+    def _on_tier(self, msg) -> None:
+        self.tiers.append(msg.data)
+        self._log("tier", [msg.data])
 
     def _spin(self) -> None:
         while not self._stop.is_set():
@@ -70,13 +105,15 @@ class Recorder:
         self._executor.shutdown()
         self.node.destroy_node()
         self.context.shutdown()
+        for log in self._logs.values():
+            log.close()
 
 
 def summary(rec: Recorder, seconds: float) -> str:
     from lowrl_ros.core.policy_stats import PolicyStats
     from lowrl_ros.core.tiers import ComputeTier
 
-    lines = [f"lowrl demo: Pendulum-v1 sim robot + policy node over ROS 2, {seconds:.0f} s"]
+    lines = [f"lowrl demo: Pendulum-v1 sim robot (with a reality gap) + policy node over ROS 2, {seconds:.0f} s"]
     if rec.returns:
         lines.append(f"  episodes finished: {len(rec.returns)}, mean return {np.mean(rec.returns):.1f} "
                      f"(last {rec.returns[-1]:.1f}; Pendulum-v1: 0 is best)")
@@ -98,13 +135,29 @@ def summary(rec: Recorder, seconds: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    overrides = {"policy_path": str(Path(args.policy).resolve())} if args.policy else {}
+    session = (args.session_dir or Path("lowrl_sessions") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
+    overrides = {"session_dir": str(session)}
+    if args.policy:
+        overrides["policy_path"] = str(Path(args.policy).resolve())
+    if args.kit:
+        overrides["kit_path"] = str(Path(args.kit).resolve())
     try:
-        nodes = parse_launch(package_share(PACKAGE) / "launch" / "demo.launch.yaml", overrides)
+        nodes = parse_launch(package_share(PACKAGE) / "launch" / "sim_to_real.launch.yaml", overrides)
     except LaunchError as exc:
         print(f"lowrl demo: {exc}", file=sys.stderr)
         return 2
-    rec = Recorder()
+    if not args.kit:
+        nodes = [n for n in nodes if n.executable != "finetune_node"]
+        finetune = ("off: no fine-tune kit for this policy (the shipped SB3 model has none; "
+                    "give --kit KIT --policy ITS_ACTOR)")
+    else:
+        finetune = f"on (kit {overrides['kit_path']})"
+    print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
+    from lowrl_ros.core.session_report import write_session_info, write_session_report
+
+    policy = dict(next(n for n in nodes if n.executable == "policy_node").params)["policy_path"]
+    write_session_info(session, {"policy_path": policy, "finetune": finetune, "started_unix": time.time()})
+    rec = Recorder(session)
     launcher = Launcher(nodes, args.log_dir, console=None if args.quiet else sys.stdout)
     died: dict[str, int] = {}
     started = time.monotonic()
@@ -129,4 +182,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     print(summary(rec, elapsed))
+    write_session_info(session, {"duration_s": round(elapsed, 1)})
+    try:
+        report = write_session_report(session)
+    except ValueError as exc:  # no episode log at all: the sim robot never started
+        print(f"lowrl demo: no session report: {exc}", file=sys.stderr)
+        return 1
+    print()
+    print(report.read_text().split("\n![")[0].rstrip())
+    print(f"\nlowrl demo: report {report} and {report.with_suffix('.png')}")
     return 0 if rec.latencies_us else 1

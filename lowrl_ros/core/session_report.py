@@ -190,7 +190,7 @@ def summarize(data: SessionData) -> str:
             score = f"{np.mean(rec['returns']):.1f} over {len(rec['returns'])}" if rec.get("returns") else "not run"
             lines.append(f"- v{rec['version']} (parent v{rec.get('parent_version')}, {rec.get('updates', 0)} updates): "
                          f"{rec.get('status')}, return {score}")
-    elif info.get("finetune"):
+    elif str(info.get("finetune", "")).startswith("on"):
         lines += ["", "Fine-tuner: no versions.json yet (no version made)."]
     lat = data.latency.get("latency_us")
     if lat is not None and len(lat):
@@ -226,10 +226,14 @@ def _plot(data: SessionData, png: Path) -> None:
         t = e["time_s"] - t0
         versions = e["version_end"].astype(int)
         mixed = e["version_start"] != e["version_end"]
+        known = sorted(v for v in set(versions) if v > 0)  # 0: the policy node had not reported yet
         for v in sorted(set(versions)):
             sel = (versions == v) & ~mixed
-            label = f"sim policy (v{v})" if v == int(versions[0]) else f"fine-tuned v{v}"
-            ax.plot(t[sel], e["return"][sel], "o", ms=4, label=label)
+            if v == 0:
+                label = "version not reported yet"
+            else:
+                label = f"sim policy (v{v})" if v == known[0] else f"fine-tuned v{v}"
+            ax.plot(t[sel], e["return"][sel], "o", ms=4, label=label, color="lightgray" if v == 0 else None)
         if mixed.any():
             ax.plot(t[mixed], e["return"][mixed], "x", color="gray", label="episode across a swap")
         ax.legend(fontsize=8)
