@@ -133,12 +133,12 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
             robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
             assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
             spin_until(ex, lambda: False, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
-        assert node.recorded == steps - 3  # step 0 is not formed; the last is sealed by the next observation
+        assert node.recorded == steps - 2  # the last step waits for a reward sent after its next observation
         assert node.assembler.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
         batch, report = read_log(tmp_path / "transitions")
         assert len(batch) == node.recorded and report.from_wal == 1  # the open segment, read from its WAL
-        assert check_transitions(batch) == list(range(1, steps - 2))
-        assert batch.truncated.tolist() == [k == 29 for k in range(1, steps - 2)]  # episode end after step 29
+        assert check_transitions(batch) == list(range(steps - 2))
+        assert batch.truncated.tolist() == [k == 29 for k in range(steps - 2)]  # episode end after step 29
         # Enough data, but the tier is not FULL: no update, ever.
         spin_until(ex, lambda: False, 0.8)
         assert node.tuner.updates == 0 and node.state == "waiting_for_full_tier"
@@ -157,7 +157,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
         node.destroy_node()
         robot.node.destroy_node()
     batch, report = read_log(tmp_path / "transitions")
-    assert report.complete_segments == report.segments == 1 and len(batch) == steps - 2  # close() sealed the last
+    assert report.complete_segments == report.segments == 1 and len(batch) == steps - 1  # close() sealed the last
 
 
 def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context, kit, tmp_path):

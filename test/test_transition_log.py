@@ -209,68 +209,85 @@ def test_missing_directory_and_mixed_sizes(tmp_path):
         encode_transition(Transition(np.zeros(2), np.zeros(1), 0.0, np.zeros(3), False, False, 1, 0.0))
 
 
-def feed_robot(asm: TransitionAssembler, steps: int, *, swap_reward_at=(), lose_reward_at=(), end_at=(),
-               dt: float = 0.01):
-    """Messages as the sim robot and the policy node send them: reward r(t-1) [end], obs(t), command(t)."""
+def feed_robot(asm: TransitionAssembler, steps: int, *, lose_reward_at=(), lose_obs_at=(), end_at=(),
+               arrival_shuffle: bool = False, dt: float = 0.01):
+    """Messages as the sim robot and the policy node send them: reward r(k-1) [end], obs(k), command(k).
+
+    Send times follow that order; with ``arrival_shuffle`` each step's messages are handed over in
+    reverse order (what DDS may do across publishers): only the send times keep the truth.
+    """
     out = []
     for k in range(steps):
         t = 1.0 + k * dt
+        events = []
         if k > 0 and k - 1 not in lose_reward_at:
-            if k - 1 in swap_reward_at:  # the reward arrives just after the observation it precedes
-                out += asm.observation([k, 0.0], t, version=7)
-                asm.reward(-(k - 1), t + 0.0003)
-            else:
-                asm.reward(-(k - 1), t - 0.0002)
-                if k - 1 in end_at:
-                    asm.episode_end("truncated", t - 0.0001)
-                out += asm.observation([k, 0.0], t, version=7)
-        else:
-            out += asm.observation([k, 0.0], t, version=7)
-        asm.command([k / 10], t + 0.001)
+            events.append(lambda k=k, t=t: asm.reward(-(k - 1), t - 0.0002, now=t))
+        if k - 1 in end_at:
+            events.append(lambda t=t: asm.episode_end("truncated", t - 0.0001))
+        if k not in lose_obs_at:
+            events.append(lambda k=k, t=t: asm.observation([k, 0.0], t, version=7, now=t))
+        events.append(lambda k=k, t=t: asm.command([k / 10], t + 0.001, now=t))
+        for e in reversed(events) if arrival_shuffle else events:
+            out += e() or []
     return out
 
 
-def test_assembler_pairs_steps_in_order():
+def test_assembler_pairs_steps_by_send_time():
     asm = TransitionAssembler()
-    asm.reward(99.0, 0.5)  # before the first observation: a step we never saw
+    asm.reward(99.0, 0.5)  # sent before the first observation: a step we never saw
     out = feed_robot(asm, 7, end_at={2})
-    # Step 0 is not formed (start-up); step 5 is open until observation 7 seals it.
-    assert [t.obs[0] for t in out] == [1, 2, 3, 4]
-    assert [t.reward for t in out] == [-1, -2, -3, -4]
-    assert [t.action[0] for t in out] == [0.1, 0.2, 0.3, 0.4]
-    assert [t.next_obs[0] for t in out] == [2, 3, 4, 5]
-    assert [t.truncated for t in out] == [False, True, False, False] and not any(t.terminated for t in out)
+    # Step 5 (obs 5 -> 6) waits for a reward sent after obs 6 (the next step's) to be sealed.
+    assert [t.obs[0] for t in out] == [0, 1, 2, 3, 4]
+    assert [t.reward for t in out] == [0, -1, -2, -3, -4]
+    assert [t.action[0] for t in out] == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert [t.next_obs[0] for t in out] == [1, 2, 3, 4, 5]
+    assert [t.truncated for t in out] == [False, False, True, False, False] and not any(t.terminated for t in out)
+    # A command that arrives after the next observation (another publisher) is still step k's.
+    late = TransitionAssembler()
+    got = late.observation([0, 0.0], 1.00, version=1, now=1.00)
+    got += late.observation([1, 0.0], 1.01, version=1, now=1.01)
+    got += late.command([0.5], 1.001, now=1.012)  # sent between obs 0 and obs 1, arrived after obs 1
+    got += late.reward(-9.0, 1.0098, now=1.013)
+    got += late.reward(-10.0, 1.0198, now=1.02)
+    assert got == []  # no command sent after obs 1 has arrived yet: step 0 may still change
+    got += late.command([0.7], 1.011, now=1.02)
+    assert [(t.action[0], t.reward) for t in got] == [(0.5, -9.0)]
     assert all(t.policy_version == 7 for t in out)
     last = asm.flush()
     assert len(last) == 1 and last[0].obs[0] == 5 and last[0].reward == -5 and asm.incomplete == 0
 
 
-def test_assembler_tolerates_late_rewards_and_drops_lost_ones():
+def test_assembler_is_indifferent_to_arrival_order():
+    a, b = TransitionAssembler(), TransitionAssembler()
+    in_order = feed_robot(a, 20, end_at={7}) + a.flush()
+    shuffled = feed_robot(b, 20, end_at={7}, arrival_shuffle=True) + b.flush()
+    key = lambda ts: [(t.obs[0], t.action[0], t.reward, t.next_obs[0], t.truncated) for t in ts]  # noqa: E731
+    assert key(in_order) == key(shuffled) and len(in_order) == 19
+
+
+def test_assembler_drops_steps_it_cannot_pair():
     asm = TransitionAssembler(max_reward_delay_s=0.05)
-    out = feed_robot(asm, 8, swap_reward_at={2})  # a reward just after the observation it precedes
-    assert [t.reward for t in out] == [-1, -2, -3, -4, -5] and asm.incomplete == 0
-    # Rewards of steps 1 and 2 held back by a retransmission until after observation 3.
-    asm = TransitionAssembler(max_reward_delay_s=0.05)
-    out = []
-    for k, t in enumerate((0.00, 0.01, 0.02, 0.03)):
-        if k == 1:
-            asm.reward(-0.0, t - 0.0002)
-        out += asm.observation([k, 0.0], t, version=1)
-        asm.command([k / 10], t + 0.001)
-    asm.reward(-1.0, 0.035)
-    asm.reward(-2.0, 0.036)
-    asm.reward(-3.0, 0.0398)
-    out += asm.observation([4, 0.0], 0.04, version=1)
-    out += asm.observation([5, 0.0], 0.05, version=1)
-    assert [(t.obs[0], t.action[0], t.reward, t.next_obs[0]) for t in out] == [
-        (1, 0.1, -1.0, 2), (2, 0.2, -2.0, 3), (3, 0.3, -3.0, 4)]
-    # A step whose reward never comes is dropped after max_reward_delay_s, not guessed.
+    out = feed_robot(asm, 10, lose_reward_at={3}, lose_obs_at={6}) + asm.flush()
+    # Step 3 has no reward; obs 6 is lost, so the step 5 -> 7 holds two rewards: both dropped.
+    assert [t.obs[0] for t in out] == [0, 1, 2, 4, 7, 8] and asm.incomplete == 2
+    assert [t.reward for t in out] == [0, -1, -2, -4, -7, -8]
+    # The reward publisher dies: steps are given up after max_reward_delay_s, not guessed.
     asm = TransitionAssembler(max_reward_delay_s=0.05)
     out = feed_robot(asm, 4)
-    for k in range(4, 14):  # the reward publisher died
-        out += asm.observation([k, 0.0], 1.0 + k * 0.01, version=7)
-    assert [t.obs[0] for t in out] == [1, 2] and asm.incomplete >= 3
+    for k in range(4, 14):
+        out += asm.observation([k, 0.0], 1.0 + k * 0.01, version=7, now=1.0 + k * 0.01)
+    assert [t.obs[0] for t in out] == [0, 1, 2] and asm.incomplete >= 3
     with pytest.raises(ValueError, match="terminated or truncated"):
         asm.episode_end("done", 0.0)
     with pytest.raises(ValueError, match="max_reward_delay_s"):
         TransitionAssembler(0.0)
+
+
+def test_read_log_can_read_only_the_newest(tmp_path):
+    w = TransitionLogWriter(tmp_path, TransitionLogConfig(segment_transitions=10))
+    for i in range(55):
+        w.append(make(i))
+    w.close()
+    batch, report = read_log(tmp_path, max_transitions=12)
+    assert batch.reward.tolist() == [-float(i) for i in range(43, 55)]
+    assert report.segments == 2 and report.skipped_segments == 4

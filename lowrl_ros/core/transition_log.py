@@ -31,6 +31,7 @@ message describes itself and ``data[i]`` can be plotted in Foxglove.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import struct
@@ -147,6 +148,7 @@ class ReadReport:
     from_wal: int = 0  # segments read from a WAL (the process died with it open)
     truncated_segments: int = 0  # MCAPs cut short with no WAL (read up to the last whole chunk)
     torn_bytes: int = 0  # bytes of a partial last WAL record (written when the process died)
+    skipped_segments: int = 0  # older segments not read (max_transitions reached)
     problems: list[str] = field(default_factory=list)
 
 
@@ -437,8 +439,11 @@ class TransitionLogWriter:
 
 
 # ---- reader ---------------------------------------------------------------------------------
-def read_log(directory: str | Path) -> tuple[TransitionBatch, ReadReport]:
-    """Read every transition in ``directory`` (oldest first) without changing any file.
+def read_log(directory: str | Path, max_transitions: int | None = None) -> tuple[TransitionBatch, ReadReport]:
+    """Read the transitions in ``directory`` (oldest first) without changing any file.
+
+    ``max_transitions`` reads only the newest segments holding at least that many and returns the
+    newest that many (a resuming learner needs its buffer's worth, not months of log).
 
     A segment with a WAL (its writer died) is read from the WAL, up to the last whole record; a
     truncated MCAP without a WAL is read up to its last whole chunk. Nothing raises on a cut file:
@@ -452,8 +457,14 @@ def read_log(directory: str | Path) -> tuple[TransitionBatch, ReadReport]:
         raise TransitionLogError(f"transition log directory {directory} does not exist; "
                                  "point log_dir at the fine-tuner's log directory")
     report = ReadReport()
-    items: list[Transition] = []
-    for seq, files in _segments(directory).items():
+    chunks: list[list[Transition]] = []
+    count = 0
+    for seq, files in reversed(_segments(directory).items()):
+        if max_transitions is not None and count >= max_transitions:
+            report.skipped_segments += 1
+            continue
+        items: list[Transition] = []
+        chunks.append(items)
         report.segments += 1
         if "wal" in files:
             records, torn = _read_wal(files["wal"])
@@ -472,6 +483,10 @@ def read_log(directory: str | Path) -> tuple[TransitionBatch, ReadReport]:
                 items.append(decode_transition(payload))
             except TransitionLogError as exc:
                 report.problems.append(f"segment {seq}: {exc}")
+        count += len(items)
+    items = [t for chunk in reversed(chunks) for t in chunk]
+    if max_transitions is not None:
+        items = items[max(0, len(items) - max_transitions):]
     report.transitions = len(items)
     return _batch(items), report
 
@@ -496,43 +511,34 @@ def _batch(items: list[Transition]) -> TransitionBatch:
 
 # ---- forming transitions from a robot's message streams -------------------------------------
 @dataclass
-class _Pending:
+class _Step:
     obs: np.ndarray
     obs_time: float
-    action: np.ndarray
     next_obs: np.ndarray
     next_time: float
     version: int
-    reward: float | None = None
-    end: str = ""
-    phantom: bool = False  # the first step after start-up: takes its reward, never recorded
+    sealable_after: float  # caller's clock: give up waiting for a reward after this
 
 
 class TransitionAssembler:
     """Pairs observations, commands, rewards and episode ends into transitions (ROS-free).
 
-    The streams come from different publishers and std_msgs/Float64 rewards carry no stamp, so
-    pairing relies on what holds on a robot like the sim robot node (ros2_control plus a reward
-    topic), and on each reliable stream arriving in order (DDS keeps a writer's order; it does not
-    keep the order *between* writers, and a retransmitted reward can arrive a step or more late):
+    Every event carries the time its *publisher* sent it (DDS source timestamps: one clock for
+    everything a robot process publishes, whatever order the streams arrive in). Step t is the
+    interval between observation t (sent at T_t) and observation t+1 (sent at T_{t+1}); on a robot
+    like the sim robot node or ros2_control with a reward topic:
 
-    * the robot applies the newest command at each step, so the action of step t is the newest
-      command received before observation t+1;
-    * rewards are taken in order: the reward of step t is the first unused reward that arrived
-      after observation t (an older one belongs to a step that was never formed);
-    * an episode end is published right after its step's reward: it marks the step of the newest
-      reward received so far (or, if it overtook that reward, the step of the next one);
-    * a step is sealed once its reward is in and observation t+2 has arrived. The first step after
-      start-up or ``reset`` is not recorded (see below). A step
-      whose reward has not come ``max_reward_delay_s`` after its next observation is dropped and
-      counted in ``incomplete`` (a lost message), never guessed.
-
-    Start-up: a reward that arrives just after the first observation may be the step before's,
-    delivered late. So the first step is not recorded: it takes the first reward that arrived at
-    least half a step after the first observation, and pairing runs in order from there.
+    * its action is the newest command sent before T_{t+1} (the robot holds the newest command);
+    * its reward is the one reward sent in (T_t, T_{t+1}] (the robot publishes the reward of a step
+      just before the observation that follows it); none, or two (an observation was lost), and
+      the step is dropped and counted in ``incomplete``: never guessed;
+    * an episode end sent in (T_t, T_{t+1}] marks it done ("terminated" or "truncated");
+    * it is sealed when a reward and a command sent after T_{t+1} have arrived (each stream arrives
+      in order, so everything of step t is in), or ``max_reward_delay_s`` (caller's clock) after
+      its next observation arrived (a stream stopped).
 
     Args:
-        max_reward_delay_s: how late a reward may arrive (arrival times are the caller's, seconds).
+        max_reward_delay_s: how long to wait for a step's reward before dropping the step.
     """
 
     def __init__(self, max_reward_delay_s: float = 0.5) -> None:
@@ -540,90 +546,74 @@ class TransitionAssembler:
             raise ValueError(f"max_reward_delay_s={max_reward_delay_s} must be > 0 (e.g. 0.5)")
         self.max_reward_delay_s = float(max_reward_delay_s)
         self.incomplete = 0
-        self.late_episode_ends = 0
         self.reset()
 
     def reset(self) -> None:
-        """Forget the open steps (e.g. the robot was stopped); sealed transitions are unaffected."""
+        """Forget the open steps (e.g. the robot was restarted); sealed transitions are unaffected."""
         self._obs: np.ndarray | None = None
-        self._obs_time = 0.0
-        self._cmd: np.ndarray | None = None
-        self._skip_first = True
-        self._pending: list[_Pending] = []
+        self._obs_time = -math.inf
+        self._commands: list[tuple[float, np.ndarray]] = []
+        self._steps: list[_Step] = []
         self._rewards: list[tuple[float, float]] = []
-        self._last_rewarded: _Pending | None = None
-        self._end_ahead = ""  # an episode end that arrived before its reward
+        self._ends: list[tuple[float, str]] = []
+        self._last_reward_time = -math.inf
+        self._last_command_time = -math.inf
 
-    def command(self, action, t: float) -> None:
-        """A command the controller sent (the robot holds the newest)."""
-        self._cmd = np.asarray(action, dtype=np.float64).copy()
+    def command(self, action, sent: float, now: float = 0.0) -> list[Transition]:
+        """A command the controller sent at ``sent``; returns the steps it seals."""
+        self._commands.append((sent, np.asarray(action, dtype=np.float64).copy()))
+        self._last_command_time = max(self._last_command_time, sent)
+        return self._seal(now)
 
-    def reward(self, value: float, t: float) -> None:
-        self._rewards.append((t, float(value)))
-        self._match()
+    def reward(self, value: float, sent: float, now: float = 0.0) -> list[Transition]:
+        """A reward sent at ``sent``; returns the steps it seals."""
+        self._rewards.append((sent, float(value)))
+        self._last_reward_time = max(self._last_reward_time, sent)
+        return self._seal(now)
 
-    def episode_end(self, kind: str, t: float) -> None:
+    def episode_end(self, kind: str, sent: float) -> None:
         """An episode ended; ``kind`` is "terminated" or "truncated"."""
         if kind not in ("terminated", "truncated"):
             raise ValueError(f"episode end kind {kind!r}: use terminated or truncated")
-        if self._rewards:  # its reward is queued, not yet given to a step
-            self._end_ahead = kind
-        elif self._last_rewarded is not None and self._last_rewarded in self._pending:
-            self._last_rewarded.end = kind
-        elif self._last_rewarded is not None:
-            self.late_episode_ends += 1  # its step was sealed already
-        else:
-            self._end_ahead = kind
+        self._ends.append((sent, kind))
 
-    def observation(self, obs, t: float, version: int) -> list[Transition]:
-        """A new observation: opens the next step; returns the steps it seals."""
+    def observation(self, obs, sent: float, version: int, now: float = 0.0) -> list[Transition]:
+        """An observation sent at ``sent``: closes the current step; returns the steps sealed."""
         obs = np.asarray(obs, dtype=np.float64).copy()
-        if self._obs is not None and self._cmd is not None:
-            p = _Pending(self._obs, self._obs_time, self._cmd, obs, t, int(version))
-            if self._skip_first:
-                self._skip_first = False
-                # Earlier rewards (arrived before half a step after the first observation) are older steps'.
-                p.phantom, p.obs_time = True, self._obs_time + 0.5 * (t - self._obs_time)
-            self._pending.append(p)
-        self._obs, self._obs_time = obs, t
-        self._match()
-        return self._seal(t)
+        if self._obs is not None and sent > self._obs_time:
+            self._steps.append(_Step(self._obs, self._obs_time, obs, sent, int(version),
+                                     now + self.max_reward_delay_s))
+        self._obs, self._obs_time = obs, sent
+        return self._seal(now)
+
+    def observation_timeout(self, now: float) -> list[Transition]:
+        """Seal the steps whose wait is over at ``now`` (call periodically when messages may stop)."""
+        return self._seal(now)
 
     def flush(self) -> list[Transition]:
-        """Seal every step whose reward is in (at shutdown); the others are counted incomplete."""
-        out = [self._transition(p) for p in self._pending if p.reward is not None and not p.phantom]
-        self.incomplete += sum(p.reward is None and not p.phantom for p in self._pending)
-        self._pending = []
-        return out
+        """Seal every open step now (shutdown): complete ones are returned, the rest counted."""
+        return self._seal(math.inf, force=True)
 
-    def _match(self) -> None:
-        for p in self._pending:
-            if p.reward is not None:
+    def _seal(self, now: float, force: bool = False) -> list[Transition]:
+        out = []
+        while self._steps:
+            step = self._steps[0]
+            in_ = self._last_reward_time > step.next_time and self._last_command_time > step.next_time
+            if not (force or in_ or now >= step.sealable_after):
+                break
+            self._steps.pop(0)
+            before = [c for c in self._commands if c[0] < step.next_time]
+            action = before[-1][1] if before else None
+            # Older commands can never be the newest before a later observation: drop them.
+            self._commands = self._commands[max(0, len(before) - 1):]
+            inside = [r for r in self._rewards if step.obs_time < r[0] <= step.next_time]
+            ends = [e for e in self._ends if step.obs_time < e[0] <= step.next_time]
+            self._rewards = [r for r in self._rewards if r[0] > step.next_time]
+            self._ends = [e for e in self._ends if e[0] > step.next_time]
+            if len(inside) != 1 or action is None:
+                self.incomplete += 1  # lost reward, lost observation, or no command yet
                 continue
-            # A reward that arrived before this step's observation is from an earlier step.
-            while self._rewards and self._rewards[0][0] < p.obs_time:
-                self._rewards.pop(0)
-            if not self._rewards:
-                return
-            p.reward = self._rewards.pop(0)[1]
-            if self._end_ahead:
-                p.end, self._end_ahead = self._end_ahead, ""
-            self._last_rewarded = p
-
-    def _seal(self, now: float) -> list[Transition]:
-        out, keep = [], []
-        for p in self._pending:
-            if p.reward is not None and p.next_time < self._obs_time:  # observation t+2 is in
-                if not p.phantom:
-                    out.append(self._transition(p))
-            elif p.reward is None and now - p.next_time > self.max_reward_delay_s:
-                self.incomplete += 0 if p.phantom else 1
-            else:
-                keep.append(p)
-        self._pending = keep
+            kind = ends[-1][1] if ends else ""
+            out.append(Transition(step.obs, action, inside[0][1], step.next_obs, kind == "terminated",
+                                  kind == "truncated", step.version, step.next_time))
         return out
-
-    @staticmethod
-    def _transition(p: _Pending) -> Transition:
-        return Transition(p.obs, p.action, p.reward, p.next_obs, p.end == "terminated", p.end == "truncated",
-                          p.version, p.next_time)

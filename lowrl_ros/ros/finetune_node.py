@@ -23,6 +23,7 @@ import dataclasses
 import gc
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -36,7 +37,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, Parameter, ParameterDescriptor, ParameterType,
                                 ParameterValue, SetParametersResult)
 from rcl_interfaces.srv import SetParameters
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
@@ -48,7 +49,6 @@ from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, Obs
 from lowrl_ros.core.tiers import ComputeTier
 from lowrl_ros.core.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.policy_node import spin_until_signal
 from lowrl_ros.ros.qos import LATCHED
 
 DIAG_PREFIX = "lowrl/finetune"
@@ -137,7 +137,7 @@ class FineTuneNode(Node):
         log_dir = self.work_dir / "transitions"
         # Open (and repair) the log first, then read it all back: resume = reload what is on disk.
         self.writer = TransitionLogWriter(log_dir, self.log_config)
-        batch, report = read_log(log_dir)
+        batch, report = read_log(log_dir, max_transitions=self.config.buffer_size)  # a buffer's worth
         self.tuner = FineTuner(kit, self.config, self.work_dir, base_path=get("base_policy_path"),
                                base_version=get("base_version") or None)
         seen = self.tuner.transitions_seen
@@ -222,42 +222,44 @@ class FineTuneNode(Node):
         return run
 
     # ---- recording (executor thread) --------------------------------------------------------
-    def _on_joint_state(self, msg: JointState) -> None:
+    # Callbacks take (msg, info): the pairing uses each message's DDS source timestamp (when its
+    # publisher sent it), so the order in which different topics arrive here does not matter.
+    def _on_joint_state(self, msg: JointState, info) -> None:
         try:
             obs = self.adapter.from_joint_state(msg.name, msg.position, msg.velocity, msg.effort)
         except ObservationError as exc:
             self._bad(str(exc))
             return
         self.received["observation"] += 1
-        self._record(self.assembler.observation(obs, time.monotonic(), self.running_version))
+        self._record(self.assembler.observation(obs, _sent(info), self.running_version, time.monotonic()))
 
-    def _on_observation(self, msg: Float32MultiArray) -> None:
+    def _on_observation(self, msg: Float32MultiArray, info) -> None:
         try:
             obs = from_array(msg.data, self.obs_dim)
         except ObservationError as exc:
             self._bad(str(exc))
             return
         self.received["observation"] += 1
-        self._record(self.assembler.observation(obs, time.monotonic(), self.running_version))
+        self._record(self.assembler.observation(obs, _sent(info), self.running_version, time.monotonic()))
 
-    def _on_command(self, msg: Float64MultiArray) -> None:
+    def _on_command(self, msg: Float64MultiArray, info) -> None:
         action = np.asarray(msg.data, dtype=np.float64)
         if action.size != self.action_dim or not np.isfinite(action).all():
             self._bad(f"command has {action.size} values (need {self.action_dim}) or is not finite")
             return
         self.received["command"] += 1
-        self.assembler.command(action, time.monotonic())
+        self._record(self.assembler.command(action, _sent(info), time.monotonic()))
 
-    def _on_reward(self, msg: Float64) -> None:
+    def _on_reward(self, msg: Float64, info) -> None:
         if not math.isfinite(msg.data):
             self._bad(f"reward {msg.data} is not finite")
             return
         self.received["reward"] += 1
-        self.assembler.reward(msg.data, time.monotonic())
+        self._record(self.assembler.reward(msg.data, _sent(info), time.monotonic()))
 
-    def _on_episode(self, msg: Float64) -> None:
+    def _on_episode(self, msg: Float64, info) -> None:
         self.received["episode"] += 1
-        self.assembler.episode_end(self._get("episode_end_kind"), time.monotonic())
+        self.assembler.episode_end(self._get("episode_end_kind"), _sent(info))
         # An episode counts for a version only if that version ran all of it (as far as we know).
         version, self._episode_version = self._episode_version, self.running_version or None
         if version is not None and version == self.running_version and math.isfinite(msg.data):
@@ -303,6 +305,8 @@ class FineTuneNode(Node):
     # ---- publishing versions (executor thread) ----------------------------------------------
     def _housekeeping(self) -> None:
         self.writer.roll_if_due()
+        # Steps whose reward never came are given up here too when no message arrives at all.
+        self._record(self.assembler.observation_timeout(time.monotonic()))
         if not self._swaps:
             return
         if not self._set_params.service_is_ready():
@@ -439,12 +443,33 @@ class FineTuneNode(Node):
             self.tuner.save()
 
 
+def _sent(info) -> float:
+    """When the publisher sent the message (s); the local clock if the middleware gives no stamp."""
+    stamp = info.get("source_timestamp", 0) if info else 0
+    return stamp * 1e-9 if stamp else time.time()
+
+
+def spin(node: Node) -> None:
+    """Spin until SIGINT/SIGTERM with a SingleThreadedExecutor.
+
+    Not the EventsExecutor the policy node uses: in this rclpy it fails on subscription callbacks
+    that take the message info, and the recorder needs the source timestamps more than the latency.
+    """
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    while not stop.is_set() and rclpy.ok():
+        executor.spin_once(timeout_sec=0.1)
+
+
 def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     try:
         node = FineTuneNode()
-        spin_until_signal(node)
+        spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except ValueError as exc:  # bad parameters or kit: say which and how to fix, no traceback
