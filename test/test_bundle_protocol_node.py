@@ -1,0 +1,312 @@
+"""The bundle protocol end to end with real rclpy: the policy node receives bundles over DDS while it acts.
+
+The policy node runs in event mode and answers every joint state the test's "robot" publishes; each
+bundle case runs while observations keep flowing, and every observation must get its command
+(counted), from the old policy until a good bundle is swapped in. Policies are constant-action
+artifacts (v1 acts 0.5, v2 acts -1.0, v3 acts 1.0), so the command says which policy acted.
+The trainer-restart test runs the real trainer node as processes and kills one with SIGKILL.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray  # noqa: E402
+
+from lowrl_ros.core.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
+from lowrl_ros.core.bundle_receiver import ReceiverConfig  # noqa: E402
+from lowrl_ros.core.bundle_stream import encode_bundle  # noqa: E402
+from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
+from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
+from rosutil import spin_until, wait_for_match  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+JOINT = "pendulum_joint"
+FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
+KEY = bytes(range(32))
+HEADER_LEN = 4 + 2 + 8 + 8 + 8 + 4 + 4 + 32  # the signed header, then the 32-byte HMAC
+
+
+def constant_policy(path: Path, action: float, *, version: int, obs_dim: int = 3) -> Path:
+    """An artifact acting ``action`` whatever the observation (zero output weights, output bias only)."""
+    rng = np.random.default_rng(version)
+    y = np.arctanh((action + 2.0) / 4.0 * 2.0 - 1.0)
+    weights = MlpWeights([(rng.normal(size=(8, obs_dim)).astype(np.float32) * 0.1, np.zeros(8, np.float32)),
+                          (np.zeros((1, 8), np.float32), np.array([y], np.float32))])
+    contract = PolicyContract(obs_names=("cos_theta", "sin_theta", "theta_dot")[:obs_dim] + ("x",) * (obs_dim - 3),
+                              action_names=("torque",), action_low=(-2.0,), action_high=(2.0,),
+                              control_period_s=0.01, version=version, env_id="Pendulum-v1")
+    return save_artifact(path, weights, contract)
+
+
+def nan_policy(path: Path, version: int) -> Path:
+    """A v``version`` artifact whose first hidden weight is NaN, edited with onnx (save_artifact refuses NaN)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(constant_policy(path, 0.0, version=version)))
+    for init in model.graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT and len(init.dims) == 2:
+            arr = numpy_helper.to_array(init).copy()
+            arr.flat[0] = np.nan
+            init.CopyFrom(numpy_helper.from_array(arr, init.name))
+            break
+    else:
+        raise AssertionError("no 2-D float initializer to poison")
+    onnx.save(model, str(path))
+    return path
+
+
+def chunk_spans(message: bytes) -> list[tuple[int, int]]:
+    """(offset, total length) of each chunk record, parsed here independently of the decoder."""
+    spans, pos = [], HEADER_LEN + 32
+    while pos < len(message):
+        _, length, _ = struct.unpack_from("<III", message, pos)
+        spans.append((pos, 12 + length))
+        pos += 12 + length
+    return spans
+
+
+class Robot:
+    """Publishes joint states and bundles; records commands, status replies and diagnostics."""
+
+    def __init__(self, ctx) -> None:
+        self.node = Node("bundle_test_robot", context=ctx)
+        self.js_pub = self.node.create_publisher(JointState, "/joint_states", CONTROL)
+        self.bundle_pub = self.node.create_publisher(UInt8MultiArray, "/lowrl/policy_bundle", LATCHED)
+        self.status_pub = self.node.create_publisher(String, "/lowrl/policy_bundle/status", STATS)
+        self.commands: list[float] = []
+        self.replies: list[dict] = []
+        self.diags: list = []
+        self.observations = 0
+        self.cmd_sub = self.node.create_subscription(
+            Float64MultiArray, "/forward_command_controller/commands", lambda m: self.commands.append(m.data[0]),
+            CONTROL)
+        self.status_sub = self.node.create_subscription(
+            String, "/lowrl/policy_bundle/status", lambda m: self.replies.append(json.loads(m.data)), STATS)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diags.extend(m.status), 100)
+
+    def send(self, message: bytes) -> None:
+        msg = UInt8MultiArray()
+        msg.data = message
+        self.bundle_pub.publish(msg)
+
+    def reply(self, version: int) -> dict | None:
+        return next((r for r in reversed(self.replies) if r["version"] == version), None)
+
+    def has_diag(self, name: str, level: int, text: str) -> bool:
+        return any(s.name == name and level_of(s) == level and text in s.message for s in self.diags)
+
+
+class Loop:
+    """The control loop as the robot sees it: one joint state out, one command back, counted."""
+
+    def __init__(self, robot: Robot, executor) -> None:
+        self.robot, self.executor = robot, executor
+
+    def step(self) -> float:
+        n = len(self.robot.commands)
+        msg = JointState(name=[JOINT], position=[0.1], velocity=[0.0])
+        self.robot.js_pub.publish(msg)
+        self.robot.observations += 1
+        assert spin_until(self.executor, lambda: len(self.robot.commands) > n, 5.0), \
+            f"observation {self.robot.observations} got no command"
+        return self.robot.commands[-1]
+
+    def until(self, predicate, timeout: float = 30.0) -> list[float]:
+        """Keep the loop running until ``predicate()`` (or ``timeout`` s); return the commands seen meanwhile."""
+        start = len(self.robot.commands)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not predicate():
+            self.step()
+        assert predicate(), "condition not reached while the loop ran"
+        return self.robot.commands[start:]
+
+    def assert_none_missed(self) -> None:
+        assert len(self.robot.commands) == self.robot.observations, "a control output was missed"
+
+
+@pytest.fixture
+def key_file(tmp_path) -> Path:
+    p = tmp_path / "bundle.key"
+    p.write_text(KEY.hex())
+    p.chmod(0o600)
+    return p
+
+
+@pytest.fixture
+def rig(ros_context, tmp_path, key_file):
+    """A policy node running v1 (acts 0.5) with the key, the test robot, and one executor."""
+    executor = SingleThreadedExecutor(context=ros_context)
+    robot = Robot(ros_context)
+    executor.add_node(robot.node)
+    v1 = constant_policy(tmp_path / "v1.onnx", 0.5, version=1)
+    params = {"policy_path": str(v1), "obs_fields": FIELDS, "engine": "numpy", "soft_start_steps": 0,
+              "watchdog_timeout_s": 1.0, "diagnostics_period_s": 0.2, "key_file": str(key_file),
+              "receive_dir": str(tmp_path / "received")}
+    node = PolicyNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    executor.add_node(node)
+    node.trigger_configure()
+    node.trigger_activate()
+    assert node.controller is not None and node.controller.active
+    for endpoint in (robot.js_pub, robot.cmd_sub, robot.bundle_pub, robot.status_sub):
+        assert wait_for_match(executor, endpoint)
+    loop = Loop(robot, executor)
+    for _ in range(5):
+        assert loop.step() == pytest.approx(0.5, abs=0.02)
+    yield node, robot, loop
+    node.destroy_node()
+    robot.node.destroy_node()
+    executor.shutdown()
+
+
+def test_good_bundle_is_accepted_and_swapped_while_the_loop_runs(rig, tmp_path):
+    node, robot, loop = rig
+    v2 = constant_policy(tmp_path / "v2.onnx", -1.0, version=2)
+    robot.send(encode_bundle(v2.read_bytes(), 2, KEY, chunk_size=512))
+    seen = loop.until(lambda: robot.commands[-1] < -0.99)
+    assert all(c == pytest.approx(0.5, abs=0.02) for c in seen[:-1])  # the old policy until the swap
+    loop.assert_none_missed()
+    reply = robot.reply(2)
+    assert reply["accepted"] and reply["code"] == "ok" and reply["running_version"] == 2
+    assert node.controller.bundle.version == 2
+    received = Path(node.active_policy_path)
+    assert received.parent == tmp_path / "received" and received.read_bytes() == v2.read_bytes()
+    robot.diags.clear()
+    loop.until(lambda: any(s.name == "lowrl/policy/policy" for s in robot.diags), 10.0)
+    policy = {kv.key: kv.value for kv in [s for s in robot.diags if s.name == "lowrl/policy/policy"][-1].values}
+    assert policy["version"] == "2" and policy["path"] == str(received)
+    loop.until(lambda: robot.has_diag("lowrl/policy/bundle", 0, "accepted v2"), 10.0)
+
+
+def _case(case: str, tmp_path: Path) -> tuple[bytes, int, bytes | None]:
+    """(message, announced version, the intact message a re-send would bring, or None)."""
+    good = encode_bundle(constant_policy(tmp_path / "v2.onnx", -1.0, version=2).read_bytes(), 2, KEY,
+                         chunk_size=400)
+    spans = chunk_spans(good)
+    if case == "corrupt_chunk":
+        bad = bytearray(good)
+        bad[spans[1][0] + 12 + 5] ^= 0x40
+        return bytes(bad), 2, good
+    if case == "missing_chunk":
+        pos, length = spans[2]
+        return good[:pos] + good[pos + length:], 2, good
+    if case == "bad_signature":  # right key, altered signature
+        bad = bytearray(good)
+        bad[HEADER_LEN + 3] ^= 0x01
+        return bytes(bad), 2, None
+    if case == "wrong_key":
+        return encode_bundle(constant_policy(tmp_path / "k.onnx", -1.0, version=2).read_bytes(), 2,
+                             bytes(range(100, 132))), 2, None
+    if case == "unsigned":
+        return encode_bundle(constant_policy(tmp_path / "u.onnx", -1.0, version=2).read_bytes(), 2, None), 2, None
+    if case == "old_version":  # v1 running; another v1
+        return encode_bundle(constant_policy(tmp_path / "o.onnx", 1.5, version=1).read_bytes(), 1, KEY), 1, None
+    if case == "contract_mismatch":  # wrong observation size
+        return encode_bundle(constant_policy(tmp_path / "c.onnx", -1.0, version=2, obs_dim=4).read_bytes(), 2,
+                             KEY), 2, None
+    if case == "nonfinite_weights":
+        return encode_bundle(nan_policy(tmp_path / "n.onnx", 2).read_bytes(), 2, KEY), 2, None
+    raise AssertionError(case)
+
+
+CASES = {"corrupt_chunk": "corrupt_chunk", "missing_chunk": "missing_chunk", "bad_signature": "bad_signature",
+         "wrong_key": "bad_signature", "unsigned": "unsigned", "old_version": "old_version",
+         "contract_mismatch": "contract_mismatch", "nonfinite_weights": "nonfinite_weights"}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_bundle_is_rejected_and_the_old_policy_keeps_acting(rig, tmp_path, case):
+    node, robot, loop = rig
+    code = CASES[case]
+    message, version, intact = _case(case, tmp_path)
+    robot.send(message)
+    seen = loop.until(lambda: robot.reply(version) is not None)
+    seen += [loop.step() for _ in range(10)]
+    assert all(c == pytest.approx(0.5, abs=0.02) for c in seen), "the old policy stopped acting"
+    loop.assert_none_missed()
+    reply = robot.reply(version)
+    assert not reply["accepted"] and reply["code"] == code, reply
+    assert reply["resend"] is (code in ("corrupt_chunk", "missing_chunk"))
+    if code == "corrupt_chunk":
+        assert reply["corrupt"] == [1]
+    if code == "missing_chunk":
+        assert reply["missing"] == [2]
+    assert node.controller.bundle.version == 1 and node.active_policy_path.endswith("v1.onnx")
+    loop.until(lambda: robot.has_diag("lowrl/policy/bundle", 2, code), 10.0)
+    assert robot.has_diag("lowrl/policy/policy", 2, "rejected")
+    received = tmp_path / "received"
+    assert not received.exists() or not any(received.iterdir()), "a rejected bundle was kept"
+    if intact is not None:  # the re-send the robot asked for repairs it
+        robot.send(intact)
+        loop.until(lambda: robot.commands[-1] < -0.99)
+        loop.assert_none_missed()
+        assert robot.reply(2)["accepted"] and node.controller.bundle.version == 2
+
+
+def test_policy_yaml_builds_a_valid_receiver_config():
+    import yaml
+
+    p = yaml.safe_load((ROOT / "config" / "policy_node.yaml").read_text())["/**/policy_node"]["ros__parameters"]
+    config = ReceiverConfig(receive_dir=p["receive_dir"], require_signature=p["require_signature"],
+                            keep=p["keep_bundles"], engine=p["engine"])
+    assert config.require_signature and p["bundle_topic"] == "/lowrl/policy_bundle"
+
+
+def _trainer(watch_dir: Path, key_file: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "lowrl_ros.ros.trainer_node", "--ros-args", "-p", f"watch_dir:={watch_dir}",
+           "-p", "pattern:='*.onnx'", "-p", f"key_file:={key_file}", "-p", "poll_period_s:=0.1", "-p",
+           "chunk_size:=300"]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_trainer_restarted_mid_stream(rig, tmp_path, key_file):
+    node, robot, loop = rig
+    releases = tmp_path / "releases"
+    releases.mkdir()
+    constant_policy(releases / "v2.onnx", -1.0, version=2)
+    first = _trainer(releases, key_file)
+    try:
+        loop.until(lambda: robot.commands[-1] < -0.99, 60.0)  # trainer A's v2 arrived and acts
+        assert robot.reply(2)["accepted"]
+        # Ask A to re-send and kill it at once, mid re-send: the robot must keep v2 acting.
+        robot.status_pub.publish(String(data=json.dumps({"version": 2, "accepted": False, "code": "corrupt_chunk",
+                                                          "resend": True, "corrupt": [0]})))
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        seen = [loop.step() for _ in range(30)]
+        assert all(c == pytest.approx(-1.0, abs=0.02) for c in seen)
+        assert node.controller.bundle.version == 2
+        constant_policy(releases / "v3.onnx", 1.0, version=3)  # the next version, while no trainer runs
+        seen = [loop.step() for _ in range(10)]
+        assert all(c == pytest.approx(-1.0, abs=0.02) for c in seen)
+        second = _trainer(releases, key_file)
+        try:
+            loop.until(lambda: robot.commands[-1] > 0.99, 60.0)  # trainer B's v3 accepted
+            assert robot.reply(3)["accepted"] and node.controller.bundle.version == 3
+            loop.assert_none_missed()
+        finally:
+            second.send_signal(signal.SIGINT)
+            out, _ = second.communicate(timeout=30)
+        assert second.returncode == 0, out
+        assert "published v3" in out
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=30)
