@@ -6,7 +6,6 @@ answers on the status topic the way the policy node does.
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 from pathlib import Path
