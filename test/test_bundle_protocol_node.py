@@ -150,30 +150,46 @@ def key_file(tmp_path) -> Path:
     return p
 
 
-@pytest.fixture
-def rig(ros_context, tmp_path, key_file):
-    """A policy node running v1 (acts 0.5) with the key, the test robot, and one executor."""
-    executor = SingleThreadedExecutor(context=ros_context)
-    robot = Robot(ros_context)
-    executor.add_node(robot.node)
+def start_policy_node(ctx, executor, tmp_path, **overrides) -> PolicyNode:
+    """A configured, active policy node running v1 (acts 0.5), the key and receive_dir from tmp_path."""
     v1 = constant_policy(tmp_path / "v1.onnx", 0.5, version=1)
     params = {"policy_path": str(v1), "obs_fields": FIELDS, "engine": "numpy", "soft_start_steps": 0,
-              "watchdog_timeout_s": 1.0, "diagnostics_period_s": 0.2, "key_file": str(key_file),
-              "receive_dir": str(tmp_path / "received")}
-    node = PolicyNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+              "watchdog_timeout_s": 1.0, "diagnostics_period_s": 0.2, "key_file": str(tmp_path / "bundle.key"),
+              "receive_dir": str(tmp_path / "received"), **overrides}
+    node = PolicyNode(context=ctx, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
     executor.add_node(node)
     node.trigger_configure()
     node.trigger_activate()
     assert node.controller is not None and node.controller.active
+    return node
+
+
+@pytest.fixture
+def robot_side(ros_context, key_file):
+    executor = SingleThreadedExecutor(context=ros_context)
+    robot = Robot(ros_context)
+    executor.add_node(robot.node)
+    yield robot, executor
+    for node in executor.get_nodes():
+        node.destroy_node()
+    executor.shutdown()
+
+
+def connected_loop(robot: Robot, executor) -> Loop:
     for endpoint in (robot.js_pub, robot.cmd_sub, robot.bundle_pub, robot.status_sub):
         assert wait_for_match(executor, endpoint)
-    loop = Loop(robot, executor)
+    return Loop(robot, executor)
+
+
+@pytest.fixture
+def rig(ros_context, robot_side, tmp_path):
+    """A policy node running v1 (acts 0.5) with the key, the test robot, and the running loop."""
+    robot, executor = robot_side
+    node = start_policy_node(ros_context, executor, tmp_path)
+    loop = connected_loop(robot, executor)
     for _ in range(5):
         assert loop.step() == pytest.approx(0.5, abs=0.02)
-    yield node, robot, loop
-    node.destroy_node()
-    robot.node.destroy_node()
-    executor.shutdown()
+    return node, robot, loop
 
 
 def test_good_bundle_is_accepted_and_swapped_while_the_loop_runs(rig, tmp_path):
@@ -258,6 +274,38 @@ def test_bad_bundle_is_rejected_and_the_old_policy_keeps_acting(rig, tmp_path, c
         loop.until(lambda: robot.commands[-1] < -0.99)
         loop.assert_none_missed()
         assert robot.reply(2)["accepted"] and node.controller.bundle.version == 2
+
+
+def test_a_restarted_policy_node_gets_the_latched_bundle_at_once(ros_context, robot_side, tmp_path):
+    robot, executor = robot_side
+    v2 = constant_policy(tmp_path / "v2.onnx", -1.0, version=2)
+    robot.send(encode_bundle(v2.read_bytes(), 2, KEY))  # published before the robot's node exists
+    node = start_policy_node(ros_context, executor, tmp_path)
+    loop = connected_loop(robot, executor)
+    loop.until(lambda: bool(robot.commands) and robot.commands[-1] < -0.99)
+    loop.assert_none_missed()
+    # (No check of the status reply here: it is volatile, and a node this new may answer before
+    # DDS has matched its status publisher with our subscription.)
+    assert node.controller.bundle.version == 2
+
+
+def test_insecure_robot_accepts_unsigned_and_a_keyless_secure_one_refuses(ros_context, robot_side, tmp_path):
+    robot, executor = robot_side
+    v2 = constant_policy(tmp_path / "v2.onnx", -1.0, version=2)
+    node = start_policy_node(ros_context, executor, tmp_path, key_file="")  # require_signature stays true
+    loop = connected_loop(robot, executor)
+    robot.send(encode_bundle(v2.read_bytes(), 2, KEY))
+    seen = loop.until(lambda: robot.reply(2) is not None) + [loop.step() for _ in range(5)]
+    assert robot.reply(2)["code"] == "no_key" and all(c == pytest.approx(0.5, abs=0.02) for c in seen)
+    node.destroy_node()
+    executor.remove_node(node)
+    robot.replies.clear()
+    robot.send(encode_bundle(v2.read_bytes(), 2, None))  # unsigned; replaces the latched signed one
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    start_policy_node(ros_context, executor, bench, key_file="", require_signature=False)
+    loop.until(lambda: robot.commands[-1] < -0.99)
+    assert robot.reply(2)["accepted"] and robot.reply(2)["code"] == "ok"
 
 
 def test_policy_yaml_builds_a_valid_receiver_config():
