@@ -208,6 +208,65 @@ def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context
     assert {1, 2} <= set(records.policy_version.tolist())  # each transition says which version acted
 
 
+def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tmp_path):
+    """The real policy node rejects a corrupt v2 (its ERROR diagnostic): the fine-tuner goes back."""
+    kit_dir, base = kit
+    policy = PolicyNode(context=ros_context, parameter_overrides=[
+        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
+        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
+        Parameter("watchdog_timeout_s", value=1.0)])
+    policy.trigger_configure()
+    policy.trigger_activate()
+    node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
+        kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=40, eval_episodes=1).items()])
+    robot = Robot(ros_context)
+    ex = SingleThreadedExecutor(context=ros_context)
+    for n in (policy, node, robot.node):
+        ex.add_node(n)
+    try:
+        for pub in (robot.js, robot.reward, robot.episode, robot.tier):
+            assert wait_for_match(ex, pub)
+        robot.tier.publish(UInt8(data=0))
+        k, ends = 0, 0
+
+        def step(end: bool = False) -> None:
+            nonlocal k, ends
+            robot.step(k, episode_return=-400.0 if end else None)
+            ends += end
+            before = robot.commands
+            spin_until(ex, lambda: robot.commands > before, 2.0)
+            k += 1
+
+        deadline = time.monotonic() + 30
+        while (node.tuner.updates < 40 or node.running_version != 1) and time.monotonic() < deadline:
+            step()
+        assert node.tuner.updates >= 40 and node.running_version == 1
+        step(end=True)  # an end while v1 is known to run starts an episode the fine-tuner can judge
+        step()
+        robot.step(k, episode_return=-400.0)  # judges v1; v2 is then due at once
+        # Stop spinning as soon as the node has the episode end: the learner thread makes v2 on
+        # its own, and the request to the policy node waits for the executor.
+        assert spin_until(ex, lambda: node.received["episode"] == ends + 1, 5.0)
+        deadline = time.monotonic() + 20
+        while 2 not in node.tuner.tracker.versions and time.monotonic() < deadline:
+            time.sleep(0.01)
+        v2 = Path(node.tuner.tracker.versions[2].path)
+        v2.write_bytes(v2.read_bytes()[:100])  # the file goes bad before the policy node reads it
+        k += 1
+        deadline = time.monotonic() + 20
+        while "rejected v2" not in node.last_decision and time.monotonic() < deadline:
+            step()
+        assert node.tuner.tracker.versions[2].status == "rejected", node.last_decision
+        assert "rejected v2" in node.last_decision and node.tuner.tracker.current == 1
+        assert policy.active_policy_path == str(base)  # the control path never left the base policy
+        assert spin_until(ex, lambda: policy.get_parameter("policy_path").value == str(base), 5.0)
+    finally:
+        node.close()
+        ex.shutdown()
+        for n in (policy, node, robot.node):
+            n.destroy_node()
+
+
 def test_memory_cap_pauses_learning_with_a_diagnostic(ros_context, kit, tmp_path):
     kit_dir, base = kit
     # 64 MB is below what any torch process holds: learning must pause, recording must go on.
