@@ -520,6 +520,9 @@ class _Step:
     sealable_after: float  # caller's clock: give up waiting for a reward after this
 
 
+_MAX_QUEUED = 10_000  # rewards/commands/ends kept waiting for observations (a dead observation stream)
+
+
 class TransitionAssembler:
     """Pairs observations, commands, rewards and episode ends into transitions (ROS-free).
 
@@ -562,12 +565,14 @@ class TransitionAssembler:
     def command(self, action, sent: float, now: float = 0.0) -> list[Transition]:
         """A command the controller sent at ``sent``; returns the steps it seals."""
         self._commands.append((sent, np.asarray(action, dtype=np.float64).copy()))
+        del self._commands[:-_MAX_QUEUED]
         self._last_command_time = max(self._last_command_time, sent)
         return self._seal(now)
 
     def reward(self, value: float, sent: float, now: float = 0.0) -> list[Transition]:
         """A reward sent at ``sent``; returns the steps it seals."""
         self._rewards.append((sent, float(value)))
+        del self._rewards[:-_MAX_QUEUED]
         self._last_reward_time = max(self._last_reward_time, sent)
         return self._seal(now)
 
@@ -576,6 +581,7 @@ class TransitionAssembler:
         if kind not in ("terminated", "truncated"):
             raise ValueError(f"episode end kind {kind!r}: use terminated or truncated")
         self._ends.append((sent, kind))
+        del self._ends[:-_MAX_QUEUED]
 
     def observation(self, obs, sent: float, version: int, now: float = 0.0) -> list[Transition]:
         """An observation sent at ``sent``: closes the current step; returns the steps sealed."""
