@@ -1,0 +1,191 @@
+"""Sim-to-real: how much of the reality gap on-robot fine-tuning recovers, and what an update costs.
+
+For each environment and seed:
+
+1. the sim policy: a `lowrl train` run (config/train_*.yaml, this seed; cached under
+   ``--runs-dir`` and reused), its int8 actor and a fine-tune kit (lowrl_ros.core.finetune);
+2. its return in simulation and on the gapped robot (lowrl_ros.core.reality_gap: mass +30 %,
+   actuator gain −20 %, observation noise, one step of action delay), over the same seeded episodes;
+3. ``--robot-steps`` K steps on the gapped robot, in lockstep and in-process, with the fine-tuner's
+   own core (``FineTuner``: updates, int8 versions every N updates, judging and rollback exactly as
+   finetune_node uses them; the ROS transport is what test/test_session.py and `lowrl demo` run):
+   the robot always acts with the version deployed at that moment (the int8 artifact, numpy engine);
+4. the best version's return on the gapped robot, same episodes as in 2.
+
+Reported: gap recovered % = (after − before) / (sim − before); resident memory of this process
+during fine-tuning (torch + learner + the simulated robot + the int8 policy: an upper bound of the
+fine-tuner process, which has no simulator); bytes per update = the
+size of one new version's artifact (what reaches the policy node) against an fp32 dense
+state_dict of the same actor. Targets (issue 6): ≥ 50 % recovered within 10k robot steps;
+≥ 10× fewer bytes per update.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+
+ENVS = {"Pendulum-v1": "config/train_pendulum_sac.yaml", "InvertedPendulum-v5": "config/train_invertedpendulum_td3.yaml"}
+BENCH_GAP = dict(mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_delay_steps=1)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--robot-steps", type=int, default=10_000, help="K: robot steps of fine-tuning (10000)")
+    parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per return figure (10)")
+    parser.add_argument("--train-steps", type=int, default=0, help="override the training configs' total_steps")
+    parser.add_argument("--version-every", type=int, default=1000, help="updates between versions (N)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
+                        help="sim policies are trained (once) and fine-tuned here")
+    parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
+
+
+def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
+    """Train (or reuse) the sim policy; return its run directory (checkpoint.pt, actor_int8.onnx, kit/)."""
+    from lowrl_ros.core.finetune import write_kit
+    from lowrl_ros.core.train.config import TrainConfig
+    from lowrl_ros.core.train.export import export_actor
+    from lowrl_ros.core.train.loop import Trainer
+
+    overrides = {"seed": seed, "progress": False}
+    if args.train_steps:
+        overrides["total_steps"] = args.train_steps
+    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **overrides)
+    run_dir = args.runs_dir / f"{env_id}-s{seed}-{cfg.total_steps}"
+    if not (run_dir / "kit" / "kit.json").is_file():
+        print(f"  training the sim policy: {env_id}, {cfg.algo} {cfg.variant}, {cfg.total_steps} steps, seed {seed}",
+              flush=True)
+        trainer = Trainer(cfg, run_dir)
+        result = trainer.run()
+        export_actor(trainer.agent, trainer.env, run_dir, result.env_steps)
+        write_kit(run_dir, run_dir / "kit", artifact=run_dir / "actor_int8.onnx")
+    return run_dir
+
+
+def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) -> list[float]:
+    """Returns of the artifact at ``path`` over seeded episodes of ``env_id`` with ``gap``."""
+    from lowrl_ros.core.artifact import load_artifact
+    from lowrl_ros.core.reality_gap import make_gapped_env
+
+    policy = load_artifact(path, engine="numpy")
+    env = make_gapped_env(env_id, gap)
+    out = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        total, done = 0.0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(policy.act(obs).astype(np.float32))
+            total += float(r)
+            done = term or trunc
+        out.append(total)
+    env.close()
+    return out
+
+
+def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int) -> dict:
+    """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
+    import psutil
+    import torch
+
+    from lowrl_ros.core.artifact import load_artifact
+    from lowrl_ros.core.finetune import FineTuneConfig, FineTuner, load_kit
+    from lowrl_ros.core.reality_gap import make_gapped_env
+
+    out_dir = run_dir / f"finetune-{steps}-{int(time.time())}"
+    kit = load_kit(run_dir / "kit")
+    base = str(run_dir / "actor_int8.onnx")
+    tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=2, seed=seed,
+                                          rollback_margin=150.0 if env_id == "Pendulum-v1" else 300.0),
+                      out_dir, base_path=base)
+    proc = psutil.Process()
+    deployed = tuner.tracker.current
+    policy = load_artifact(base, engine="numpy")
+    env = make_gapped_env(env_id, gap)
+    obs, _ = env.reset(seed=seed + 50_000)  # robot episodes apart from the evaluation seeds
+    ep_return, episode_version, rss_max, returns = 0.0, deployed, 0.0, []
+    started = time.perf_counter()
+    for step in range(steps):
+        action = policy.act(obs)
+        nxt, r, term, trunc, _ = env.step(action.astype(np.float32))
+        tuner.add(obs, action, float(r), nxt, bool(term), bool(trunc))
+        ep_return += float(r)
+        obs = nxt
+        tuner.update(1)  # updates_per_transition 1: one update per robot step, as the node's cap
+        if term or trunc:
+            returns.append((step + 1, deployed, ep_return))
+            # Judged only when one version ran the whole episode (the node's rule).
+            decision = tuner.on_episode(deployed, ep_return) if episode_version == deployed else None
+            if decision is not None and decision.action == "rollback":
+                deployed = decision.target.version
+                policy = load_artifact(decision.target.path, engine="numpy")
+            if tuner.version_due():
+                record = tuner.make_version()
+                deployed = record.version
+                policy = load_artifact(record.path, engine="numpy")  # validated load, as the policy node does
+            obs, _ = env.reset()
+            ep_return, episode_version = 0.0, deployed
+            rss_max = max(rss_max, proc.memory_info().rss / 2**20)
+    wall = time.perf_counter() - started
+    tracker = tuner.tracker
+    best = tracker.versions[tracker.best] if tracker.best is not None else tracker.versions[tracker.current]
+    artifact_bytes = [Path(v.path).stat().st_size for v in tracker.versions.values() if v.path != base]
+    buf = io.BytesIO()
+    torch.save({k: v.to(torch.float32).contiguous() for k, v in tuner.agent.actor.state_dict().items()}, buf)
+    return {"best_version": best.version, "best_path": best.path, "versions": len(tracker.versions),
+            "updates": tuner.updates, "wall_s": round(wall, 1), "rss_mb_max": round(rss_max, 1),
+            "episode_returns": returns, "version_bytes": artifact_bytes, "fp32_state_dict_bytes": buf.getbuffer().nbytes,
+            "statuses": {v.version: v.status for v in tracker.versions.values()}, "out_dir": str(out_dir)}
+
+
+def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.bench.record import write_result
+    from lowrl_ros.core.reality_gap import RealityGapConfig
+
+    gap = RealityGapConfig(**BENCH_GAP)
+    identity = RealityGapConfig()
+    results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
+                     "runs": []}
+    rows = []
+    for env_id in args.envs:
+        for seed in args.seeds:
+            print(f"sim2real {env_id} seed {seed}", flush=True)
+            run_dir = sim_policy(env_id, seed, args)
+            base = run_dir / "actor_int8.onnx"
+            eval_seed = 10_000 + 100 * seed
+            sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
+            before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
+            ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed)
+            after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
+            s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
+            recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
+            per_update = float(np.mean(ft["version_bytes"])) if ft["version_bytes"] else float("nan")
+            ratio = ft["fp32_state_dict_bytes"] / per_update if ft["version_bytes"] else float("nan")
+            run = {"env_id": env_id, "seed": seed, "sim": s, "before": b, "after": a, "recovered_pct": recovered,
+                   "sim_returns": sim, "before_returns": before, "after_returns": after,
+                   "bytes_per_update": per_update, "fp32_dense_bytes": ft["fp32_state_dict_bytes"],
+                   "bytes_ratio": ratio, **{k: v for k, v in ft.items() if k != "episode_returns"},
+                   "robot_episode_returns": ft["episode_returns"]}
+            results["runs"].append(run)
+            print(f"  sim {s:.1f}, gapped before {b:.1f}, after {a:.1f} (best v{ft['best_version']} of "
+                  f"{ft['versions']}): {recovered:.0f} % of the gap recovered; {per_update:.0f} B per update vs "
+                  f"{ft['fp32_state_dict_bytes']} B fp32 dense ({ratio:.1f}x); rss max {ft['rss_mb_max']} MB; "
+                  f"{ft['wall_s']} s", flush=True)
+            rows.append(f"| {env_id} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % | v{ft['best_version']} "
+                        f"of {ft['versions']} | {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
+                        f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} |")
+    for env_id in args.envs:
+        rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]
+        results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
+    markdown = (f"Reality gap: {gap.describe()}. K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
+                f"in-process FineTuner), returns over {args.eval_episodes} seeded episodes.\n\n"
+                "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
+                "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    path = write_result("sim2real", results, markdown, args.out)
+    print(markdown)
+    print(f"results: {path}")
+    return 0

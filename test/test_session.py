@@ -1,0 +1,105 @@
+"""A short lockstep sim-to-real session on Pendulum-v1 with a reality gap, with real nodes over DDS.
+
+Real rclpy nodes (in this process, one executor): the sim robot (lockstep, gapped, logging
+episodes), the policy node running a real tiny `lowrl train` policy, the budget monitor (its CPU
+load limit off, as in config/sim_to_real/budget_monitor.yaml) and the fine-tuner with that run's
+kit. Checked end to end: the fine-tuner learns from the robot's transitions, makes a version, the
+policy node swaps to it, the robot runs whole episodes with it (episodes.csv says which version ran
+each), and the session report shows both versions.
+
+What this test does not claim: that the return improves. A policy trained for 300 steps
+fine-tuned for a few hundred updates moves its return by noise; the claim "fine-tuning recovers
+the gap" needs thousands of robot steps and is measured by `lowrl bench sim2real`
+(docs/sim_to_real.md has the figures and the command).
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+
+from lowrl_ros.core.finetune import write_kit  # noqa: E402
+from lowrl_ros.core.session_report import read_session, version_returns, write_session_report  # noqa: E402
+from lowrl_ros.core.train.config import TrainConfig  # noqa: E402
+from lowrl_ros.core.train.export import export_actor  # noqa: E402
+from lowrl_ros.core.train.loop import Trainer  # noqa: E402
+from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
+from lowrl_ros.ros.finetune_node import FineTuneNode  # noqa: E402
+from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
+from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
+from rosutil import spin_until  # noqa: E402
+
+FIELDS = ["pendulum_joint.cos_position", "pendulum_joint.sin_position", "pendulum_joint.velocity"]
+TINY = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,
+            mask_interval=20, buffer_min=150, buffer_check_size=64, buffer_check_interval=100, checkpoint_interval=0,
+            progress=False, variant="rlx2")
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """(kit dir, base int8 artifact) from a real tiny `lowrl train` run."""
+    run = tmp_path_factory.mktemp("run")
+    trainer = Trainer(TrainConfig(**TINY), run)
+    result = trainer.run()
+    _, int8 = export_actor(trainer.agent, trainer.env, run, result.env_steps)
+    return write_kit(run, tmp_path_factory.mktemp("kit"), artifact=int8), int8
+
+
+def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_path):
+    kit_dir, base = kit
+    session = tmp_path / "session"
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[
+        Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=40),
+        Parameter("session_dir", value=str(session)), Parameter("gap.mass_scale", value=1.3),
+        Parameter("gap.actuator_gain", value=0.8), Parameter("gap.obs_noise_std", value=0.01),
+        Parameter("gap.action_delay_steps", value=1)])
+    policy = PolicyNode(context=ros_context, parameter_overrides=[
+        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
+        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
+        Parameter("soft_start_steps", value=0), Parameter("watchdog_timeout_s", value=1.0)])
+    policy.trigger_configure()
+    policy.trigger_activate()
+    # The policy node shares this test process, which holds torch (~0.5 GB): its memory limit is
+    # raised here; on a robot the policy node is its own torch-free process (policy_rss_limit_mb 400).
+    budget = BudgetMonitorNode(context=ros_context, parameter_overrides=[
+        Parameter("cpu_load_limit_pct", value=0.0), Parameter("policy_rss_limit_mb", value=8000.0)])
+    tuner = FineTuneNode(context=ros_context, parameter_overrides=[
+        Parameter("kit_path", value=str(kit_dir)), Parameter("work_dir", value=str(session / "finetune")),
+        Parameter("base_policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
+        Parameter("min_transitions", value=64), Parameter("batch_size", value=32),
+        Parameter("version_every_updates", value=40), Parameter("eval_episodes", value=1),
+        Parameter("rollback_margin", value=1e6), Parameter("diagnostics_period_s", value=0.2)])
+    nodes = (sim, policy, budget, tuner)
+    ex = SingleThreadedExecutor(context=ros_context)
+    for n in nodes:
+        ex.add_node(n)
+
+    def v2_episodes() -> int:
+        data = read_session(session)
+        return len(version_returns(data).get(2, [])) if data.n_episodes else 0
+
+    try:
+        # v2 made from robot transitions, swapped in by the policy node, and run for 2 whole episodes.
+        ok = spin_until(ex, lambda: v2_episodes() >= 2, timeout=75)
+        assert ok, (f"no fine-tuned episodes: steps {sim.steps}, recorded {tuner.recorded}, state {tuner.state}, "
+                    f"updates {tuner.tuner.updates}, decision {tuner.last_decision!r}, tier {tuner.tier}")
+        assert policy.active_policy_path.endswith("versions/v000002.onnx")
+        assert tuner.recorded >= 64 and tuner.tuner.updates >= 40
+    finally:
+        tuner.close()
+        ex.shutdown()
+        for n in nodes:
+            n.destroy_node()
+    data = read_session(session)
+    per_version = version_returns(data)
+    assert len(per_version[1]) >= 1 and len(per_version[2]) >= 2  # the base ran whole episodes first
+    assert data.info["gap"] == "mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_delay_steps=1"
+    assert (data.episodes["length"] == 40).all()
+    text = write_session_report(session).read_text()
+    assert "| v1 |" in text and "| v2 |" in text and "v2 (parent v1" in text
+    assert (session / "session_report.png").is_file()
