@@ -143,3 +143,35 @@ def test_lockstep_node_steps_once_per_command_and_logs_episodes(ros_context, tmp
         executor.shutdown()
         sim.destroy_node()
         probe.destroy_node()
+
+
+def test_session_parameter_files_are_declared_and_valid(ros_context):
+    """config/sim_to_real/*.yaml: every key is a parameter its node declares, and the values build valid configs."""
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode
+    from lowrl_ros.ros.sim_robot_node import GAP_PREFIX, SimRobotNode
+
+    root = Path(__file__).resolve().parent.parent / "config"
+    gap_file = yaml.safe_load((root / "sim_to_real" / "sim_robot_gap.yaml").read_text())["/**/sim_robot"]
+    values = {**yaml.safe_load((root / "sim_robot.yaml").read_text())["/**/sim_robot"]["ros__parameters"],
+              **gap_file["ros__parameters"]}
+    gap = RealityGapConfig(**{f.name: values[GAP_PREFIX + f.name] for f in dataclasses.fields(RealityGapConfig)})
+    assert gap == RealityGapConfig(mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_delay_steps=1)
+    assert SimRobotConfig(**{f.name: values[f.name] for f in dataclasses.fields(SimRobotConfig)}).mode == "lockstep"
+    for cls, file, key in ((SimRobotNode, "sim_robot_gap.yaml", "/**/sim_robot"),
+                           (BudgetMonitorNode, "budget_monitor.yaml", "/**/budget_monitor")):
+        node = cls(context=ros_context)
+        try:
+            keys = set(yaml.safe_load((root / "sim_to_real" / file).read_text())[key]["ros__parameters"])
+            assert keys <= set(node._parameters), f"{file}: {keys - set(node._parameters)} not declared"
+        finally:
+            node.destroy_node()
+    ft = yaml.safe_load((root / "sim_to_real" / "finetune_node.yaml").read_text())["finetune_node"]["ros__parameters"]
+    from lowrl_ros.core.finetune import FineTuneConfig
+
+    FineTuneConfig(**ft)  # only FineTuneConfig fields, valid values
