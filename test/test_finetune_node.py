@@ -68,6 +68,8 @@ class Robot:
         self.cmd = self.node.create_publisher(Float64MultiArray, "/forward_command_controller/commands", CONTROL)
         self.reward = self.node.create_publisher(Float64, "/lowrl/reward", STATS)
         self.episode = self.node.create_publisher(Float64, "/lowrl/episode_return", STATS)
+        self.episode_info = self.node.create_publisher(Float64MultiArray, "/lowrl/episode", STATS)
+        self.episodes = 0
         self.tier = self.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
         self.diags: dict[str, dict[str, str]] = {}
         self.commands = 0
@@ -85,12 +87,15 @@ class Robot:
         except ValueError:
             return default
 
-    def step(self, k: int, *, episode_return: float | None = None) -> None:
-        """Reward of step k-1, [its episode end], then observation k (theta_k, velocity k)."""
+    def step(self, k: int, *, episode_return: float | None = None, terminated: bool = False) -> None:
+        """Reward of step k-1, [its episode end], then observation k (theta_k, velocity k): the sim robot's order."""
         if k > 0:
             self.reward.publish(Float64(data=-float(k - 1)))
             if episode_return is not None:
+                self.episodes += 1
                 self.episode.publish(Float64(data=episode_return))
+                self.episode_info.publish(Float64MultiArray(data=[float(self.episodes), episode_return, 10.0,
+                                                                  float(terminated)]))
         msg = JointState(name=[JOINT], position=[theta(k)], velocity=[float(k)], effort=[0.0])
         self.js.publish(msg)
 
@@ -122,13 +127,13 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
     ex.add_node(node)
     ex.add_node(robot.node)
     try:
-        for pub in (robot.js, robot.cmd, robot.reward, robot.episode, robot.tier):
+        for pub in (robot.js, robot.cmd, robot.reward, robot.episode_info, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=3))  # safe tier: record, never learn
         steps = 60
         for k in range(steps):
             t0 = time.monotonic()
-            robot.step(k, episode_return=-123.0 if k == 30 else None)
+            robot.step(k, episode_return=-123.0 if k in (30, 45) else None, terminated=k == 45)
             assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
             robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
             assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
@@ -139,6 +144,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
         assert len(batch) == node.recorded and report.from_wal == 1  # the open segment, read from its WAL
         assert check_transitions(batch) == list(range(steps - 2))
         assert batch.truncated.tolist() == [k == 29 for k in range(steps - 2)]  # episode end after step 29
+        assert batch.terminated.tolist() == [k == 44 for k in range(steps - 2)]  # a terminal end after step 44
         # Enough data, but the tier is not FULL: no update, ever.
         spin_until(ex, lambda: False, 0.8)
         assert node.tuner.updates == 0 and node.state == "waiting_for_full_tier"
@@ -177,7 +183,7 @@ def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context
         ex.add_node(n)
     paths = [str(base)]
     try:
-        for pub in (robot.js, robot.reward, robot.episode, robot.tier):
+        for pub in (robot.js, robot.reward, robot.episode_info, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=0))
         # Scripted returns: the base scores -500, any fine-tuned version -1500 (a drop > margin 100).
@@ -224,7 +230,7 @@ def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tm
     for n in (policy, node, robot.node):
         ex.add_node(n)
     try:
-        for pub in (robot.js, robot.reward, robot.episode, robot.tier):
+        for pub in (robot.js, robot.reward, robot.episode_info, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=0))
         k, ends = 0, 0

@@ -110,8 +110,12 @@ class FineTuneNode(Node):
         p("obs_offset", [], _desc("per entry: obs = (raw - offset) * scale", dynamic=True))
         p("obs_scale", [], _desc("per entry: obs = (raw - offset) * scale", dynamic=True))
         p("reward_topic", "/lowrl/reward", _desc("std_msgs/Float64 reward, one per robot step"))
-        p("episode_topic", "/lowrl/episode_return", _desc("std_msgs/Float64, one per finished episode"))
-        p("episode_end_kind", "truncated", _desc("what an episode end means: truncated (time limit) | terminated"))
+        p("episode_info_topic", "/lowrl/episode",
+          _desc("Float64MultiArray [index, return, length, terminated] per episode ('' to use episode_topic)"))
+        p("episode_topic", "/lowrl/episode_return",
+          _desc("std_msgs/Float64 return per episode, read only when episode_info_topic is ''"))
+        p("episode_end_kind", "truncated",
+          _desc("episode_topic only: what an end means: truncated (time limit) | terminated"))
         p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", floats=(0.05, 60.0)))
         defaults = FineTuneConfig()
         for f in dataclasses.fields(FineTuneConfig):
@@ -187,7 +191,10 @@ class FineTuneNode(Node):
             self.create_subscription(Float32MultiArray, get("observation_topic"), self._on_observation, RECORD)
         self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, RECORD)
         self.create_subscription(Float64, get("reward_topic"), self._on_reward, RECORD)
-        self.create_subscription(Float64, get("episode_topic"), self._on_episode, RECORD)
+        if get("episode_info_topic"):
+            self.create_subscription(Float64MultiArray, get("episode_info_topic"), self._on_episode_info, RECORD)
+        else:
+            self.create_subscription(Float64, get("episode_topic"), self._on_episode, RECORD)
         self.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -257,13 +264,23 @@ class FineTuneNode(Node):
         self.received["reward"] += 1
         self._record(self.assembler.reward(msg.data, _sent(info), time.monotonic()))
 
+    def _on_episode_info(self, msg: Float64MultiArray, info) -> None:
+        if len(msg.data) < 4:
+            self._bad(f"{self._get('episode_info_topic')} has {len(msg.data)} values; expected "
+                      "[index, return, length, terminated]")
+            return
+        self._episode_ended(float(msg.data[1]), "terminated" if msg.data[3] else "truncated", _sent(info))
+
     def _on_episode(self, msg: Float64, info) -> None:
+        self._episode_ended(float(msg.data), self._get("episode_end_kind"), _sent(info))
+
+    def _episode_ended(self, ret: float, kind: str, sent: float) -> None:
         self.received["episode"] += 1
-        self.assembler.episode_end(self._get("episode_end_kind"), _sent(info))
+        self.assembler.episode_end(kind, sent)
         # An episode counts for a version only if that version ran all of it (as far as we know).
         version, self._episode_version = self._episode_version, self.running_version or None
-        if version is not None and version == self.running_version and math.isfinite(msg.data):
-            self._to_learner.append(("episode", version, float(msg.data)))
+        if version is not None and version == self.running_version and math.isfinite(ret):
+            self._to_learner.append(("episode", version, ret))
 
     def _bad(self, reason: str) -> None:
         self.bad_inputs += 1
