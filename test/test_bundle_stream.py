@@ -271,8 +271,11 @@ def test_sender_publishes_newest_refuses_older_and_bounds_resends(tmp_path):
     from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, StreamConfig
 
     d = tmp_path / "releases"
-    d.mkdir()
     sender = BundleSender(StreamConfig(watch_dir=str(d), pattern="*.onnx", key_file="k", max_resends=2), KEY)
+    (ev,) = sender.poll()
+    assert ev.kind == "unreadable" and "does not exist" in ev.message
+    assert sender.poll() == []  # said once
+    d.mkdir()
     assert sender.poll() == []
     _policy(d / "v2.onnx", version=2)
     _policy(d / "v3.onnx", version=3)

@@ -377,6 +377,14 @@ class BundleSender:
                 events.append(SendEvent("unreadable", f"{candidates[0]}: no such file yet; waiting for it",
                                         str(candidates[0])))
             return events
+        if self.config.watch_dir and not Path(self.config.watch_dir).expanduser().is_dir():
+            if self._seen.get(self.config.watch_dir) != (-1, -1):
+                self._seen[self.config.watch_dir] = (-1, -1)
+                events.append(SendEvent("unreadable", f"watch_dir {self.config.watch_dir} does not exist yet; "
+                                                      "waiting for `lowrl compress -o` to create it",
+                                        self.config.watch_dir))
+            return events
+        self._seen.pop(self.config.watch_dir, None)
         found: list[tuple[int, int, Path, bool]] = []  # version, parent, path, changed since last poll
         for path in candidates:
             try:
