@@ -1,8 +1,10 @@
 """`lowrl demo` (what `make demo` runs): a short sim-to-real session on shipped defaults.
 
 Runs launch/sim_to_real.launch.yaml through the project's launcher: a simulated Pendulum robot
-with a reality gap (lockstep), the policy node running the shipped policy, the budget monitor and,
-when a fine-tune kit is given (``--kit``, with ``--policy`` its actor), the on-robot fine-tuner;
+with a reality gap (lockstep), the policy node running the shipped policy, the budget monitor, the
+trainer node (streaming whatever is released into SESSION/releases, signed with a key made for the
+session) and, when a fine-tune kit is given (``--kit``, with ``--policy`` its actor), the on-robot
+fine-tuner;
 each its own process, talking over DDS, for ``--seconds``. A recorder node in this process
 listens to the episode returns, the per-inference latency, the policy node's stats and the
 compute tier, and writes them into the session directory beside the sim robot's episodes.csv;
@@ -133,6 +135,18 @@ def summary(rec: Recorder, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def make_session_key(path: Path) -> Path:
+    """A fresh HMAC key for this session's trainer node and policy node (32 random bytes, hex, mode 600)."""
+    import secrets
+
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     session = (args.session_dir or Path("lowrl_sessions") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
@@ -153,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         finetune = f"on (kit {overrides['kit_path']})"
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
+    make_session_key(session / "bundle.key")
+    (session / "releases").mkdir(exist_ok=True)  # the trainer node streams what is released here
     from lowrl_ros.core.session_report import write_session_info, write_session_report
 
     policy = dict(next(n for n in nodes if n.executable == "policy_node").params)["policy_path"]
