@@ -407,6 +407,9 @@ class BundleSender:
         version, parent, path, _ = max(found, key=lambda f: f[0])
         if version > floor:
             data = path.read_bytes()
+            st = path.stat()
+            if (st.st_mtime_ns, st.st_size) != self._seen.get(str(path)):
+                return events  # replaced since it was validated: validate the new file at the next poll
             self.wire = encode_bundle(data, version, self.key, parent_version=parent,
                                       chunk_size=self.config.chunk_size)
             self.n_chunks = read_header(self.wire).n_chunks
