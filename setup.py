@@ -30,6 +30,8 @@ setup(
             "policy_node = lowrl_ros.ros.policy_node:main",
             "sim_robot_node = lowrl_ros.ros.sim_robot_node:main",
             "budget_monitor_node = lowrl_ros.ros.budget_monitor_node:main",
+            "finetune_node = lowrl_ros.ros.finetune_node:main",
+            "trainer_node = lowrl_ros.ros.trainer_node:main",
         ],
     },
 )
