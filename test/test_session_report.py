@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from lowrl_ros.core.session_report import (
-    EPISODE_FIELDS, EPISODES_CSV, LATENCY_CSV, POLICY_STATS_CSV, STATS_CSV_FIELDS, LATENCY_FIELDS, TIER_FIELDS, TIERS_CSV, CsvLog, is_session_dir,
-    read_session, summarize, version_returns, write_session_info, write_session_report,
+    EPISODE_FIELDS, EPISODES_CSV, LATENCY_CSV, LATENCY_FIELDS, POLICY_STATS_CSV, STATS_CSV_FIELDS, TIER_FIELDS,
+    TIERS_CSV, CsvLog, is_session_dir, read_session, summarize, version_returns, write_session_info,
+    write_session_report,
 )
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-ENVS = {"Pendulum-v1": "config/train_pendulum_sac.yaml", "InvertedPendulum-v5": "config/train_invertedpendulum_td3.yaml"}
+ENVS = {"Pendulum-v1": "config/train_pendulum_sac.yaml",
+        "InvertedPendulum-v5": "config/train_invertedpendulum_td3.yaml"}
 BENCH_GAP = dict(mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_delay_steps=1)
 
 
@@ -137,7 +138,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     torch.save({k: v.to(torch.float32).contiguous() for k, v in tuner.agent.actor.state_dict().items()}, buf)
     return {"best_version": best.version, "best_path": best.path, "versions": len(tracker.versions),
             "updates": tuner.updates, "wall_s": round(wall, 1), "rss_mb_max": round(rss_max, 1),
-            "episode_returns": returns, "version_bytes": artifact_bytes, "fp32_state_dict_bytes": buf.getbuffer().nbytes,
+            "episode_returns": returns, "version_bytes": artifact_bytes,
+            "fp32_state_dict_bytes": buf.getbuffer().nbytes,
             "statuses": {v.version: v.status for v in tracker.versions.values()}, "out_dir": str(out_dir)}
 
 
@@ -174,8 +176,9 @@ def run(args: argparse.Namespace) -> int:
                   f"{ft['versions']}): {recovered:.0f} % of the gap recovered; {per_update:.0f} B per update vs "
                   f"{ft['fp32_state_dict_bytes']} B fp32 dense ({ratio:.1f}x); rss max {ft['rss_mb_max']} MB; "
                   f"{ft['wall_s']} s", flush=True)
-            rows.append(f"| {env_id} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % | v{ft['best_version']} "
-                        f"of {ft['versions']} | {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
+            rows.append(f"| {env_id} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % "
+                        f"| v{ft['best_version']} of {ft['versions']} "
+                        f"| {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
                         f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} |")
     for env_id in args.envs:
         rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]

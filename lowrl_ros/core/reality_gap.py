@@ -15,7 +15,8 @@ the robot it runs on; :class:`RealityGapWrapper` applies it to a gymnasium envir
   torque × ``actuator_gain``; ``added_damping`` c as a viscous torque −c·θdot added to the motor's
   torque *before* Pendulum's own ±2 N·m clip (a motor's back-EMF: it takes from the motor's
   authority, and the reward's torque cost sees the applied torque); ``added_friction`` f as a dry
-  friction torque −f·sign(θdot), the same way. Pendulum has no friction and no damping to scale, so ``friction_scale`` and ``damping_scale`` other than 1 are refused for it.
+  friction torque −f·sign(θdot), the same way. Pendulum has no friction and no damping to scale,
+  so ``friction_scale`` and ``damping_scale`` other than 1 are refused for it.
 - Every environment: ``action_delay_steps`` (the action applied at step t is the one commanded at
   t − d; zeros before the first), and ``obs_noise_std`` (Gaussian noise on every observation entry,
   from a generator seeded by ``reset(seed=...)``, so a seeded run is reproducible).
