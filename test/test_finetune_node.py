@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -34,6 +35,7 @@ from lowrl_ros.core.train.loop import Trainer  # noqa: E402
 from lowrl_ros.core.transition_log import TransitionLogConfig, read_log  # noqa: E402
 from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode  # noqa: E402
 from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
+from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
 from rosutil import spin_until, wait_for_match  # noqa: E402
 
@@ -212,6 +214,40 @@ def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context
             n.destroy_node()
     records = read_log(tmp_path / "transitions")[0]
     assert {1, 2} <= set(records.policy_version.tolist())  # each transition says which version acted
+
+
+def test_with_the_real_sim_robot_every_transition_is_a_true_pendulum_step(ros_context, kit, tmp_path):
+    """Sim robot (lockstep) + policy node + fine-tuner: each recorded reward is the one Pendulum-v1's
+    reward function gives for the recorded observation and action, and steps chain without a gap."""
+    kit_dir, base = kit
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[
+        Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=50), Parameter("seed", value=3)])
+    policy = PolicyNode(context=ros_context, parameter_overrides=[
+        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
+        Parameter("engine", value="numpy"), Parameter("watchdog_timeout_s", value=1.0)])
+    policy.trigger_configure()
+    policy.trigger_activate()
+    node = FineTuneNode(context=ros_context, parameter_overrides=[
+        Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, min_transitions=10_000).items()])
+    ex = SingleThreadedExecutor(context=ros_context)
+    for n in (sim, policy, node):
+        ex.add_node(n)
+    try:
+        assert spin_until(ex, lambda: node.recorded >= 160, 60.0), node.recorded
+    finally:
+        node.close()
+        ex.shutdown()
+        for n in (sim, policy, node):
+            n.destroy_node()
+    batch, _ = read_log(tmp_path / "transitions")
+    assert len(batch) >= 160 and node.assembler.incomplete <= 1  # at most the step before we listened
+    theta = np.arctan2(batch.obs[:, 1], batch.obs[:, 0])
+    u = np.clip(batch.action[:, 0], -2.0, 2.0).astype(np.float32).astype(np.float64)
+    expected = -(theta ** 2 + 0.1 * batch.obs[:, 2] ** 2 + 0.001 * u ** 2)  # Pendulum-v1's reward
+    assert np.allclose(batch.reward, expected, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(batch.next_obs[:-1], batch.obs[1:])  # one chain of steps, nothing skipped
+    assert 3 <= batch.truncated.sum() <= 4 and not batch.terminated.any()  # 50-step episodes end on time
+    assert np.all(np.diff(np.flatnonzero(batch.truncated)) == 50)
 
 
 def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tmp_path):
