@@ -426,6 +426,11 @@ def test_shipped_yaml_matches_the_dataclasses_and_declared_parameters(ros_contex
         assert data[LOG_PREFIX + name] == getattr(log_defaults, name), name
     with pytest.raises(ValueError, match="kit_path is empty"):
         FineTuneNode(context=ros_context)
+    with pytest.raises(ValueError, match="obs_fields give 2 observation entries"):
+        FineTuneNode(context=ros_context, parameter_overrides=[
+            Parameter("kit_path", value=str(kit[0])), Parameter("work_dir", value=str(tmp_path / "bad")),
+            Parameter("obs_fields", value=FIELDS[:2])])
+    assert not (tmp_path / "bad").exists()  # refused before touching the disk
     # Every key of the file is a parameter the node declares (a typo would be silently ignored).
     values = {**data, "kit_path": str(kit[0]), "work_dir": str(tmp_path)}
     node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])

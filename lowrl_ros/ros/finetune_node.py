@@ -137,6 +137,16 @@ class FineTuneNode(Node):
             raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
                              "(written by lowrl_ros.core.finetune.write_kit from a lowrl train run)")
         kit = load_kit(get("kit_path"))
+        self.adapter = None  # checked before anything touches the disk
+        obs_dim = kit.obs_dim
+        if get("input") == "joint_states":
+            self.adapter = ObservationAdapter(ObsAdapterConfig(
+                obs_fields=tuple(f for f in get("obs_fields") if f), obs_offset=tuple(get("obs_offset") or ()),
+                obs_scale=tuple(get("obs_scale") or ())))
+            if self.adapter.obs_dim != obs_dim:
+                raise ValueError(f"obs_fields give {self.adapter.obs_dim} observation entries but the kit's policy "
+                                 f"reads {obs_dim}; use the policy node's obs_fields")
+        self.obs_dim, self.action_dim = obs_dim, kit.action_dim
         self.work_dir = Path(get("work_dir")).expanduser()
         log_dir = self.work_dir / "transitions"
         # Open (and repair) the log first, then read it all back: resume = reload what is on disk.
@@ -153,16 +163,6 @@ class FineTuneNode(Node):
             self.get_logger().info(f"resumed: {len(batch)} transitions from {report.segments} segments "
                                    f"({self.writer.repaired} rebuilt from a crash's write-ahead log), "
                                    f"learner at {self.tuner.updates} updates, running v{self.tuner.tracker.current}")
-        self.adapter = None
-        obs_dim = kit.obs_dim
-        if get("input") == "joint_states":
-            self.adapter = ObservationAdapter(ObsAdapterConfig(
-                obs_fields=tuple(f for f in get("obs_fields") if f), obs_offset=tuple(get("obs_offset") or ()),
-                obs_scale=tuple(get("obs_scale") or ())))
-            if self.adapter.obs_dim != obs_dim:
-                raise ValueError(f"obs_fields give {self.adapter.obs_dim} observation entries but the kit's policy "
-                                 f"reads {obs_dim}; use the policy node's obs_fields")
-        self.obs_dim, self.action_dim = obs_dim, kit.action_dim
 
         # Executor-thread state.
         self.assembler = TransitionAssembler()
