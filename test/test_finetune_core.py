@@ -209,6 +209,12 @@ def test_rollback_restores_the_best_learner_and_resume_continues(kit_dir, tmp_pa
     assert again.updates == ft.updates and again.tracker.current == 2 and again.tracker.best == 2
     assert again.tracker.next_version == 4
     assert all(torch.equal(a, b) for a, b in zip(again.agent.actor_net.weights, v2_actor))
+    # A work_dir of another kit is refused, not half-loaded.
+    state = torch.load(tmp_path / "learner.pt", weights_only=False)
+    state["kit"] = {**state["kit"], "hidden": 256}
+    torch.save(state, tmp_path / "learner.pt")
+    with pytest.raises(ValueError, match="another kit"):
+        tuner(kit_dir, tmp_path)
 
 
 def test_resume_refills_the_buffer_from_the_log(kit_dir, tmp_path):

@@ -359,6 +359,9 @@ class FineTuner:
         if not (learner.is_file() and versions.is_file()):
             return False
         state = torch.load(learner, map_location="cpu", weights_only=False)
+        if state.get("kit") != self._kit_id():
+            raise ValueError(f"{learner} was written for another kit ({state.get('kit')}, this kit: "
+                             f"{self._kit_id()}); give this kit its own work_dir (or move the old one away)")
         self.agent.load_state_dict(state["agent"])
         self._states = state["states"]
         self.updates, self._last_version_updates = state["updates"], state["last_version_updates"]
@@ -367,9 +370,15 @@ class FineTuner:
         self.tracker.load_dict(json.loads(versions.read_text()))
         return True
 
+    def _kit_id(self) -> dict[str, Any]:
+        cfg = self.kit.train_config
+        return {"obs_dim": self.kit.obs_dim, "action_dim": self.kit.action_dim, "algo": cfg.algo,
+                "hidden": cfg.hidden, "depth": cfg.depth, "variant": cfg.variant, "env_id": cfg.env_id}
+
     def save(self) -> None:
         """Write ``learner.pt`` and ``versions.json`` atomically (resume point)."""
-        state = {"agent": self.agent.state_dict(), "states": self._states, "updates": self.updates,
+        state = {"kit": self._kit_id(), "agent": self.agent.state_dict(), "states": self._states,
+                 "updates": self.updates,
                  "last_version_updates": self._last_version_updates, "transitions_seen": self.transitions_seen,
                  "rng": self.rng.bit_generator.state}
         tmp = self.out_dir / "learner.pt.tmp"
