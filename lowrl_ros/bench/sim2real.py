@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per return figure (10)")
     parser.add_argument("--train-steps", type=int, default=0, help="override the training configs' total_steps")
     parser.add_argument("--version-every", type=int, default=1000, help="updates between versions (N)")
+    parser.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (finetune_node's default)")
+    parser.add_argument("--judge-episodes", type=int, default=2, help="episodes a version runs before it is judged")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
@@ -87,7 +89,8 @@ def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) ->
     return out
 
 
-def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int) -> dict:
+def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-4,
+              judge_episodes: int = 2) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
     import psutil
     import torch
@@ -99,7 +102,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     out_dir = run_dir / f"finetune-{steps}-{int(time.time())}"
     kit = load_kit(run_dir / "kit")
     base = str(run_dir / "actor_int8.onnx")
-    tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=2, seed=seed,
+    tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
+                                          seed=seed, lr=lr,
                                           rollback_margin=150.0 if env_id == "Pendulum-v1" else 300.0),
                       out_dir, base_path=base)
     proc = psutil.Process()
@@ -150,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     gap = RealityGapConfig(**BENCH_GAP)
     identity = RealityGapConfig()
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
+                     "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "runs": []}
     rows = []
     for env_id in args.envs:
@@ -160,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
             eval_seed = 10_000 + 100 * seed
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
-            ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed)
+            ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
+                           args.judge_episodes)
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -184,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
         rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
     markdown = (f"Reality gap: {gap.describe()}. K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
-                f"in-process FineTuner), returns over {args.eval_episodes} seeded episodes.\n\n"
+                f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
+                f"{args.judge_episodes} episodes), returns over {args.eval_episodes} seeded episodes.\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) |\n"
                 "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")

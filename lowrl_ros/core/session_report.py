@@ -218,7 +218,7 @@ def _plot(data: SessionData, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(2, 2, figsize=(14, 8))
     ax = axes[0][0]
     e = data.episodes
     t0 = float(data.info.get("started_unix", e["time_s"][0] if data.n_episodes else 0.0))
@@ -236,7 +236,10 @@ def _plot(data: SessionData, png: Path) -> None:
             ax.plot(t[sel], e["return"][sel], "o", ms=4, label=label, color="lightgray" if v == 0 else None)
         if mixed.any():
             ax.plot(t[mixed], e["return"][mixed], "x", color="gray", label="episode across a swap")
-        ax.legend(fontsize=8)
+        k = min(10, data.n_episodes)  # Pendulum's return depends on the start state: the trend needs a mean
+        ax.plot(t[k - 1:], np.convolve(e["return"], np.ones(k) / k, mode="valid"), "k-", lw=1.5,
+                label=f"mean of the last {k} episodes")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set(title="episode return over time", xlabel="session time (s)", ylabel="return")
     ax = axes[0][1]
     if data.n_episodes:
