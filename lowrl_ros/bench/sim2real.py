@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version-every", type=int, default=1000, help="updates between versions (N)")
     parser.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (finetune_node's default)")
     parser.add_argument("--judge-episodes", type=int, default=2, help="episodes a version runs before it is judged")
+    parser.add_argument("--gap", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="change the benchmark's gap, e.g. --gap action_delay_steps=0 (an ablation)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
@@ -151,7 +153,19 @@ def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench.record import write_result
     from lowrl_ros.core.reality_gap import RealityGapConfig
 
-    gap = RealityGapConfig(**BENCH_GAP)
+    fields = dict(BENCH_GAP)
+    for item in args.gap:
+        name, _, value = item.partition("=")
+        if name not in RealityGapConfig.__dataclass_fields__ or not value:
+            print(f"lowrl bench sim2real: --gap {item!r}: use FIELD=VALUE with a RealityGapConfig field "
+                  f"({', '.join(RealityGapConfig.__dataclass_fields__)})")
+            return 2
+        fields[name] = int(value) if name == "action_delay_steps" else float(value)
+    try:
+        gap = RealityGapConfig(**fields)
+    except ValueError as exc:
+        print(f"lowrl bench sim2real: {exc}")
+        return 2
     identity = RealityGapConfig()
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
