@@ -239,3 +239,30 @@ def test_config_rejects_bad_values(kwargs):
 
 def test_default_min_return_is_off():
     assert math.isnan(FineTuneConfig().min_return)
+
+
+def test_a_td3_kit_fine_tunes_too(tmp_path):
+    """TD3 (delayed actor, its own target actor) through the same kit and learner, on a MuJoCo task."""
+    import gymnasium as gym
+
+    trainer = Trainer(TrainConfig(**{**TINY, "algo": "td3", "env_id": "InvertedPendulum-v5"}), tmp_path / "run")
+    result = trainer.run()
+    export_actor(trainer.agent, trainer.env, tmp_path / "run", result.env_steps)
+    kit = load_kit(write_kit(tmp_path / "run", tmp_path / "kit"))
+    assert "actor_target" in kit.agent_state
+    ft = FineTuner(kit, FineTuneConfig(min_transitions=50, batch_size=32, version_every_updates=20, eval_episodes=1),
+                   tmp_path / "ft")
+    env = gym.make("InvertedPendulum-v5")
+    obs, _ = env.reset(seed=0)
+    for _ in range(200):
+        a = env.action_space.sample()
+        nxt, r, term, trunc, _ = env.step(a)
+        ft.add(obs, a, r, nxt, term, trunc)
+        obs = env.reset()[0] if term or trunc else nxt
+    assert ft.update(100) == 100
+    for w, m in zip(ft.agent.actor_net.weights, kit.agent_state["actor_masker"]["masks"]):
+        assert torch.all(w[m == 0] == 0)
+    ft.on_episode(1, 5.0)
+    record = ft.make_version()
+    assert (record.version, record.parent_version) == (2, 1)
+    assert load_artifact(record.path).act(np.zeros(4)).shape == (1,)
