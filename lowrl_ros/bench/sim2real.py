@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-episodes", type=int, default=2, help="episodes a version runs before it is judged")
     parser.add_argument("--gap", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the benchmark's gap, e.g. --gap action_delay_steps=0 (an ablation)")
+    parser.add_argument("--oracle", action="store_true",
+                        help="also train a policy on the gapped robot from scratch (same config and steps): the "
+                             "return achievable under the gap, and the gap recovered against it")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
@@ -69,6 +72,32 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
         export_actor(trainer.agent, trainer.env, run_dir, result.env_steps)
         write_kit(run_dir, run_dir / "kit", artifact=run_dir / "actor_int8.onnx")
     return run_dir
+
+
+def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path:
+    """Train (or reuse) a policy on the gapped robot itself; return its int8 artifact.
+
+    The trainer's environments are replaced by gapped ones before it runs (its ``env`` and
+    ``eval_env`` attributes), so this is the same algorithm, config and step budget as the sim policy.
+    """
+    from lowrl_ros.core.reality_gap import make_gapped_env
+    from lowrl_ros.core.train.config import TrainConfig
+    from lowrl_ros.core.train.export import export_actor
+    from lowrl_ros.core.train.loop import Trainer
+
+    overrides = {"seed": seed, "progress": False}
+    if args.train_steps:
+        overrides["total_steps"] = args.train_steps
+    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **overrides)
+    tag = "-".join(f"{k}{v:g}" for k, v in sorted(gap.to_dict().items()) if v != getattr(type(gap)(), k))
+    run_dir = args.runs_dir / f"oracle-{env_id}-s{seed}-{cfg.total_steps}-{tag}"
+    if not (run_dir / "actor_int8.onnx").is_file():
+        print(f"  training the oracle on the gapped robot: {cfg.total_steps} steps", flush=True)
+        trainer = Trainer(cfg, run_dir)
+        trainer.env, trainer.eval_env = make_gapped_env(env_id, gap), make_gapped_env(env_id, gap)
+        result = trainer.run()
+        export_actor(trainer.agent, trainer.env, run_dir, result.env_steps)
+    return run_dir / "actor_int8.onnx"
 
 
 def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) -> list[float]:
@@ -184,13 +213,20 @@ def run(args: argparse.Namespace) -> int:
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
+            oracle = {}
+            if args.oracle:
+                o = gap_returns(oracle_policy(env_id, seed, gap, args), env_id, gap, args.eval_episodes, eval_seed)
+                om = float(np.mean(o))
+                oracle = {"oracle": om, "oracle_returns": o,
+                          "recovered_vs_oracle_pct": 100.0 * (a - b) / (om - b) if om - b > 1e-9 else float("nan")}
+                print(f"  oracle (trained on the gapped robot): {om:.1f}", flush=True)
             per_update = float(np.mean(ft["version_bytes"])) if ft["version_bytes"] else float("nan")
             ratio = ft["fp32_state_dict_bytes"] / per_update if ft["version_bytes"] else float("nan")
             run = {"env_id": env_id, "seed": seed, "sim": s, "before": b, "after": a, "recovered_pct": recovered,
                    "sim_returns": sim, "before_returns": before, "after_returns": after,
                    "bytes_per_update": per_update, "fp32_dense_bytes": ft["fp32_state_dict_bytes"],
                    "bytes_ratio": ratio, **{k: v for k, v in ft.items() if k != "episode_returns"},
-                   "robot_episode_returns": ft["episode_returns"]}
+                   "robot_episode_returns": ft["episode_returns"], **oracle}
             results["runs"].append(run)
             print(f"  sim {s:.1f}, gapped before {b:.1f}, after {a:.1f} (best v{ft['best_version']} of "
                   f"{ft['versions']}): {recovered:.0f} % of the gap recovered; {per_update:.0f} B per update vs "
@@ -199,7 +235,9 @@ def run(args: argparse.Namespace) -> int:
             rows.append(f"| {env_id} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % "
                         f"| v{ft['best_version']} of {ft['versions']} "
                         f"| {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
-                        f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} |")
+                        f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} | "
+                        + (f"{oracle['oracle']:.1f} ({oracle['recovered_vs_oracle_pct']:.0f} %) |"
+                           if oracle else "- |"))
     for env_id in args.envs:
         rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
@@ -207,8 +245,9 @@ def run(args: argparse.Namespace) -> int:
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
                 f"{args.judge_episodes} episodes), returns over {args.eval_episodes} seeded episodes.\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
-                "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) |\n"
-                "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+                "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
+                "oracle on the gap (recovered vs it) |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     path = write_result("sim2real", results, markdown, args.out)
     print(markdown)
     print(f"results: {path}")
