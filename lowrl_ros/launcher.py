@@ -5,7 +5,8 @@ Supported, with ROS 2's meaning (launch_yaml / launch_ros):
 - top level ``launch:`` list;
 - ``arg``: ``name``, ``default``, ``description``; overridden by ``name:=value`` on the command line;
 - ``node``: ``pkg``, ``exec``, ``name``, ``namespace``, ``output``, ``param`` (a list of ``from: FILE``
-  and ``name:``/``value:`` entries), ``remap`` (a list of ``from:``/``to:``), ``args``;
+  and ``name:``/``value:`` entries), ``remap`` (a list of ``from:``/``to:``), ``args``, and the
+  conditions ``if`` / ``unless`` (true/false/1/0, as launch's IfCondition);
 - substitutions ``$(var NAME)`` and ``$(find-pkg-share PKG)``.
 
 Anything else is an error that names the key, so a launch file never half-runs. Each node is one
@@ -34,7 +35,7 @@ import yaml
 PACKAGE = "lowrl_ros"
 TOP_KEYS = {"arg", "node"}
 ARG_KEYS = {"name", "default", "description"}
-NODE_KEYS = {"pkg", "exec", "name", "namespace", "param", "remap", "output", "args"}
+NODE_KEYS = {"pkg", "exec", "name", "namespace", "param", "remap", "output", "args", "if", "unless"}
 _SUBST = re.compile(r"\$\(([^)]*)\)")
 
 
@@ -101,6 +102,16 @@ def substitute(text, variables: dict[str, str], where: str) -> str:
     return _SUBST.sub(one, text)
 
 
+def _condition(text: str, where: str) -> bool:
+    """launch's IfCondition: 'true'/'1' or 'false'/'0' (any case); anything else is an error."""
+    value = text.strip().lower()
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    raise LaunchError(f"{where}: a condition must be true, false, 1 or 0, got {text!r}")
+
+
 def _check_keys(entry: dict, allowed: set[str], where: str) -> None:
     unknown = sorted(set(entry) - allowed)
     if unknown:
@@ -144,6 +155,10 @@ def parse_launch(path: str | Path, overrides: dict[str, str] | None = None) -> l
             continue
         _check_keys(body, NODE_KEYS, f"{where} (node)")
         sub = lambda v: substitute(str(v), variables, where)  # noqa: E731
+        if "if" in body and not _condition(sub(body["if"]), f"{where} (if)"):
+            continue
+        if "unless" in body and _condition(sub(body["unless"]), f"{where} (unless)"):
+            continue
         for key in ("pkg", "exec"):
             if key not in body:
                 raise LaunchError(f"{where}: node needs '{key}'")

@@ -412,7 +412,7 @@ def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit,
 
 
 def test_shipped_yaml_matches_the_dataclasses_and_declared_parameters(ros_context, kit, tmp_path):
-    data = yaml.safe_load((REPO / "config/finetune_node.yaml").read_text())["finetune_node"]["ros__parameters"]
+    data = yaml.safe_load((REPO / "config/finetune_node.yaml").read_text())["/**/finetune_node"]["ros__parameters"]
     ft = {f.name for f in dataclasses.fields(FineTuneConfig)}
     lg = {f.name for f in dataclasses.fields(TransitionLogConfig)}
     FineTuneConfig(**{k: v for k, v in data.items() if k in ft})  # validates

@@ -161,3 +161,16 @@ def test_shutdown_escalates_when_a_node_ignores_sigint(tmp_path, monkeypatch):
         time.sleep(0.05)  # polling for the trap to be set, not a fixed wait
     codes = launcher.shutdown()
     assert codes["stubborn"] == -signal.SIGTERM
+
+
+def test_conditions_select_nodes_like_ros2_launch(tmp_path):
+    robot = ROOT / "launch/robot.launch.yaml"
+    assert "finetune_node" not in [n.executable for n in parse_launch(robot)]
+    nodes = parse_launch(robot, {"finetune": "true", "finetune_kit": "/kits/pendulum"})
+    (ft,) = [n for n in nodes if n.executable == "finetune_node"]
+    assert dict(ft.params)["kit_path"] == "/kits/pendulum"
+    assert dict(ft.params)["base_policy_path"].endswith("models/pendulum_sac.lowrl")
+    text = "launch:\n- node: {pkg: lowrl_ros, exec: policy_node, unless: 'True'}\n"
+    assert parse_launch(write(tmp_path, text)) == []
+    with pytest.raises(LaunchError, match="true, false, 1 or 0"):
+        parse_launch(write(tmp_path, "launch:\n- node: {pkg: lowrl_ros, exec: policy_node, if: maybe}\n"))
