@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-episodes", type=int, default=2, help="episodes a version runs before it is judged")
     parser.add_argument("--gap", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the benchmark's gap, e.g. --gap action_delay_steps=0 (an ablation)")
+    parser.add_argument("--nstep", type=int, default=1,
+                        help="n-step TD targets while fine-tuning (finetune_node uses 1; >1 is an experiment: "
+                             "the bench then feeds the learner's buffer itself, truncations as n-step cuts)")
     parser.add_argument("--oracle", action="store_true",
                         help="also train a policy on the gapped robot from scratch (same config and steps): the "
                              "return achievable under the gap, and the gap recovered against it")
@@ -120,8 +123,22 @@ def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) ->
     return out
 
 
+def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool, truncated: bool) -> None:
+    """Add a transition the way FineTuner.add does, but keep truncated ones as n-step cuts.
+
+    In-process the truncated step's next observation is the true last state (not the next
+    episode's first, as on a robot), so it can be trained on and must end the n-step sum.
+    """
+    c = tuner.kit.contract
+    norm = lambda o: (np.asarray(o, np.float64) - np.asarray(c.obs_offset)) * np.asarray(c.obs_scale)  # noqa: E731
+    low, high = np.asarray(c.action_low), np.asarray(c.action_high)
+    a = np.clip(2.0 * (np.asarray(action, np.float64) - low) / (high - low) - 1.0, -1.0, 1.0)
+    tuner.buffer.add(norm(obs), a, reward, norm(next_obs), terminated, truncated, a)
+    tuner.transitions_seen += 1
+
+
 def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-4,
-              judge_episodes: int = 2) -> dict:
+              judge_episodes: int = 2, nstep: int = 1) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
     import psutil
     import torch
@@ -147,10 +164,17 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     for step in range(steps):
         action = policy.act(obs)
         nxt, r, term, trunc, _ = env.step(action.astype(np.float32))
-        tuner.add(obs, action, float(r), nxt, bool(term), bool(trunc))
         ep_return += float(r)
+        if nstep == 1:
+            tuner.add(obs, action, float(r), nxt, bool(term), bool(trunc))
+            tuner.update(1)  # updates_per_transition 1: one update per robot step, as the node's cap
+        else:
+            _add_for_nstep(tuner, obs, action, float(r), nxt, bool(term), bool(trunc))
+            if tuner.can_update():
+                cfg = tuner.agent_config
+                tuner.agent.update(tuner.buffer.sample(cfg.batch_size, tuner.rng, nstep, cfg.gamma))
+                tuner.updates += 1
         obs = nxt
-        tuner.update(1)  # updates_per_transition 1: one update per robot step, as the node's cap
         if term or trunc:
             returns.append((step + 1, deployed, ep_return))
             # Judged only when one version ran the whole episode (the node's rule).
@@ -198,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
     identity = RealityGapConfig()
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
+                     "nstep": args.nstep,
                      "runs": []}
     rows = []
     for env_id in args.envs:
@@ -209,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
             ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
-                           args.judge_episodes)
+                           args.judge_episodes, args.nstep)
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -243,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
     markdown = (f"Reality gap: {gap.describe()}. K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
-                f"{args.judge_episodes} episodes), returns over {args.eval_episodes} seeded episodes.\n\n"
+                f"{args.judge_episodes} episodes, {args.nstep}-step TD), returns over {args.eval_episodes} "
+                "seeded episodes.\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
                 "oracle on the gap (recovered vs it) |\n"
