@@ -103,3 +103,12 @@ def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_
     text = write_session_report(session).read_text()
     assert "| v1 |" in text and "| v2 |" in text and "v2 (parent v1" in text
     assert (session / "session_report.png").is_file()
+
+
+def test_demo_refuses_a_kit_without_its_policy(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "demo", "--kit", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--kit needs --policy" in out.stderr

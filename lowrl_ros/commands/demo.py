@@ -149,6 +149,10 @@ def make_session_key(path: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if args.kit and not args.policy:
+        print("lowrl demo: --kit needs --policy: the artifact the kit was written for (write_kit's artifact), "
+              "which the robot starts with and the fine-tuner rolls back to", file=sys.stderr)
+        return 2
     session = (args.session_dir or Path("lowrl_sessions") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     overrides = {"session_dir": str(session)}
     if args.policy:
