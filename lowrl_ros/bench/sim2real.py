@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nstep", type=int, default=1,
                         help="n-step TD targets while fine-tuning (finetune_node uses 1; >1 is an experiment: "
                              "the bench then feeds the learner's buffer itself, truncations as n-step cuts)")
+    parser.add_argument("--explore-std", type=float, default=0.0,
+                        help="Gaussian exploration noise on the robot's actions while fine-tuning, as a fraction "
+                             "of the half action range (the policy node acts deterministically: 0)")
     parser.add_argument("--oracle", action="store_true",
                         help="also train a policy on the gapped robot from scratch (same config and steps): the "
                              "return achievable under the gap, and the gap recovered against it")
@@ -138,7 +141,7 @@ def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool
 
 
 def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-4,
-              judge_episodes: int = 2, nstep: int = 1) -> dict:
+              judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
     import psutil
     import torch
@@ -161,8 +164,13 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     obs, _ = env.reset(seed=seed + 50_000)  # robot episodes apart from the evaluation seeds
     ep_return, episode_version, rss_max, returns = 0.0, deployed, 0.0, []
     started = time.perf_counter()
+    explore = np.random.default_rng(seed + 77)
+    half = (np.asarray(policy.contract.action_high) - np.asarray(policy.contract.action_low)) / 2.0
     for step in range(steps):
         action = policy.act(obs)
+        if explore_std > 0.0:  # the executed (noisy) command is what the robot records
+            action = np.clip(action + explore.normal(0.0, explore_std, action.shape) * half,
+                             policy.contract.action_low, policy.contract.action_high)
         nxt, r, term, trunc, _ = env.step(action.astype(np.float32))
         ep_return += float(r)
         if nstep == 1:
@@ -222,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     identity = RealityGapConfig()
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
-                     "nstep": args.nstep,
+                     "nstep": args.nstep, "explore_std": args.explore_std,
                      "runs": []}
     rows = []
     for env_id in args.envs:
@@ -234,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
             ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
-                           args.judge_episodes, args.nstep)
+                           args.judge_episodes, args.nstep, args.explore_std)
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -268,8 +276,8 @@ def run(args: argparse.Namespace) -> int:
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
     markdown = (f"Reality gap: {gap.describe()}. K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
-                f"{args.judge_episodes} episodes, {args.nstep}-step TD), returns over {args.eval_episodes} "
-                "seeded episodes.\n\n"
+                f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}), "
+                f"returns over {args.eval_episodes} seeded episodes.\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
                 "oracle on the gap (recovered vs it) |\n"
