@@ -173,6 +173,21 @@ def test_tiers_full_lite_decimated_safe_with_two_policies():
     assert ctl.step().action.tolist() == [1.0]
 
 
+def test_fixed_rate_output_period_grows_below_lite():
+    full, lite = FakePolicy(1.0), FakePolicy(0.5)
+    ctl, _ = make(ControlConfig(mode="fixed_rate", control_period_s=0.01, tier_decimation=4, soft_start_steps=0),
+                  {"full": full, "lite": lite})
+    ctl.activate()
+    ctl.observe(OBS)
+    periods = {}
+    for tier in ComputeTier:
+        ctl.set_tier(tier)
+        periods[tier] = ctl.output_period_s()
+        assert ctl.step().source == ("safe" if tier == ComputeTier.SAFE else "policy")  # every output acts
+    assert periods == {ComputeTier.FULL: 0.01, ComputeTier.LITE: 0.01,
+                       ComputeTier.DECIMATED: 0.04, ComputeTier.SAFE: 0.04}
+
+
 def test_lite_with_one_policy_goes_straight_to_decimated():
     ctl, _ = make()
     line = ctl.set_tier(ComputeTier.LITE)

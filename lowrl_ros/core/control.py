@@ -298,11 +298,21 @@ class PolicyController:
             action = np.zeros(self.action_dim)
         return np.clip(action, self._policy.low, self._policy.high)
 
+    def output_period_s(self) -> float:
+        """fixed_rate: seconds between outputs in the tier now applied.
+
+        Below lite (decimated, safe) the loop itself slows down by ``tier_decimation``: the robot's
+        controller holds the last command (the forward_command_controller contract), so publishing
+        a held action again is work a degraded tier exists to shed, and under CPU contention every
+        wake-up is a chance to miss a deadline. Event mode follows the observations instead.
+        """
+        k = self.config.tier_decimation if self.tier >= ComputeTier.DECIMATED else 1
+        return self.config.control_period_s * k
+
     def _decimation(self) -> int:
-        k = self.config.decimation if self.config.mode == "fixed_rate" else 1
-        if self.tier == ComputeTier.DECIMATED:
-            k *= self.config.tier_decimation
-        return k
+        if self.config.mode == "fixed_rate":
+            return self.config.decimation  # the tier's factor is in output_period_s()
+        return self.config.tier_decimation if self.tier == ComputeTier.DECIMATED else 1
 
     def step(self, reference_time: float | None = None) -> StepResult:
         """Choose this tick's action.

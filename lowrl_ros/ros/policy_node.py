@@ -266,8 +266,7 @@ class PolicyNode(LifecycleNode):
         self.controller.activate()
         config = self.controller.config
         if config.mode == "fixed_rate":
-            self._schedule = TickSchedule(config.control_period_s)
-            self._control_timer = self.create_timer(config.control_period_s, self._on_control_tick)
+            self._start_fixed_rate()
         else:
             # Event mode acts on observations; this timer only notices when they stop (watchdog).
             self._control_timer = self.create_timer(config.watchdog_timeout_s / 2, self._on_watchdog_tick)
@@ -361,6 +360,13 @@ class PolicyNode(LifecycleNode):
         self.controller.deadline_misses += skipped  # each skipped period is an output that never came
         self._tick(due)
 
+    def _start_fixed_rate(self) -> None:
+        """(Re)start the control timer at the tier's output period (ControlConfig.output_period_s)."""
+        self._destroy_control_timer()
+        period = self.controller.output_period_s()
+        self._schedule = TickSchedule(period)
+        self._control_timer = self.create_timer(period, self._on_control_tick)
+
     def _on_watchdog_tick(self) -> None:
         age = self.controller.observation_age()
         if age is None or age > self.controller.config.watchdog_timeout_s:
@@ -396,6 +402,10 @@ class PolicyNode(LifecycleNode):
             return
         if line:
             self.get_logger().warning(line) if self.controller.tier > ComputeTier.FULL else self.get_logger().info(line)
+            if (self.controller.config.mode == "fixed_rate" and self.controller.active
+                    and self.controller.output_period_s() != self._schedule.period_s):
+                self._start_fixed_rate()
+                self._tick(time.perf_counter())  # the new tier's first output now, not a period later
             self._publish_status()
 
     def _start_swap(self, path: str) -> None:
