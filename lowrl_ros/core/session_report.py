@@ -164,7 +164,9 @@ def summarize(data: SessionData) -> str:
     lines.append(f"- robot: {info.get('env_id', '?')} with reality gap: {info.get('gap', 'unknown')}")
     if info.get("policy_path"):
         lines.append(f"- sim policy: {info['policy_path']}")
-    lines.append(f"- fine-tuning: {info.get('finetune', 'unknown')}")
+    finetune = info.get("finetune") or ("on (a finetune/ directory is here)" if (data.path / FINETUNE_DIR).is_dir()
+                                        else "off (no finetune/ directory)")
+    lines.append(f"- fine-tuning: {finetune}")
     if info.get("duration_s") is not None:
         lines.append(f"- duration: {float(info['duration_s']):.0f} s")
     lines.append("")
@@ -190,7 +192,7 @@ def summarize(data: SessionData) -> str:
             score = f"{np.mean(rec['returns']):.1f} over {len(rec['returns'])}" if rec.get("returns") else "not run"
             lines.append(f"- v{rec['version']} (parent v{rec.get('parent_version')}, {rec.get('updates', 0)} updates): "
                          f"{rec.get('status')}, return {score}")
-    elif str(info.get("finetune", "")).startswith("on"):
+    elif finetune.startswith("on"):
         lines += ["", "Fine-tuner: no versions.json yet (no version made)."]
     lat = data.latency.get("latency_us")
     if lat is not None and len(lat):
