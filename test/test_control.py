@@ -185,7 +185,13 @@ def test_fixed_rate_output_period_grows_below_lite():
         periods[tier] = ctl.output_period_s()
         assert ctl.step().source == ("safe" if tier == ComputeTier.SAFE else "policy")  # every output acts
     assert periods == {ComputeTier.FULL: 0.01, ComputeTier.LITE: 0.01,
-                       ComputeTier.DECIMATED: 0.04, ComputeTier.SAFE: 0.04}
+                       ComputeTier.DECIMATED: 0.04, ComputeTier.SAFE: 0.1}  # safe: the keep-alive period
+    no_keepalive, _ = make(ControlConfig(mode="fixed_rate", control_period_s=0.01, tier_decimation=4,
+                                         safe_period_s=0.0))
+    no_keepalive.set_tier(ComputeTier.SAFE)
+    assert no_keepalive.output_period_s() == pytest.approx(0.04)
+    with pytest.raises(ValueError, match="safe_period_s"):
+        ControlConfig(safe_period_s=-1.0)
 
 
 def test_lite_with_one_policy_goes_straight_to_decimated():

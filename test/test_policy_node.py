@@ -310,7 +310,8 @@ def test_fixed_rate_mode_acts_on_the_timer_with_decimation(rig):
 def test_fixed_rate_loop_slows_down_below_lite_and_back(rig):
     """Decimated and safe tiers shed wake-ups: the loop period grows by tier_decimation."""
     build, robot, executor = rig
-    node = build(mode="fixed_rate", control_period_s=0.01, tier_decimation=4, watchdog_timeout_s=5.0)
+    node = build(mode="fixed_rate", control_period_s=0.01, tier_decimation=4, safe_period_s=0.05,
+                 watchdog_timeout_s=5.0)
     tier_pub = robot.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
     connect(robot, executor)
     assert wait_for_match(executor, tier_pub)
@@ -319,7 +320,12 @@ def test_fixed_rate_loop_slows_down_below_lite_and_back(rig):
     assert node._schedule.period_s == pytest.approx(0.01)
     tier_pub.publish(UInt8(data=int(ComputeTier.SAFE)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.SAFE)
+    assert node._schedule.period_s == pytest.approx(0.05)  # the safe action's keep-alive
+    tier_pub.publish(UInt8(data=int(ComputeTier.DECIMATED)))
+    assert spin_until(executor, lambda: node.controller.tier == ComputeTier.DECIMATED)
     assert node._schedule.period_s == pytest.approx(0.04)
+    tier_pub.publish(UInt8(data=int(ComputeTier.SAFE)))
+    assert spin_until(executor, lambda: node.controller.tier == ComputeTier.SAFE)
     n = len(robot.commands)
     assert spin_until(executor, lambda: len(robot.commands) >= n + 3)  # safe action keeps coming, slower
     assert robot.commands[-1] == 0.0

@@ -65,6 +65,8 @@ class ControlConfig:
         deadline_s: an output later than this after its reference time is a deadline miss
             (0: use control_period_s).
         latency_window: number of recent inference latencies kept for p50/p99.
+        safe_period_s: fixed_rate, safe tier: the safe action is re-sent at this period (a
+            keep-alive; the controller holds it in between). 0: control_period_s * tier_decimation.
     """
 
     mode: str = "event"
@@ -77,6 +79,7 @@ class ControlConfig:
     default_pose: tuple[float, ...] = ()
     deadline_s: float = 0.0
     latency_window: int = 1000
+    safe_period_s: float = 0.1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_pose", tuple(float(v) for v in self.default_pose))
@@ -100,6 +103,9 @@ class ControlConfig:
             raise ValueError(f"default_pose must be finite, got {self.default_pose}")
         if self.deadline_s < 0:
             raise ValueError(f"deadline_s must be >= 0 (0: the control period), got {self.deadline_s}")
+        if not 0.0 <= self.safe_period_s <= 10.0:
+            raise ValueError(f"safe_period_s={self.safe_period_s} is outside 0..10 s (0: control_period_s * "
+                             "tier_decimation)")
 
     @property
     def deadline(self) -> float:
@@ -301,13 +307,17 @@ class PolicyController:
     def output_period_s(self) -> float:
         """fixed_rate: seconds between outputs in the tier now applied.
 
-        Below lite (decimated, safe) the loop itself slows down by ``tier_decimation``: the robot's
+        Below lite the loop itself slows down: by ``tier_decimation`` when decimated, to the
+        ``safe_period_s`` keep-alive when safe. The robot's
         controller holds the last command (the forward_command_controller contract), so publishing
         a held action again is work a degraded tier exists to shed, and under CPU contention every
         wake-up is a chance to miss a deadline. Event mode follows the observations instead.
         """
-        k = self.config.tier_decimation if self.tier >= ComputeTier.DECIMATED else 1
-        return self.config.control_period_s * k
+        c = self.config
+        if self.tier == ComputeTier.SAFE and c.safe_period_s > 0:
+            return max(c.safe_period_s, c.control_period_s)
+        k = c.tier_decimation if self.tier >= ComputeTier.DECIMATED else 1
+        return c.control_period_s * k
 
     def _decimation(self) -> int:
         if self.config.mode == "fixed_rate":

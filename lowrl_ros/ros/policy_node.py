@@ -97,6 +97,9 @@ class PolicyNode(LifecycleNode):
                                                          read_only=True, floats=(1e-4, 10.0)))
         p("decimation", c.decimation, _desc("fixed_rate: policy every k-th tick", ints=(1, 100)))
         p("tier_decimation", c.tier_decimation, _desc("extra decimation in the decimated tier", ints=(1, 100)))
+        p("safe_period_s", c.safe_period_s,
+          _desc("fixed_rate, safe tier: keep-alive period of the safe action (0: period x tier_decimation)",
+                floats=(0.0, 10.0), read_only=True))
         p("watchdog_timeout_s", c.watchdog_timeout_s, _desc("no observation this long -> safe action",
                                                              floats=(1e-3, 10.0)))
         p("soft_start_steps", c.soft_start_steps, _desc("blend from the safe action over N steps", ints=(0, 10000)))
