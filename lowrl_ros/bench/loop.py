@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench.record import RESULTS_DIR, write_result
     from lowrl_ros.core.policy_stats import PolicyStats
     from lowrl_ros.launcher import PACKAGE, package_share
-    from lowrl_ros.ros.policy_node import make_executor
+    from lowrl_ros.ros.spinning import make_executor
     from lowrl_ros.ros.qos import CONTROL, STATS
     from lowrl_ros.ros.sim_robot_node import SimRobotNode
 

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from std_msgs.msg import Float64MultiArray
 
     from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError
-    from lowrl_ros.ros.policy_node import make_executor
+    from lowrl_ros.ros.spinning import make_executor
     from lowrl_ros.ros.qos import CONTROL
 
     torch.set_num_threads(1)  # like the policy node's single intra-op thread; batch 1 gains nothing from more

@@ -23,7 +23,6 @@ import dataclasses
 import gc
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, Parameter, ParameterDescriptor, ParameterType,
                                 ParameterValue, SetParametersResult)
 from rcl_interfaces.srv import SetParameters
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
@@ -48,6 +47,7 @@ from lowrl_ros.core.finetune import FineTuneConfig, FineTuner, load_kit
 from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.tiers import ComputeTier
 from lowrl_ros.core.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
+from lowrl_ros.ros.spinning import make_executor, spin_until_signal
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED
 
@@ -466,27 +466,14 @@ def _sent(info) -> float:
     return stamp * 1e-9 if stamp else time.time()
 
 
-def spin(node: Node) -> None:
-    """Spin until SIGINT/SIGTERM with a SingleThreadedExecutor.
-
-    Not the EventsExecutor the policy node uses: in this rclpy it fails on subscription callbacks
-    that take the message info, and the recorder needs the source timestamps more than the latency.
-    """
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    while not stop.is_set() and rclpy.ok():
-        executor.spin_once(timeout_sec=0.1)
-
-
 def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     try:
         node = FineTuneNode()
-        spin(node)
+        # Not the EventsExecutor: in this rclpy it fails on subscription callbacks that take the
+        # message info, and the recorder needs the source timestamps more than the latency.
+        spin_until_signal(node, make_executor(events=False))
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except ValueError as exc:  # bad parameters or kit: say which and how to fix, no traceback

@@ -35,7 +35,7 @@ from std_msgs.msg import String, UInt8MultiArray
 
 from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, SendEvent, StreamConfig, load_key
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.policy_node import spin_until_signal
+from lowrl_ros.ros.spinning import spin_until_signal
 from lowrl_ros.ros.qos import LATCHED
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
 
