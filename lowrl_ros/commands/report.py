@@ -1,7 +1,10 @@
-"""`lowrl report RUN_DIR [RUN_DIR ...]`: learning curves and per-layer sparsity of runs, as a PNG.
+"""`lowrl report DIR [DIR ...]`: a training run's or a sim-to-real session's report.
 
-Reads each run's progress.csv and sparsity.csv (written by `lowrl train`). Several runs are drawn
-on the same axes so variants can be compared at a glance.
+A training run (progress.csv and sparsity.csv, written by `lowrl train`): learning curves and
+per-layer sparsity as a PNG; several runs are drawn on the same axes so variants can be compared
+at a glance. A sim-to-real session directory (lowrl_ros.core.session_report.is_session_dir):
+return over time of the sim policy and the fine-tuned versions, versions, tiers and a latency
+histogram, as a PNG and a markdown summary that is also printed.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="directories written by `lowrl train`")
+    parser.add_argument("run_dirs", nargs="+", metavar="DIR",
+                        help="run directories written by `lowrl train`, or one sim-to-real session directory")
     parser.add_argument("--out", metavar="PNG", help="output file (default FIRST_RUN_DIR/report.png)")
 
 
@@ -79,8 +83,25 @@ def draw(run_dirs: list[Path], out: Path) -> Path:
     return out
 
 
+def _session_report(session_dir: Path) -> int:
+    from lowrl_ros.core.session_report import write_session_report
+
+    try:
+        md = write_session_report(session_dir)
+    except ValueError as exc:
+        print(f"lowrl report: error: {exc}", file=sys.stderr)
+        return 2
+    print(md.read_text())
+    print(f"report: {md} and {md.with_suffix('.png')}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.run_dirs]
+    from lowrl_ros.core.session_report import is_session_dir
+
+    if len(dirs) == 1 and is_session_dir(dirs[0]):
+        return _session_report(dirs[0])
     out = Path(args.out) if args.out else dirs[0] / "report.png"
     try:
         path = draw(dirs, out)
