@@ -279,7 +279,7 @@ def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tm
             spin_until(ex, lambda: robot.commands > before, 2.0)
             k += 1
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # an upper bound for a loaded machine; idle it takes seconds
         while (node.tuner.updates < 40 or node.running_version != 1) and time.monotonic() < deadline:
             step()
         assert node.tuner.updates >= 40 and node.running_version == 1
