@@ -33,7 +33,7 @@ import numpy as np
 import psutil
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, Parameter, ParameterDescriptor, ParameterType,
+from rcl_interfaces.msg import (Parameter, ParameterDescriptor, ParameterType,
                                 ParameterValue, SetParametersResult)
 from rcl_interfaces.srv import SetParameters
 from rclpy.executors import ExternalShutdownException
@@ -47,6 +47,7 @@ from lowrl_ros.core.finetune import FineTuneConfig, FineTuner, load_kit
 from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.tiers import ComputeTier
 from lowrl_ros.core.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
+from lowrl_ros.ros.params import descriptor
 from lowrl_ros.ros.spinning import make_executor, spin_until_signal
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED
@@ -64,14 +65,9 @@ RECORD = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200, reliability=Reli
                     durability=DurabilityPolicy.VOLATILE)
 
 
-def _desc(text: str, *, read_only: bool = True, floats: tuple[float, float] | None = None,
-          ints: tuple[int, int] | None = None, dynamic: bool = False) -> ParameterDescriptor:
-    d = ParameterDescriptor(description=text, read_only=read_only, dynamic_typing=dynamic)
-    if floats:
-        d.floating_point_range = [FloatingPointRange(from_value=floats[0], to_value=floats[1], step=0.0)]
-    if ints:
-        d.integer_range = [IntegerRange(from_value=ints[0], to_value=ints[1], step=1)]
-    return d
+def _desc(text: str, **kwargs) -> ParameterDescriptor:
+    """This node's parameters are read-only unless said otherwise."""
+    return descriptor(text, **{"read_only": True, **kwargs})
 
 
 _FT_RANGES: dict[str, dict[str, Any]] = {

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import rclpy
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException
 from rclpy.signals import SignalHandlerOptions
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -47,6 +47,7 @@ from lowrl_ros.core.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
+from lowrl_ros.ros.params import descriptor as _desc
 from lowrl_ros.ros.spinning import spin_until_signal
 
 DIAG_PREFIX = "lowrl/policy"
@@ -58,16 +59,6 @@ ERROR_HOLD_S = 2.0  # an input error keeps the status at ERROR this long after t
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
 LIVE_CONTROL = ("decimation", "tier_decimation", "watchdog_timeout_s", "soft_start_steps", "safe_action",
                 "default_pose", "deadline_s")
-
-
-def _desc(text: str, *, read_only: bool = False, floats: tuple[float, float] | None = None,
-          ints: tuple[int, int] | None = None, dynamic: bool = False) -> ParameterDescriptor:
-    d = ParameterDescriptor(description=text, read_only=read_only, dynamic_typing=dynamic)
-    if floats:
-        d.floating_point_range = [FloatingPointRange(from_value=floats[0], to_value=floats[1], step=0.0)]
-    if ints:
-        d.integer_range = [IntegerRange(from_value=ints[0], to_value=ints[1], step=1)]
-    return d
 
 
 class PolicyNode(LifecycleNode):

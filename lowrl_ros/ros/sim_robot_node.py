@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import IntegerRange, FloatingPointRange, ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
@@ -42,6 +41,7 @@ from lowrl_ros.core.reality_gap import RealityGapConfig
 from lowrl_ros.core.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
 from lowrl_ros.core.sim_robot import MODES, SimRobot, SimRobotConfig
 from lowrl_ros.ros.qos import CONTROL, STATS
+from lowrl_ros.ros.params import descriptor as _descriptor
 from lowrl_ros.ros.spinning import spin_until_signal
 
 POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status; its "version" value names the running policy
@@ -49,16 +49,6 @@ GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
 _GAP_RANGES = {"mass_scale": (0.05, 20.0), "friction_scale": (0.05, 20.0), "added_friction": (0.0, 1e3),
                "damping_scale": (0.0, 100.0), "added_damping": (0.0, 1e3), "actuator_gain": (0.05, 20.0),
                "obs_noise_std": (0.0, 100.0)}
-
-
-def _descriptor(text: str, read_only: bool = False, floats: tuple[float, float] | None = None,
-                ints: tuple[int, int] | None = None) -> ParameterDescriptor:
-    d = ParameterDescriptor(description=text, read_only=read_only)
-    if floats:
-        d.floating_point_range = [FloatingPointRange(from_value=floats[0], to_value=floats[1], step=0.0)]
-    if ints:
-        d.integer_range = [IntegerRange(from_value=ints[0], to_value=ints[1], step=1)]
-    return d
 
 
 class SimRobotNode(Node):

@@ -27,7 +27,7 @@ import sys
 from typing import Any
 
 import rclpy
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
@@ -35,6 +35,7 @@ from std_msgs.msg import String, UInt8MultiArray
 
 from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, SendEvent, StreamConfig, load_key
 from lowrl_ros.ros import diagnostics as diag
+from lowrl_ros.ros.params import descriptor
 from lowrl_ros.ros.spinning import spin_until_signal
 from lowrl_ros.ros.qos import LATCHED
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
@@ -43,14 +44,9 @@ DIAG_PREFIX = "lowrl/trainer"
 OK, WARN, ERROR = diag.OK, diag.WARN, diag.ERROR
 
 
-def _desc(text: str, *, read_only: bool = True, floats: tuple[float, float] | None = None,
-          ints: tuple[int, int] | None = None) -> ParameterDescriptor:
-    d = ParameterDescriptor(description=text, read_only=read_only)
-    if floats:
-        d.floating_point_range = [FloatingPointRange(from_value=floats[0], to_value=floats[1], step=0.0)]
-    if ints:
-        d.integer_range = [IntegerRange(from_value=ints[0], to_value=ints[1], step=1)]
-    return d
+def _desc(text: str, **kwargs) -> ParameterDescriptor:
+    """This node's parameters are read-only unless said otherwise."""
+    return descriptor(text, **{"read_only": True, **kwargs})
 
 
 class TrainerNode(Node):
