@@ -319,21 +319,17 @@ class PolicyNode(LifecycleNode):
         self.get_logger().info(f"hot-swapped to {bundle.path} v{bundle.version} (soft start)")
 
     def _on_joint_state(self, msg: JointState) -> None:
-        t0 = time.perf_counter()
-        try:
-            obs = self.adapter.from_joint_state(msg.name, msg.position, msg.velocity, msg.effort)
-            self.controller.observe(obs)
-        except ObservationError as exc:
-            self.controller.observe(None, str(exc))
-        except Exception as exc:  # noqa: BLE001 - never die on input
-            self.controller.observe(None, f"unexpected {type(exc).__name__}: {exc}")
-        if self.controller.config.mode == "event":
-            self._tick(t0)
+        self._observe(time.perf_counter(), self.adapter.from_joint_state,
+                      msg.name, msg.position, msg.velocity, msg.effort)
 
     def _on_observation(self, msg: Float32MultiArray) -> None:
-        t0 = time.perf_counter()
+        self._observe(time.perf_counter(), from_array, msg.data, self.controller.obs_dim)
+
+    def _observe(self, t0: float, convert, *args) -> None:
+        """Convert a message to an observation (a bad one becomes the reason for the safe action),
+        then act at once in event mode, with the message's arrival ``t0`` as the deadline reference."""
         try:
-            self.controller.observe(from_array(msg.data, self.controller.obs_dim))
+            self.controller.observe(convert(*args))
         except ObservationError as exc:
             self.controller.observe(None, str(exc))
         except Exception as exc:  # noqa: BLE001 - never die on input
