@@ -98,6 +98,37 @@ def test_process_rss_by_pid_and_by_name_tracks_a_real_allocation(tmp_path):
     assert by_name.read().value is None or not by_name._procs  # it ended
 
 
+def test_a_process_started_after_a_scan_is_found_at_the_next_one_and_its_end_is_seen(tmp_path):
+    probe = ProcessRssProbe(name="lowrl_late_hog.py", rescan_s=0.0)
+    assert probe.read().value is None  # scanned: every pid now seen, none matched
+    with MemoryHog(name="lowrl_late_hog.py", directory=tmp_path):
+        assert probe.read().value > 1.0  # a new pid is read at the next scan
+    r = probe.read()
+    assert r.value is None and "ended" in r.detail
+
+
+def test_cpu_load_agrees_with_psutil_under_load():
+    import threading
+    import time
+
+    import psutil
+
+    from lowrl_ros.core.probes import CpuLoadProbe
+
+    probe, stop = CpuLoadProbe(), threading.Event()
+    psutil.cpu_percent(interval=None)
+    spin = threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)])
+    spin.start()
+    try:
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        spin.join()
+    ours, theirs = probe.read().value, psutil.cpu_percent(interval=None)
+    assert ours > 100.0 / (os.cpu_count() or 1) / 2  # one busy thread shows
+    assert ours == pytest.approx(theirs, abs=10.0)
+
+
 def test_missing_process_is_stale_not_an_error():
     r = ProcessRssProbe(name="no_such_process_lowrl").read()
     assert r.value is None and "no process named" in r.detail
