@@ -113,6 +113,25 @@ def test_updates_keep_masked_weights_at_zero(kit_dir, tmp_path):
     assert ft.weights_finite()
 
 
+def test_critic_warmup_moves_the_critics_only_and_versions_count_from_its_end(kit_dir, tmp_path):
+    ft = tuner(kit_dir, tmp_path, critic_warmup_updates=40)
+    for t in pendulum_transitions(300):
+        ft.add(*t)
+    actor0 = [w.detach().clone() for w in ft.agent.actor_net.weights]
+    critic0 = [w.detach().clone() for w in ft.agent.critic_net.weights]
+    ft.on_episode(1, -300.0)
+    ft.on_episode(1, -320.0)  # the base is judged: only the update count can hold a version back
+    assert ft.update(40) == 40
+    assert all(torch.equal(w, b) for w, b in zip(ft.agent.actor_net.weights, actor0))
+    assert any(not torch.equal(w, b) for w, b in zip(ft.agent.critic_net.weights, critic0))
+    assert not ft.version_due()  # 40 updates, none of them the actor's
+    ft.update(24)
+    assert not ft.version_due()
+    ft.update(1)  # N = 25 actor updates after the warm-up
+    assert ft.version_due()
+    assert any(not torch.equal(w, b) for w, b in zip(ft.agent.actor_net.weights, actor0))
+
+
 def test_update_to_data_cap_and_truncated_not_trained(kit_dir, tmp_path):
     ft = tuner(kit_dir, tmp_path, updates_per_transition=0.5)
     data = pendulum_transitions(400)  # Pendulum episodes are 200 steps: 2 truncated transitions

@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--explore-std", type=float, default=0.0,
                         help="Gaussian exploration noise on the robot's actions while fine-tuning, as a fraction "
                              "of the half action range (the policy node acts deterministically: 0)")
+    parser.add_argument("--critic-warmup", type=int, default=0,
+                        help="updates that train the critics only before the actor moves (FineTuneConfig."
+                             "critic_warmup_updates)")
     parser.add_argument("--oracle", action="store_true",
                         help="also train a policy on the gapped robot from scratch (same config and steps): the "
                              "return achievable under the gap, and the gap recovered against it")
@@ -141,7 +144,7 @@ def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool
 
 
 def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-4,
-              judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0) -> dict:
+              judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0, critic_warmup: int = 0) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
     import psutil
     import torch
@@ -154,7 +157,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     kit = load_kit(run_dir / "kit")
     base = str(run_dir / "actor_int8.onnx")
     tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
-                                          seed=seed, lr=lr,
+                                          seed=seed, lr=lr, critic_warmup_updates=critic_warmup,
                                           rollback_margin=150.0 if env_id == "Pendulum-v1" else 300.0),
                       out_dir, base_path=base)
     proc = psutil.Process()
@@ -230,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     identity = RealityGapConfig()
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
-                     "nstep": args.nstep, "explore_std": args.explore_std,
+                     "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
                      "runs": []}
     rows = []
     for env_id in args.envs:
@@ -242,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
             ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
-                           args.judge_episodes, args.nstep, args.explore_std)
+                           args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup)
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -276,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
     markdown = (f"Reality gap: {gap.describe()}. K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
-                f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}), "
+                f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
+                f"critic warm-up {args.critic_warmup} updates), "
                 f"returns over {args.eval_episodes} seeded episodes.\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "

@@ -150,6 +150,10 @@ class FineTuneConfig:
         memory_cap_mb: resident memory of the fine-tuner process above which learning pauses.
         nice: niceness added to the learner thread (0..19; higher = lower priority than control).
         updates_per_slice: updates between checks of the tier, memory and events.
+        critic_warmup_updates: the first updates train the critics only, so they learn the robot's
+            dynamics before the actor follows them (a sim critic on a small, fresh buffer
+            otherwise drags the policy down first: the offline-to-online dip); versions are
+            counted from the end of the warm-up.
     """
 
     lr: float = 1e-4
@@ -166,6 +170,7 @@ class FineTuneConfig:
     memory_cap_mb: float = 1500.0
     nice: int = 10
     updates_per_slice: int = 8
+    critic_warmup_updates: int = 0
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -178,6 +183,7 @@ class FineTuneConfig:
             need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
         need(self.min_transitions <= self.buffer_size,
              f"min_transitions={self.min_transitions} exceeds buffer_size={self.buffer_size}; lower it")
+        need(self.critic_warmup_updates >= 0, f"critic_warmup_updates={self.critic_warmup_updates} must be >= 0")
         need(self.updates_per_transition > 0, f"updates_per_transition={self.updates_per_transition} must be > 0")
         need(self.rollback_margin >= 0, f"rollback_margin={self.rollback_margin} must be >= 0 (return units)")
         need(self.seed >= 0, f"seed={self.seed} must be >= 0")
@@ -431,7 +437,8 @@ class FineTuner:
         """Run up to ``n`` updates (fewer when the cap is reached); returns how many ran."""
         done = 0
         while done < n and self.can_update():
-            self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, 1, self.agent_config.gamma))
+            self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, 1, self.agent_config.gamma),
+                              train_actor=self.updates >= self.config.critic_warmup_updates)
             self.updates += 1
             done += 1
         return done
@@ -442,8 +449,8 @@ class FineTuner:
 
     def version_due(self) -> bool:
         """N updates since the last version, and the running version has been judged."""
-        return (self.updates - self._last_version_updates >= self.config.version_every_updates
-                and self.tracker.judged())
+        since = self.updates - max(self._last_version_updates, self.config.critic_warmup_updates)
+        return since >= self.config.version_every_updates and self.tracker.judged()
 
     def make_version(self) -> VersionRecord:
         """Quantize the actor to an int8 artifact as the next version (parent: the running one)."""

@@ -86,7 +86,11 @@ class OffPolicyAgent:
     def actor_updates_total(self, critic_updates: int) -> int:
         return critic_updates
 
-    def update(self, batch: Batch) -> None:
+    def update(self, batch: Batch, train_actor: bool = True) -> None:
+        """One gradient step of the critics and (unless ``train_actor`` is False) of the actor.
+
+        ``train_actor=False`` lets the critics learn new dynamics while the policy stays put
+        (the fine-tuner's critic warm-up on the robot)."""
         raise NotImplementedError
 
     def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

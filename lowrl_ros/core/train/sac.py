@@ -40,7 +40,7 @@ class SACAgent(OffPolicyAgent):
         a = torch.tanh(mu + torch.randn_like(mu) * log_std.exp())
         return a[0].numpy(), torch.tanh(mu)[0].numpy()
 
-    def update(self, batch: Batch) -> None:
+    def update(self, batch: Batch, train_actor: bool = True) -> None:
         obs, act, rew, next_obs, disc = to_tensors(batch)
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
@@ -53,6 +53,10 @@ class SACAgent(OffPolicyAgent):
             p.grad = None
         critic_loss.backward()
         self.step_network(self.critic_masker, self.critic_opt)
+        if not train_actor:
+            self.polyak()
+            self.gradient_steps += 1
+            return
 
         a, logp = self.actor.sample(obs)
         actor_loss = (alpha * logp - self.critic(obs, a).min(0).values).mean()

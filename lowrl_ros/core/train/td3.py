@@ -52,7 +52,7 @@ class TD3Agent(OffPolicyAgent):
         self.actor_target.load_state_dict(state["actor_target"])
         self.noise_rng.bit_generator.state = state["noise_rng"]
 
-    def update(self, batch: Batch) -> None:
+    def update(self, batch: Batch, train_actor: bool = True) -> None:
         cfg = self.cfg
         obs, act, rew, next_obs, disc = to_tensors(batch)
         with torch.no_grad():
@@ -66,6 +66,9 @@ class TD3Agent(OffPolicyAgent):
         critic_loss.backward()
         self.step_network(self.critic_masker, self.critic_opt)
         self.gradient_steps += 1
+        if not train_actor:
+            self.polyak(slice(0, 1))  # the critic's target only; the actor and its target stay
+            return
         if self.gradient_steps % cfg.policy_delay:
             return
         actor_loss = -self.critic.q1(obs, self.actor(obs)).mean()
