@@ -1,9 +1,17 @@
 """ament_python package: `colcon build` on a robot, `pip install -e .` in the project's .venv."""
+import os
 from glob import glob
 
 from setuptools import find_packages, setup
 
 PACKAGE = "lowrl_ros"
+
+
+def tree(top: str) -> list[tuple[str, list[str]]]:
+    """data_files entries for every file under ``top``, keeping the sub-directories."""
+    return [(f"share/{PACKAGE}/{d}", [os.path.join(d, f) for f in files])
+            for d, _, files in sorted(os.walk(top)) if files]
+
 
 setup(
     name=PACKAGE,
@@ -13,8 +21,8 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.yaml")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
-        (f"share/{PACKAGE}/models", glob("models/*")),
+        *tree("config"),
+        *tree("models"),
     ],
     install_requires=["setuptools", "numpy", "pyyaml", "psutil", "onnxruntime", "onnx"],
     extras_require={"train": ["torch", "gymnasium[mujoco]"], "sb3": ["stable-baselines3"]},

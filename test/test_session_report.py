@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from lowrl_ros.core.session_report import (
-    EPISODE_FIELDS, EPISODES_CSV, LATENCY_CSV, LATENCY_FIELDS, POLICY_STATS_CSV, STATS_CSV_FIELDS, TIER_FIELDS,
-    TIERS_CSV, CsvLog, is_session_dir, read_session, summarize, version_returns, write_session_info,
-    write_session_report,
+    EPISODE_FIELDS, EPISODES_CSV, LATENCY_CSV, LATENCY_FIELDS, POLICY_STATS_CSV, STATS_CSV_FIELDS, SWAP_FIELDS,
+    SWAPS_CSV, TIER_FIELDS, TIERS_CSV, CsvLog, is_session_dir, read_session, summarize, swap_windows,
+    version_returns, write_session_info, write_session_report,
 )
 
 
@@ -51,6 +51,26 @@ def test_report_from_session_files(tmp_path):
     assert "current v2, best v2" in text and "v2 (parent v1, 1000 updates): good" in text
     assert "p50 20.0 us" in text and "Compute tiers seen: full, lite (2 changes)" in text
     assert "Control ticks 1010, deadline misses 4" in text and "Not recorded" not in text
+
+
+def test_deadline_misses_are_counted_around_each_hot_swap(tmp_path):
+    make_session(tmp_path, latency=False)
+    stats = CsvLog(tmp_path / POLICY_STATS_CSV, STATS_CSV_FIELDS)
+    misses = 0
+    for k in range(100):  # 10 s of stats at 10 Hz, 10 ticks each; two misses at 5.0 s, none elsewhere
+        t = 200.0 + 0.1 * k
+        misses += 2 if k == 50 else 0
+        stats.append([t, 20.0, 29.0, misses, 10 * k, 10000, 10000, 0, 123])
+    stats.close()
+    swaps = CsvLog(tmp_path / SWAPS_CSV, SWAP_FIELDS)
+    for t, v in ((200.05, 1), (202.0, 2), (205.3, 3), (209.9, 4)):  # v4: too late for a whole window
+        swaps.append([t, v])
+    swaps.close()
+    w = swap_windows(read_session(tmp_path))
+    assert [(x.old, x.new) for x in w] == [(1, 2), (2, 3)]
+    assert [x.misses for x in w] == [0, 2]  # the misses at 5.0 s fall in v3's window (3.8..5.8 s)
+    assert all(x.ticks >= 190 for x in w)  # ~2 s of 100 ticks/s
+    assert "Hot-swaps: 2 (v1->v2, v2->v3)" in summarize(read_session(tmp_path))
 
 
 def test_version_returns_skip_episodes_across_a_swap(tmp_path):

@@ -11,9 +11,11 @@ compute tier, and writes them into the session directory beside the sim robot's 
 at the end the session report (lowrl_ros/core/session_report.py) is written there and its
 summary printed. Nothing in the summary is computed anywhere but from those messages and files.
 
-The shipped model (models/pendulum_sac.lowrl) was trained with Stable-Baselines3 and has no
-fine-tune kit (a kit needs a `lowrl train` checkpoint), so by default the session runs without
-fine-tuning and says so.
+By default the robot starts with the shipped sim policy models/pendulum_rlx2/actor_int8.onnx (RLx2
+SAC, 90 % sparse int8, trained in simulation by scripts/make_demo_kit.py) and the fine-tuner
+learns on the gapped robot from its kit (models/pendulum_rlx2/kit). ``--no-finetune`` runs the
+same session without the fine-tuner; ``--policy`` without ``--kit`` too (the SB3 bundle
+models/pendulum_sac.lowrl, for instance, has no kit: a kit needs a `lowrl train` checkpoint).
 """
 from __future__ import annotations
 
@@ -33,9 +35,10 @@ from lowrl_ros.launcher import Launcher, LaunchError, package_share, parse_launc
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")
     parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the shipped "
-                        "models/pendulum_sac.lowrl)")
+                        "models/pendulum_rlx2/actor_int8.onnx, with its kit)")
     parser.add_argument("--kit", default=None, help="fine-tune kit of --policy (lowrl_ros.core.finetune.write_kit); "
                         "without it the session runs without the fine-tuner")
+    parser.add_argument("--no-finetune", action="store_true", help="run the session without the fine-tuner")
     parser.add_argument("--session-dir", type=Path, default=None,
                         help="where the session's files and report go (default lowrl_sessions/<date-time>)")
     parser.add_argument("--log-dir", type=Path, default=None, help="per-node logs (default under ~/.ros/log)")
@@ -49,6 +52,7 @@ class Recorder:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
+        from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import Float64, Float64MultiArray, UInt8
 
         from lowrl_ros.ros.qos import LATCHED, STATS
@@ -69,11 +73,14 @@ class Recorder:
 
             self._logs = {"latency": sr.CsvLog(session_dir / sr.LATENCY_CSV, sr.LATENCY_FIELDS),
                           "stats": sr.CsvLog(session_dir / sr.POLICY_STATS_CSV, sr.STATS_CSV_FIELDS),
-                          "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS)}
+                          "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS),
+                          "version": sr.CsvLog(session_dir / sr.SWAPS_CSV, sr.SWAP_FIELDS)}
+        self.version: int | None = None
         self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
         self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, STATS)
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
         self.node.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
         self._stop = threading.Event()
@@ -92,6 +99,16 @@ class Recorder:
     def _on_stats(self, msg) -> None:
         self.stats = list(msg.data)
         self._log("stats", [f"{v:g}" for v in msg.data])
+
+    def _on_diagnostics(self, msg) -> None:
+        from lowrl_ros.ros.diagnostics import POLICY_STATUS
+
+        for status in msg.status:
+            if status.name == POLICY_STATUS:
+                version = next((kv.value for kv in status.values if kv.key == "version"), "")
+                if version.isdigit() and int(version) != self.version:
+                    self.version = int(version)
+                    self._log("version", [self.version])
 
     def _on_tier(self, msg) -> None:
         self.tiers.append(msg.data)
@@ -155,6 +172,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     session = (args.session_dir or Path("lowrl_sessions") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     overrides = {"session_dir": str(session)}
+    shipped = package_share(PACKAGE) / "models" / "pendulum_rlx2"
+    if not args.policy and (shipped / "kit" / "kit.json").is_file():
+        args.policy = str(shipped / "actor_int8.onnx")
+        args.kit = None if args.no_finetune else str(shipped / "kit")
+    if args.no_finetune:
+        args.kit = None
     if args.policy:
         overrides["policy_path"] = str(Path(args.policy).resolve())
     if args.kit:
@@ -166,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not args.kit:
         nodes = [n for n in nodes if n.executable != "finetune_node"]
-        finetune = ("off: no fine-tune kit for this policy (the shipped SB3 model has none; "
-                    "give --kit KIT --policy ITS_ACTOR)")
+        finetune = ("off (--no-finetune)" if args.no_finetune else
+                    "off: no fine-tune kit for this policy (give --kit KIT --policy ITS_ACTOR)")
     else:
         finetune = f"on (kit {overrides['kit_path']})"
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)

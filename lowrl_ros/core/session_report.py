@@ -36,6 +36,7 @@ EPISODES_CSV = "episodes.csv"
 POLICY_STATS_CSV = "policy_stats.csv"
 LATENCY_CSV = "latency_us.csv"
 TIERS_CSV = "tiers.csv"
+SWAPS_CSV = "policy_versions.csv"  # (time_s, version): each change of the version the policy node reports
 FINETUNE_DIR = "finetune"
 REPORT_PNG = "session_report.png"
 REPORT_MD = "session_report.md"
@@ -43,6 +44,10 @@ EPISODE_FIELDS = ("time_s", "episode", "return", "length", "terminated", "versio
 STATS_CSV_FIELDS = ("time_s",) + STATS_FIELDS
 LATENCY_FIELDS = ("time_s", "latency_us")
 TIER_FIELDS = ("time_s", "tier")
+SWAP_FIELDS = ("time_s", "version")
+# The policy node reports its version in /diagnostics every diagnostics_period_s (1 s): a change is
+# seen up to that late, so the misses of a swap are counted from this long before it is seen.
+SWAP_WINDOW_BEFORE_S, SWAP_WINDOW_AFTER_S = 1.5, 0.5
 
 
 class CsvLog:
@@ -128,6 +133,7 @@ class SessionData:
     latency: dict[str, np.ndarray]
     tiers: dict[str, np.ndarray]
     versions: dict[str, Any] = field(default_factory=dict)
+    swaps: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n_episodes(self) -> int:
@@ -144,7 +150,40 @@ def read_session(session_dir: str | Path) -> SessionData:
     versions_path = p / FINETUNE_DIR / "versions.json"
     versions = json.loads(versions_path.read_text()) if versions_path.is_file() else {}
     return SessionData(p, info, _read_csv(p / EPISODES_CSV), _read_csv(p / POLICY_STATS_CSV),
-                       _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV), versions)
+                       _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV), versions, _read_csv(p / SWAPS_CSV))
+
+
+@dataclass(frozen=True)
+class SwapWindow:
+    """Deadline misses of the policy node around one hot-swap (from its 10 Hz stats)."""
+
+    time_s: float  # when the new version was first reported
+    old: int
+    new: int
+    misses: int  # deadline misses counted in the window
+    ticks: int  # control ticks in the window
+
+
+def swap_windows(data: SessionData) -> list[SwapWindow]:
+    """Each version change the policy node reported, with its deadline misses and ticks from
+    ``SWAP_WINDOW_BEFORE_S`` before the change was seen to ``SWAP_WINDOW_AFTER_S`` after it."""
+    sw, st = data.swaps, data.stats
+    if not len(sw.get("version", ())) or not len(st.get("ticks", ())):
+        return []
+    t, misses, ticks = st["time_s"], st["deadline_misses"], st["ticks"]
+    out = []
+    versions = sw["version"].astype(int)
+    for i in range(1, len(versions)):
+        if versions[i] == versions[i - 1]:
+            continue
+        at = float(sw["time_s"][i])
+        lo = np.searchsorted(t, at - SWAP_WINDOW_BEFORE_S, side="right") - 1  # last stats before the window
+        hi = np.searchsorted(t, at + SWAP_WINDOW_AFTER_S, side="left")  # first stats after it
+        if lo < 0 or hi >= len(t):
+            continue  # the window is not covered by stats on both sides
+        out.append(SwapWindow(at, int(versions[i - 1]), int(versions[i]), int(misses[hi] - misses[lo]),
+                              int(ticks[hi] - ticks[lo])))
+    return out
 
 
 def version_returns(data: SessionData) -> dict[int, list[float]]:
@@ -202,6 +241,12 @@ def summarize(data: SessionData) -> str:
         s = data.stats
         lines.append(f"Control ticks {int(s['ticks'][-1])}, deadline misses {int(s['deadline_misses'][-1])} "
                      "(as the policy node counted them since its activation)")
+    swaps = swap_windows(data)
+    if swaps:
+        lines.append(f"Hot-swaps: {len(swaps)} ({', '.join(f'v{w.old}->v{w.new}' for w in swaps)}); deadline misses "
+                     f"within -{SWAP_WINDOW_BEFORE_S:g}/+{SWAP_WINDOW_AFTER_S:g} s of them: "
+                     f"{sum(w.misses for w in swaps)} over {sum(w.ticks for w in swaps)} ticks "
+                     f"(per swap: {', '.join(str(w.misses) for w in swaps)})")
     tiers = data.tiers.get("tier")
     if tiers is not None and len(tiers):
         seen = ", ".join(ComputeTier(int(t)).label for t in sorted(set(tiers.astype(int))))

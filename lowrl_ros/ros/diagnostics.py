@@ -14,6 +14,8 @@ ERROR = DiagnosticStatus.ERROR[0]
 STALE = DiagnosticStatus.STALE[0]
 
 HARDWARE_ID = socket.gethostname()
+# The policy node's own status; its "version" value names the running policy (sim robot, demo recorder).
+POLICY_STATUS = "lowrl/policy/policy"
 
 
 def _fmt(value: Any) -> str:

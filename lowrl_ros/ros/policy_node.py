@@ -202,7 +202,7 @@ class PolicyNode(LifecycleNode):
             receiver = self._make_receiver()
         except Exception as exc:  # noqa: BLE001 - any load failure must become a FAILURE, not a crash
             self.get_logger().error(f"configure failed: {exc}")
-            self._publish_diag([diag.status(f"{DIAG_PREFIX}/policy", ERROR, f"configure failed: {exc}")])
+            self._publish_diag([diag.status(diag.POLICY_STATUS, ERROR, f"configure failed: {exc}")])
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
         self.controller = controller
@@ -548,7 +548,7 @@ class PolicyNode(LifecycleNode):
             swap_level, swap_message = self._swap_status
         bundle = c.bundle
         statuses.append(diag.status(
-            f"{DIAG_PREFIX}/policy", swap_level, swap_message if swap_level != OK else
+            diag.POLICY_STATUS, swap_level, swap_message if swap_level != OK else
             f"v{bundle.version} {self.active_policy_path}",
             {"version": bundle.version, "path": self.active_policy_path, "tiers": ",".join(bundle.policies),
              "swap": swap_message, "active": c.active}))

@@ -40,11 +40,12 @@ from std_msgs.msg import Float64, Float64MultiArray
 from lowrl_ros.core.reality_gap import RealityGapConfig
 from lowrl_ros.core.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
 from lowrl_ros.core.sim_robot import MODES, SimRobot, SimRobotConfig
+from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, STATS
 from lowrl_ros.ros.params import descriptor as _descriptor
 from lowrl_ros.ros.spinning import spin_until_signal
 
-POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status; its "version" value names the running policy
+POLICY_DIAG = diag.POLICY_STATUS
 GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
 _GAP_RANGES = {"mass_scale": (0.05, 20.0), "friction_scale": (0.05, 20.0), "added_friction": (0.0, 1e3),
                "damping_scale": (0.0, 100.0), "added_damping": (0.0, 1e3), "actuator_gain": (0.05, 20.0),
