@@ -1,7 +1,7 @@
 """`lowrl demo` (what `make demo` runs): a short sim-to-real session on shipped defaults.
 
 Runs launch/sim_to_real.launch.yaml through the project's launcher: a simulated Pendulum robot
-with a reality gap (lockstep), the policy node running the shipped policy, the budget monitor, the
+with a reality gap (real time, 100 Hz), the policy node running the shipped policy, the budget monitor, the
 trainer node (streaming whatever is released into SESSION/releases, signed with a key made for the
 session) and, when a fine-tune kit is given (``--kit``, with ``--policy`` its actor), the on-robot
 fine-tuner;
@@ -33,7 +33,7 @@ from lowrl_ros.launcher import Launcher, LaunchError, package_share, parse_launc
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")
+    parser.add_argument("--seconds", type=float, default=90.0, help="how long to run (default 90)")
     parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the shipped "
                         "models/pendulum_rlx2/actor_int8.onnx, with its kit)")
     parser.add_argument("--kit", default=None, help="fine-tune kit of --policy (lowrl_ros.core.finetune.write_kit); "
