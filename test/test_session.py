@@ -105,6 +105,68 @@ def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_
     assert (session / "session_report.png").is_file()
 
 
+def test_offboard_fine_tuning_learns_from_streamed_transitions_and_sends_signed_versions(ros_context, kit,
+                                                                                          tmp_path):
+    """learner:=offboard on the robot: finetune_node records and streams; trainer_node learns and
+    streams v2 as a signed bundle, which the policy node validates, hot-swaps and runs."""
+    import secrets
+
+    from lowrl_ros.ros.trainer_node import TrainerNode
+
+    kit_dir, base = kit
+    session = tmp_path / "session"
+    key = tmp_path / "bundle.key"
+    key.write_text(secrets.token_hex(32))
+    key.chmod(0o600)
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[
+        Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=40),
+        Parameter("session_dir", value=str(session)), Parameter("gap.mass_scale", value=1.3)])
+    policy = PolicyNode(context=ros_context, parameter_overrides=[
+        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
+        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
+        Parameter("soft_start_steps", value=0), Parameter("watchdog_timeout_s", value=1.0),
+        Parameter("key_file", value=str(key)), Parameter("receive_dir", value=str(tmp_path / "received"))])
+    policy.trigger_configure()
+    policy.trigger_activate()
+    recorder = FineTuneNode(context=ros_context, parameter_overrides=[
+        Parameter("kit_path", value=str(kit_dir)), Parameter("work_dir", value=str(session / "finetune")),
+        Parameter("base_policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
+        Parameter("learner", value="offboard"), Parameter("diagnostics_period_s", value=0.2)])
+    trainer = TrainerNode(context=ros_context, parameter_overrides=[
+        Parameter("watch_dir", value=str(tmp_path / "releases")), Parameter("key_file", value=str(key)),
+        Parameter("poll_period_s", value=0.1), Parameter("finetune_kit", value=str(kit_dir)),
+        Parameter("finetune_work_dir", value=str(tmp_path / "offboard")),
+        Parameter("base_policy_path", value=str(base)),
+        Parameter("finetune.min_transitions", value=64), Parameter("finetune.batch_size", value=32),
+        Parameter("finetune.version_every_updates", value=40), Parameter("finetune.eval_episodes", value=1),
+        Parameter("finetune.rollback_margin", value=1e6)])
+    nodes = (sim, policy, recorder, trainer)
+    ex = SingleThreadedExecutor(context=ros_context)
+    for n in nodes:
+        ex.add_node(n)
+
+    def v2_episodes() -> int:
+        data = read_session(session)
+        return len(version_returns(data).get(2, [])) if data.n_episodes else 0
+
+    try:
+        ok = spin_until(ex, lambda: v2_episodes() >= 2, timeout=75)
+        lr = trainer.learner
+        assert ok, (f"no off-board version ran: steps {sim.steps}, recorded {recorder.recorded}, streamed "
+                    f"{recorder.streamed}, received {lr.received}, updates {lr.tuner.updates}, released "
+                    f"{lr.released}, decision {lr.last_decision!r}, error {trainer.learner_error!r}")
+        assert recorder.tuner is None and recorder.streamed >= 64  # the robot side learned nothing itself
+        assert lr.received >= 64 and lr.tuner.updates >= 40 and 2 in lr.released
+        assert trainer.sender.published_version >= 2 and policy.controller.bundle.version >= 2
+    finally:
+        ex.shutdown()
+        recorder.close()
+        for n in nodes:
+            n.destroy_node()
+    assert (tmp_path / "offboard" / "learner.pt").is_file()  # the trainer's resume point (saved on destroy)
+    assert len(version_returns(read_session(session))[2]) >= 2
+
+
 def test_demo_refuses_a_kit_without_its_policy(tmp_path):
     import subprocess
     import sys

@@ -15,6 +15,10 @@ Learning runs in a worker thread at low priority (``os.nice``), only while the c
 FULL, and pauses when the process's resident memory passes ``memory_cap_mb``. The decisions
 (pairing, learning, versions, rollback) live in lowrl_ros/core; this node wires messages to them.
 This process imports torch (it trains); the policy node and budget monitor never import it.
+
+With ``learner: offboard`` the node records exactly as above but learns nothing: it streams every
+transition on ``transitions_topic`` (lowrl_ros/core/offboard.py has the format) to trainer_node,
+which fine-tunes off-board and sends versions back as signed bundles (docs/finetune.md).
 """
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ DIAG_PREFIX = "lowrl/finetune"
 POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status naming its running version and path
 OK, WARN, ERROR = 0, 1, 2
 INPUTS = ("joint_states", "observation")
+LEARNERS = ("robot", "offboard")
 END_KINDS = ("truncated", "terminated")
 LOG_PREFIX = "log_"  # TransitionLogConfig fields appear as log_<field> parameters
 # A recorder must not drop what a controller may: the control topics are KEEP_LAST 1 for the policy
@@ -113,6 +118,8 @@ class FineTuneNode(Node):
         p("episode_end_kind", "truncated",
           _desc("episode_topic only: what an end means: truncated (time limit) | terminated"))
         p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", floats=(0.05, 60.0)))
+        p("learner", "robot", _desc("robot: learn here | offboard: stream transitions to trainer_node instead"))
+        p("transitions_topic", "/lowrl/transitions", _desc("offboard: where transitions are streamed"))
         defaults = FineTuneConfig()
         for f in dataclasses.fields(FineTuneConfig):
             p(f.name, getattr(defaults, f.name), _desc(f"FineTuneConfig.{f.name}", **_FT_RANGES[f.name]))
@@ -126,7 +133,7 @@ class FineTuneNode(Node):
         self.config = FineTuneConfig(**{f.name: get(f.name) for f in dataclasses.fields(FineTuneConfig)})
         self.log_config = TransitionLogConfig(**{f.name: get(LOG_PREFIX + f.name)
                                                  for f in dataclasses.fields(TransitionLogConfig)})
-        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS)):
+        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
             if get(name) not in allowed:
                 raise ValueError(f"{name} {get(name)!r} is unknown; use one of {', '.join(allowed)}")
         if not get("kit_path"):
@@ -147,15 +154,19 @@ class FineTuneNode(Node):
         log_dir = self.work_dir / "transitions"
         # Open (and repair) the log first, then read it all back: resume = reload what is on disk.
         self.writer = TransitionLogWriter(log_dir, self.log_config)
-        batch, report = read_log(log_dir, max_transitions=self.config.buffer_size)  # a buffer's worth
-        self.tuner = FineTuner(kit, self.config, self.work_dir, base_path=get("base_policy_path"),
-                               base_version=get("base_version") or None)
-        seen = self.tuner.transitions_seen
-        self.tuner.add_batch(batch)
-        self.tuner.transitions_seen = max(seen, len(batch))  # the log holds every transition counted before
-        self.resumed = len(batch)
+        self.offboard = get("learner") == "offboard"
+        self.resumed = 0
         self.resumed_from_wal = self.writer.repaired
-        if len(batch):
+        self.tuner: FineTuner | None = None
+        if not self.offboard:  # off-board, the trainer node keeps its own log and buffer
+            batch, report = read_log(log_dir, max_transitions=self.config.buffer_size)  # a buffer's worth
+            self.tuner = FineTuner(kit, self.config, self.work_dir, base_path=get("base_policy_path"),
+                                   base_version=get("base_version") or None)
+            seen = self.tuner.transitions_seen
+            self.tuner.add_batch(batch)
+            self.tuner.transitions_seen = max(seen, len(batch))  # the log holds every transition counted before
+            self.resumed = len(batch)
+        if self.resumed:
             self.get_logger().info(f"resumed: {len(batch)} transitions from {report.segments} segments "
                                    f"({self.writer.repaired} rebuilt from a crash's write-ahead log), "
                                    f"learner at {self.tuner.updates} updates, running v{self.tuner.tracker.current}")
@@ -200,9 +211,19 @@ class FineTuneNode(Node):
         self.create_timer(get("diagnostics_period_s"), self._guarded(self._publish_diagnostics))
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="finetune-learner", daemon=True)
-        self._worker.start()
-        self.get_logger().info(f"recording to {log_dir}; kit {get('kit_path')} ({kit.train_config.algo}, "
-                               f"{kit.obs_dim} obs -> {kit.action_dim} actions); versions to {service}")
+        # Off-board: transitions numbered from 0 at each start (the receiver sees a restart as a new run).
+        self._outbox: list = []
+        self.streamed = 0
+        self._next_index = 0
+        if self.offboard:
+            self.state = "offboard"
+            self._tx_pub = self.create_publisher(Float64MultiArray, get("transitions_topic"), RECORD)
+            self.get_logger().info(f"recording to {log_dir}; learning off-board: streaming transitions on "
+                                   f"{get('transitions_topic')} to trainer_node")
+        else:
+            self._worker.start()
+            self.get_logger().info(f"recording to {log_dir}; kit {get('kit_path')} ({kit.train_config.algo}, "
+                                   f"{kit.obs_dim} obs -> {kit.action_dim} actions); versions to {service}")
 
     def _get(self, name: str) -> Any:
         return self.get_parameter(name).value
@@ -286,7 +307,31 @@ class FineTuneNode(Node):
         for t in transitions:
             self.writer.append(t)  # durable when it returns (write-ahead log)
             self.recorded += 1
-            self._to_learner.append(("transition", t))
+            if self.offboard:
+                self._outbox.append(t)
+            else:
+                self._to_learner.append(("transition", t))
+        if len(self._outbox) >= 50:
+            self._stream_transitions()
+
+    def _stream_transitions(self) -> None:
+        """Off-board: send what was recorded since the last batch (one message, numbered rows)."""
+        if not self._outbox:
+            return
+        from std_msgs.msg import MultiArrayDimension
+
+        from lowrl_ros.core.offboard import column_names, encode_transitions
+
+        rows = encode_transitions(self._outbox, self._next_index)
+        self._next_index += len(self._outbox)
+        self._outbox = []
+        msg = Float64MultiArray()
+        msg.layout.dim = [MultiArrayDimension(label="transitions", size=rows.shape[0], stride=rows.size),
+                          MultiArrayDimension(label=column_names(self.obs_dim, self.action_dim), size=rows.shape[1],
+                                              stride=rows.shape[1])]
+        msg.data = rows.ravel().tolist()
+        self._tx_pub.publish(msg)
+        self.streamed += rows.shape[0]
 
     def _on_tier(self, msg: UInt8) -> None:
         try:
@@ -320,6 +365,8 @@ class FineTuneNode(Node):
         self.writer.roll_if_due()
         # Steps whose reward never came are given up here too when no message arrives at all.
         self._record(self.assembler.observation_timeout(time.monotonic()))
+        if self.offboard:
+            self._stream_transitions()
         if not self._swaps:
             return
         if not self._set_params.service_is_ready():
@@ -423,16 +470,24 @@ class FineTuneNode(Node):
     # ---- reporting ---------------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
         t = self.tuner
-        tracker = t.tracker
         log_level = WARN if self.assembler.incomplete or self.writer.dropped_segments else OK
         learn_level = {"paused_safety": ERROR, "paused_memory": WARN}.get(self.state, OK)
+        log_status = diag.status(
+            f"{DIAG_PREFIX}/log", log_level, f"{self.recorded} transitions recorded",
+            {"recorded": self.recorded, "resumed": self.resumed, "rebuilt_from_wal": self.resumed_from_wal,
+             "incomplete_steps": self.assembler.incomplete, "bad_inputs": self.bad_inputs,
+             "callback_errors": self.callback_errors, "dropped_segments": self.writer.dropped_segments,
+             "dir": str(self.writer.directory), **{f"received_{k}": v for k, v in sorted(self.received.items())}})
+        if t is None:  # off-board learning: this node records and streams
+            statuses = [log_status, diag.status(
+                f"{DIAG_PREFIX}/learner", OK, f"off-board: {self.streamed} transitions streamed",
+                {"state": self.state, "streamed": self.streamed, "topic": self._get("transitions_topic"),
+                 "running_version": self.running_version})]
+            self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+            return
+        tracker = t.tracker
         statuses = [
-            diag.status(f"{DIAG_PREFIX}/log", log_level, f"{self.recorded} transitions recorded",
-                        {"recorded": self.recorded, "resumed": self.resumed, "rebuilt_from_wal": self.resumed_from_wal,
-                         "incomplete_steps": self.assembler.incomplete, "bad_inputs": self.bad_inputs,
-                         "callback_errors": self.callback_errors,
-                         "dropped_segments": self.writer.dropped_segments, "dir": str(self.writer.directory),
-                         **{f"received_{k}": v for k, v in sorted(self.received.items())}}),
+            log_status,
             diag.status(f"{DIAG_PREFIX}/learner", learn_level,
                         self.paused_reason or self.state,
                         {"state": self.state, "updates": t.updates, "buffer": len(t.buffer),
@@ -448,10 +503,13 @@ class FineTuneNode(Node):
     def close(self) -> None:
         """Stop learning, seal the open step, close the log and save the learner."""
         self._stop.set()
-        self._worker.join(timeout=30.0)
+        if self._worker.is_alive():
+            self._worker.join(timeout=30.0)
         self._record(self.assembler.flush())
+        if self.offboard:
+            self._stream_transitions()
         self.writer.close()
-        if not self._worker.is_alive():
+        if self.tuner is not None and not self._worker.is_alive():
             self._drain()
             self.tuner.save()
 

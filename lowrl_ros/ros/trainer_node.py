@@ -16,14 +16,22 @@ Without a ``key_file`` the node refuses to start, unless ``insecure:=true``: the
 unsigned (all-zero HMAC, accepted only by a robot with ``require_signature:=false``), a WARN is
 logged at start and an ERROR diagnostic is published every period.
 
-Not here yet (issue 6 §2, "can also take transitions from the robot"): off-board fine-tuning on
-transitions streamed from the robot; fine-tuning runs on the robot (finetune_node) for now.
-This node imports no torch: it streams files that `lowrl train`/`lowrl compress` produced.
+Off-board fine-tuning (``finetune_kit`` set): the node also takes the robot's transitions from
+``transitions_topic`` (finetune_node with ``learner: offboard`` streams them;
+lowrl_ros/core/offboard.py), learns from them with the fine-tuner's core in a worker thread,
+keeps every transition received and its learner under ``finetune_work_dir`` (a restart resumes),
+and releases each new version (and a rollback, as a newer version carrying the best weights) as a
+bundle into ``watch_dir``, from where the stream above sends it; a version the robot rejects trips
+a rollback. FineTuneConfig fields are parameters named ``finetune.<field>``.
+Without a kit this node imports no torch: it streams files that `lowrl train`/`lowrl compress` produced.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 import rclpy
@@ -31,7 +39,7 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
-from std_msgs.msg import String, UInt8MultiArray
+from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
 from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, SendEvent, StreamConfig, load_key
 from lowrl_ros.ros import diagnostics as diag
@@ -72,6 +80,11 @@ class TrainerNode(Node):
         p("poll_period_s", c["poll_period_s"].default, _desc("source polling period", floats=(0.01, 3600.0)))
         p("bundle_topic", "/lowrl/policy_bundle", _desc("where bundles go; the robot answers on <topic>/status"))
         p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", floats=(0.05, 60.0)))
+        p("finetune_kit", "", _desc("off-board fine-tuning: the kit of the robot's policy ('' = off)"))
+        p("finetune_work_dir", "~/.ros/lowrl_offboard", _desc("transitions received, learner.pt, versions/"))
+        p("base_policy_path", "", _desc("the artifact the robot starts with (first rollback target)"))
+        p("base_version", 0, _desc("its version (0: the kit contract's)", ints=(0, 2**31 - 1)))
+        p("transitions_topic", "/lowrl/transitions", _desc("the robot's transitions (finetune_node learner:=offboard)"))
         config = self._stream_config()
         key = load_key(config.key_file) if config.key_file else None
         self.sender = BundleSender(config, key)
@@ -84,6 +97,9 @@ class TrainerNode(Node):
         self._robot = (OK, "no answer from a robot yet", {})
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
+        self.learner = None
+        if self.get_parameter("finetune_kit").value:
+            self._start_learner(config)
         self.create_timer(config.poll_period_s, self._guarded(self.poll))
         self.create_timer(self.get_parameter("diagnostics_period_s").value, self._guarded(self._publish_diagnostics))
         if key is None:
@@ -92,6 +108,78 @@ class TrainerNode(Node):
         source = config.bundle_path or f"{config.watch_dir}/{config.pattern}"
         self.get_logger().info(f"streaming {source} on {topic} ({config.chunk_size}-byte chunks, "
                                f"{'signed' if key else 'UNSIGNED'})")
+
+    # ---- off-board fine-tuning ----------------------------------------------------------------
+    def _start_learner(self, config: StreamConfig) -> None:
+        from lowrl_ros.core.finetune import FineTuneConfig, load_kit  # torch: only in this mode
+        from lowrl_ros.core.offboard import OffboardLearner
+        from lowrl_ros.ros.finetune_node import _FT_RANGES
+
+        if not config.watch_dir:
+            raise ValueError("finetune_kit needs watch_dir: the directory new versions are released into and "
+                             "streamed from")
+        defaults = FineTuneConfig()
+        for f in dataclasses.fields(FineTuneConfig):
+            self.declare_parameter(f"finetune.{f.name}", getattr(defaults, f.name),
+                                   _desc(f"FineTuneConfig.{f.name}", **_FT_RANGES[f.name]))
+        ft = FineTuneConfig(**{f.name: self.get_parameter(f"finetune.{f.name}").value
+                               for f in dataclasses.fields(FineTuneConfig)})
+        kit = load_kit(self.get_parameter("finetune_kit").value)
+        self.learner = OffboardLearner(kit, ft, Path(self.get_parameter("finetune_work_dir").value).expanduser(),
+                                       Path(config.watch_dir).expanduser(),
+                                       base_path=self.get_parameter("base_policy_path").value,
+                                       base_version=self.get_parameter("base_version").value or None)
+        self._kit_dims = (kit.obs_dim, kit.action_dim)
+        self._inbox: collections.deque = collections.deque()
+        self.bad_transitions = 0
+        self.learner_error = ""
+        self.create_subscription(Float64MultiArray, self.get_parameter("transitions_topic").value,
+                                 self._on_transitions, 200)
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._learn, name="offboard-learner", daemon=True)
+        self._worker.start()
+        self.get_logger().info(f"off-board fine-tuning: kit {self.get_parameter('finetune_kit').value}, "
+                               f"transitions from {self.get_parameter('transitions_topic').value}, "
+                               f"{self.learner.resumed} resumed from disk; versions into {config.watch_dir}")
+
+    def _on_transitions(self, msg: Float64MultiArray) -> None:
+        from lowrl_ros.core.offboard import decode_transitions
+
+        try:
+            self._inbox.append(("batch",) + decode_transitions(msg.data, *self._kit_dims))
+        except ValueError as exc:
+            self.bad_transitions += 1
+            self.get_logger().warning(f"ignoring transitions: {exc}", throttle_duration_sec=5.0)
+
+    def _learn(self) -> None:
+        learner = self.learner
+        while not self._stop.is_set():
+            try:
+                released = []
+                while self._inbox:
+                    item = self._inbox.popleft()
+                    if item[0] == "batch":
+                        released += learner.receive(item[1], item[2])
+                    else:
+                        released += learner.on_rejected(item[1], item[2])
+                stepped = learner.step(8)
+                released += stepped
+                for path in released:
+                    self.get_logger().info(f"released {path.name}: {learner.last_decision}")
+                if not released and not learner.tuner.can_update():
+                    self._stop.wait(0.05)
+            except Exception as exc:  # noqa: BLE001 - learning failing must not stop the stream
+                self.learner_error = f"{type(exc).__name__}: {exc}"
+                self.get_logger().error(f"off-board learner: {self.learner_error}", throttle_duration_sec=5.0)
+                self._stop.wait(1.0)
+
+    def destroy_node(self) -> None:
+        if getattr(self, "learner", None) is not None:
+            self._stop.set()
+            self._worker.join(timeout=30.0)
+            if not self._worker.is_alive():
+                self.learner.close()
+        super().destroy_node()
 
     def _stream_config(self, overrides: dict[str, Any] | None = None) -> StreamConfig:
         values = {f.name: self.get_parameter(f.name).value for f in dataclasses.fields(StreamConfig)}
@@ -152,6 +240,9 @@ class TrainerNode(Node):
             level = WARN if status.resend else ERROR
             self.get_logger().error(f"robot rejected v{status.version}: [{status.code}] {status.reason}")
             self._robot = (level, f"robot rejected v{status.version}: [{status.code}] {status.reason}", values)
+        if (self.learner is not None and not status.accepted and not status.resend and status.code != "duplicate"
+                and status.version is not None):
+            self._inbox.append(("rejected", status.version, f"[{status.code}] {status.reason}"))
         event = self.sender.on_status(status)
         if event is not None:
             self._handle(event)
@@ -177,6 +268,14 @@ class TrainerNode(Node):
                         "INSECURE: bundles are UNSIGNED (insecure:=true, no key_file); set key_file",
                         {"signed": signed, "key_file": self.sender.config.key_file or "none"}),
         ]
+        if self.learner is not None:
+            lr, tr = self.learner, self.learner.tuner.tracker
+            level = ERROR if self.learner_error or lr.paused_reason else (WARN if lr.judge.lost else OK)
+            statuses.append(diag.status(
+                f"{DIAG_PREFIX}/finetune", level, self.learner_error or lr.paused_reason or lr.last_decision,
+                {"received": lr.received, "lost": lr.judge.lost, "bad_messages": self.bad_transitions,
+                 "updates": lr.tuner.updates,
+                 "current": tr.current, "best": tr.best, "released": ",".join(map(str, lr.released))}))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
 
 
