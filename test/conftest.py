@@ -28,3 +28,25 @@ def ros_context():
     finally:
         if ctx.ok():
             rclpy.shutdown(context=ctx)
+
+
+# A real (tiny) `lowrl train` run: RLx2 SAC on Pendulum-v1, 300 steps. Enough for a policy and a
+# kit with masks; its return means nothing.
+TINY_TRAIN = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,
+                  mask_interval=20, buffer_min=150, buffer_check_size=64, buffer_check_interval=100,
+                  checkpoint_interval=0, progress=False, variant="rlx2")
+
+
+@pytest.fixture(scope="session")
+def tiny_kit(tmp_path_factory):
+    """(kit dir, its int8 artifact) from one tiny `lowrl train` run, shared by the session."""
+    from lowrl_ros.core.finetune import write_kit
+    from lowrl_ros.core.train.config import TrainConfig
+    from lowrl_ros.core.train.export import export_actor
+    from lowrl_ros.core.train.loop import Trainer
+
+    run = tmp_path_factory.mktemp("tiny_run")
+    trainer = Trainer(TrainConfig(**TINY_TRAIN), run)
+    result = trainer.run()
+    _, int8 = export_actor(trainer.agent, trainer.env, run, result.env_steps)
+    return write_kit(run, tmp_path_factory.mktemp("tiny_kit"), artifact=int8), int8

@@ -28,10 +28,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64, Float64MultiArray, UInt8  # noqa: E402
 
-from lowrl_ros.core.finetune import FineTuneConfig, write_kit  # noqa: E402
-from lowrl_ros.core.train.config import TrainConfig  # noqa: E402
-from lowrl_ros.core.train.export import export_actor  # noqa: E402
-from lowrl_ros.core.train.loop import Trainer  # noqa: E402
+from lowrl_ros.core.finetune import FineTuneConfig  # noqa: E402
 from lowrl_ros.core.transition_log import TransitionLogConfig, read_log  # noqa: E402
 from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode  # noqa: E402
 from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
@@ -42,19 +39,12 @@ from rosutil import spin_until, wait_for_match  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 JOINT = "pendulum_joint"
 FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
-TINY = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,
-            mask_interval=20, buffer_min=150, buffer_check_size=64, buffer_check_interval=100, checkpoint_interval=0,
-            progress=False, variant="rlx2")
 
 
 @pytest.fixture(scope="module")
-def kit(tmp_path_factory):
-    """(kit dir, base int8 artifact) from a real tiny `lowrl train` run."""
-    run = tmp_path_factory.mktemp("run")
-    trainer = Trainer(TrainConfig(**TINY), run)
-    result = trainer.run()
-    _, int8 = export_actor(trainer.agent, trainer.env, run, result.env_steps)
-    return write_kit(run, tmp_path_factory.mktemp("kit")), int8
+def kit(tiny_kit):
+    """(kit dir, base int8 artifact) from a real tiny `lowrl train` run (conftest.tiny_kit)."""
+    return tiny_kit
 
 
 def theta(k: int) -> float:

@@ -12,7 +12,7 @@ from lowrl_ros.core.offboard import (
 )
 from lowrl_ros.core.transition_log import Transition, read_log
 
-from test_finetune_core import kit_dir, pendulum_transitions, run_dir  # noqa: F401 - module fixtures
+from test_finetune_core import pendulum_transitions
 
 
 def tr(version: int, reward: float = -1.0, end: bool = False, obs_dim: int = 3) -> Transition:
@@ -43,10 +43,10 @@ def test_episodes_are_judged_only_whole_and_by_one_version():
     assert j.lost == 1 and j.add(8, tr(2, -5.0, end=True)) == (2, -5.0)
 
 
-def test_learner_releases_versions_as_bundles_and_a_rollback_as_a_newer_one(kit_dir, tmp_path):  # noqa: F811
+def test_learner_releases_versions_as_bundles_and_a_rollback_as_a_newer_one(tiny_kit, tmp_path):
     cfg = FineTuneConfig(min_transitions=64, batch_size=32, version_every_updates=25, eval_episodes=1,
                          rollback_margin=10.0)
-    base = load_kit(kit_dir)
+    base = load_kit(tiny_kit[0])
     learner = OffboardLearner(base, cfg, tmp_path / "work", tmp_path / "releases", base_path="base.onnx")
     data = [Transition(np.asarray(o, float), np.asarray(a, float), r, np.asarray(n, float), te, tu, 1, 0.0)
             for o, a, r, n, te, tu in pendulum_transitions(200)]  # one episode (truncated at 200) by v1

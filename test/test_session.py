@@ -14,8 +14,6 @@ the gap" needs thousands of robot steps and is measured by `lowrl bench sim2real
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -23,11 +21,7 @@ rclpy = pytest.importorskip("rclpy")
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
-from lowrl_ros.core.finetune import write_kit  # noqa: E402
 from lowrl_ros.core.session_report import read_session, version_returns, write_session_report  # noqa: E402
-from lowrl_ros.core.train.config import TrainConfig  # noqa: E402
-from lowrl_ros.core.train.export import export_actor  # noqa: E402
-from lowrl_ros.core.train.loop import Trainer  # noqa: E402
 from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
 from lowrl_ros.ros.finetune_node import FineTuneNode  # noqa: E402
 from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
@@ -35,19 +29,12 @@ from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
 from rosutil import spin_until  # noqa: E402
 
 FIELDS = ["pendulum_joint.cos_position", "pendulum_joint.sin_position", "pendulum_joint.velocity"]
-TINY = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,
-            mask_interval=20, buffer_min=150, buffer_check_size=64, buffer_check_interval=100, checkpoint_interval=0,
-            progress=False, variant="rlx2")
 
 
 @pytest.fixture(scope="module")
-def kit(tmp_path_factory):
-    """(kit dir, base int8 artifact) from a real tiny `lowrl train` run."""
-    run = tmp_path_factory.mktemp("run")
-    trainer = Trainer(TrainConfig(**TINY), run)
-    result = trainer.run()
-    _, int8 = export_actor(trainer.agent, trainer.env, run, result.env_steps)
-    return write_kit(run, tmp_path_factory.mktemp("kit"), artifact=int8), int8
+def kit(tiny_kit):
+    """(kit dir, base int8 artifact) from a real tiny `lowrl train` run (conftest.tiny_kit)."""
+    return tiny_kit
 
 
 def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_path):
@@ -165,6 +152,32 @@ def test_offboard_fine_tuning_learns_from_streamed_transitions_and_sends_signed_
             n.destroy_node()
     assert (tmp_path / "offboard" / "learner.pt").is_file()  # the trainer's resume point (saved on destroy)
     assert len(version_returns(read_session(session))[2]) >= 2
+
+
+def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_path):
+    """`lowrl demo` as a user runs it (every node its own process, over DDS): the shipped sim policy
+    (models/pendulum_rlx2, -743 on this gap in made.json) is fine-tuned on the gapped robot, and
+    a fine-tuned version returns clearly more than the sim policy over whole episodes."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from lowrl_ros.core.session_report import swap_windows
+
+    session = tmp_path / "session"
+    out = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "demo", "--seconds", "120", "--quiet",
+                          "--session-dir", str(session), "--log-dir", str(tmp_path / "logs")],
+                         stdout=open(tmp_path / "demo.out", "w"), stderr=subprocess.STDOUT, timeout=300)
+    text = (tmp_path / "demo.out").read_text()
+    assert out.returncode == 0, text[-3000:]
+    data = read_session(session)
+    per_version = {v: r for v, r in version_returns(data).items() if len(r) >= 3}
+    sim = np.mean(per_version[1])
+    tuned = {v: float(np.mean(r)) for v, r in per_version.items() if v > 1}
+    assert tuned, f"no fine-tuned version ran 3 whole episodes:\n{text[-3000:]}"
+    assert max(tuned.values()) >= sim + 200.0, f"sim policy {sim:.1f}, fine-tuned {tuned}\n{text[-3000:]}"
+    assert len(swap_windows(data)) >= 2  # versions really went through the policy node's hot-swap
 
 
 def test_demo_refuses_a_kit_without_its_policy(tmp_path):
