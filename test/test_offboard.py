@@ -10,7 +10,7 @@ from lowrl_ros.core.finetune import FineTuneConfig, load_kit
 from lowrl_ros.core.offboard import (
     EpisodeJudge, OffboardLearner, decode_transitions, encode_transitions, row_width,
 )
-from lowrl_ros.core.transition_log import Transition, read_log
+from lowrl_ros.core.transition_log import Transition, decode_float64_multiarray, encode_transition, read_log
 
 from test_finetune_core import pendulum_transitions
 
@@ -24,14 +24,16 @@ def test_wire_round_trip_and_bad_messages():
     ts = [tr(2, -1.5), tr(2, -2.0, end=True)]
     rows = encode_transitions(ts, first_index=40)
     assert rows.shape == (2, row_width(3, 1))
+    # A row is the transition log's record (same field order as in the MCAP files) plus its index.
+    np.testing.assert_array_equal(decode_float64_multiarray(encode_transition(ts[0]))[1], rows[0, :-1])
     idx, back = decode_transitions(rows.ravel().tolist(), 3, 1)
     assert idx == [40, 41] and [t.reward for t in back] == [-1.5, -2.0] and back[1].truncated
     np.testing.assert_array_equal(back[0].next_obs, ts[0].next_obs)
-    with pytest.raises(ValueError, match="row width 12"):
+    with pytest.raises(ValueError, match="row width 13"):
         decode_transitions(rows.ravel()[:-1], 3, 1)  # a torn message
     with pytest.raises(ValueError, match="obs_dim 4"):
         decode_transitions(rows.ravel(), 4, 1)  # another policy's transitions
-    rows[0, 2] = np.nan
+    rows[0, 4] = np.nan  # the reward
     assert decode_transitions(rows.ravel(), 3, 1)[0] == [41]  # a non-finite row is dropped
 
 

@@ -132,12 +132,12 @@ def test_offboard_fine_tuning_learns_from_streamed_transitions_and_sends_signed_
     for n in nodes:
         ex.add_node(n)
 
-    def v2_episodes() -> int:
+    def tuned_episodes() -> int:  # whole episodes run by versions learned off-board
         data = read_session(session)
-        return len(version_returns(data).get(2, [])) if data.n_episodes else 0
+        return sum(len(r) for v, r in version_returns(data).items() if v >= 2) if data.n_episodes else 0
 
     try:
-        ok = spin_until(ex, lambda: v2_episodes() >= 2, timeout=75)
+        ok = spin_until(ex, lambda: tuned_episodes() >= 2, timeout=75)
         lr = trainer.learner
         assert ok, (f"no off-board version ran: steps {sim.steps}, recorded {recorder.recorded}, streamed "
                     f"{recorder.streamed}, received {lr.received}, updates {lr.tuner.updates}, released "
@@ -151,7 +151,6 @@ def test_offboard_fine_tuning_learns_from_streamed_transitions_and_sends_signed_
         for n in nodes:
             n.destroy_node()
     assert (tmp_path / "offboard" / "learner.pt").is_file()  # the trainer's resume point (saved on destroy)
-    assert len(version_returns(read_session(session))[2]) >= 2
 
 
 def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_path):

@@ -8,13 +8,14 @@ bundle through its usual stream (``/lowrl/policy_bundle``), so it reaches the po
 the same validation and hot-swap as any bundle. No ROS here: the wire format and the learner.
 
 Wire format of ``/lowrl/transitions`` (std_msgs/Float64MultiArray, reliable): a batch of rows,
-``layout.dim[0]`` = (``"transitions"``, rows, rows * width), ``layout.dim[1]`` = (the column
-names joined by commas, width, width); each row is ``ROW_HEAD`` then obs, action, next_obs::
-
-    index, policy_version, reward, terminated, truncated, obs[obs_dim], action[act_dim], next_obs[obs_dim]
-
-``index`` counts the robot's transitions from 0 and never repeats, so the receiver sees a lost
-batch (a gap) and an episode with a gap is not judged; the robot's own log still holds it.
+``layout.dim[0]`` = (``"transitions"``, rows, rows * width), ``layout.dim[1]`` = (the row's fields
+with their sizes, width, width). A row is exactly a record of the robot's transition log
+(lowrl_ros/core/transition_log.py: obs, action, reward, next_obs, terminated, truncated,
+policy_version, stamp; same topic name, same field order) followed by ``index``, e.g. the label
+``obs:3;action:1;reward:1;next_obs:3;terminated:1;truncated:1;policy_version:1;stamp:1;index:1``.
+``index`` counts the robot's transitions from 0 at each start of its node and never repeats within
+one, so the receiver sees a lost batch (a gap) and does not judge an episode with a gap; the
+robot's own log still holds every transition.
 
 A rollback on the off-board side cannot re-send an older version (the robot accepts only newer
 versions): the learner is restored to the best version's weights and released again as the next
@@ -28,18 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrl_ros.core.transition_log import Transition
-
-ROW_HEAD = ("index", "policy_version", "reward", "terminated", "truncated")
-
+from lowrl_ros.core.transition_log import Transition, transition_label
 
 def row_width(obs_dim: int, act_dim: int) -> int:
-    return len(ROW_HEAD) + 2 * obs_dim + act_dim
+    return 2 * obs_dim + act_dim + 6  # reward, terminated, truncated, policy_version, stamp, index
 
 
 def column_names(obs_dim: int, act_dim: int) -> str:
-    return ",".join(ROW_HEAD + tuple(f"obs{i}" for i in range(obs_dim)) + tuple(f"action{i}" for i in range(act_dim))
-                    + tuple(f"next_obs{i}" for i in range(obs_dim)))
+    return transition_label(obs_dim, act_dim) + ";index:1"
 
 
 def encode_transitions(transitions: list[Transition], first_index: int) -> np.ndarray:
@@ -49,33 +46,30 @@ def encode_transitions(transitions: list[Transition], first_index: int) -> np.nd
     obs_dim, act_dim = len(transitions[0].obs), len(transitions[0].action)
     rows = np.empty((len(transitions), row_width(obs_dim, act_dim)), dtype=np.float64)
     for i, t in enumerate(transitions):
-        rows[i, :5] = (first_index + i, t.policy_version, t.reward, float(t.terminated), float(t.truncated))
-        rows[i, 5:5 + obs_dim] = t.obs
-        rows[i, 5 + obs_dim:5 + obs_dim + act_dim] = t.action
-        rows[i, 5 + obs_dim + act_dim:] = t.next_obs
+        rows[i] = np.concatenate([t.obs, t.action, [t.reward], t.next_obs,
+                                  [float(t.terminated), float(t.truncated), t.policy_version, t.stamp,
+                                   first_index + i]])
     return rows
 
 
-def decode_transitions(data, obs_dim: int, act_dim: int, stamp: float = 0.0) -> tuple[list[int], list[Transition]]:
+def decode_transitions(data, obs_dim: int, act_dim: int) -> tuple[list[int], list[Transition]]:
     """(indices, transitions) of a message's flat data; ValueError saying what is wrong.
 
     A row with a non-finite value is dropped (the robot's log keeps it; it is not trained on)."""
     flat = np.asarray(data, dtype=np.float64).ravel()
-    width = row_width(obs_dim, act_dim)
+    width, n, m = row_width(obs_dim, act_dim), obs_dim, act_dim
     if flat.size == 0 or flat.size % width:
         raise ValueError(f"a transitions message has {flat.size} values, not a multiple of the row width {width} "
-                         f"({len(ROW_HEAD)} + 2 x obs_dim {obs_dim} + act_dim {act_dim}); is the robot's policy the "
-                         "kit's?")
-    rows = flat.reshape(-1, width)
+                         f"(2 x obs_dim {obs_dim} + act_dim {act_dim} + 6); is the robot's policy the kit's?")
     indices, out = [], []
-    for r in rows:
+    for r in flat.reshape(-1, width):
         if not np.isfinite(r).all():
             continue
-        indices.append(int(r[0]))
-        o = 5
-        out.append(Transition(obs=r[o:o + obs_dim].copy(), action=r[o + obs_dim:o + obs_dim + act_dim].copy(),
-                              reward=float(r[2]), next_obs=r[o + obs_dim + act_dim:].copy(), terminated=bool(r[3]),
-                              truncated=bool(r[4]), policy_version=int(r[1]), stamp=stamp))
+        tail = r[2 * n + m + 1:]
+        indices.append(int(tail[4]))
+        out.append(Transition(obs=r[:n].copy(), action=r[n:n + m].copy(), reward=float(r[n + m]),
+                              next_obs=r[n + m + 1:2 * n + m + 1].copy(), terminated=bool(tail[0]),
+                              truncated=bool(tail[1]), policy_version=int(tail[2]), stamp=float(tail[3])))
     return indices, out
 
 

@@ -153,7 +153,7 @@ class ReadReport:
 
 
 # ---- CDR (XCDR1, little endian) for std_msgs/msg/Float64MultiArray ---------------------------
-def _label(obs_dim: int, act_dim: int) -> str:
+def transition_label(obs_dim: int, act_dim: int) -> str:
     sizes = (obs_dim, act_dim, 1, obs_dim, 1, 1, 1, 1)
     return ";".join(f"{name}:{n}" for name, n in zip(FIELDS, sizes))
 
@@ -214,7 +214,7 @@ def encode_transition(t: Transition) -> bytes:
     data = np.concatenate([obs, action, [float(t.reward)], next_obs,
                            [float(bool(t.terminated)), float(bool(t.truncated)), float(t.policy_version),
                             float(t.stamp)]])
-    return encode_float64_multiarray(_label(obs.size, action.size), data)
+    return encode_float64_multiarray(transition_label(obs.size, action.size), data)
 
 
 def decode_transition(payload: bytes) -> Transition:
