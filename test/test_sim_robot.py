@@ -162,7 +162,8 @@ def test_session_parameter_files_are_declared_and_valid(ros_context):
               **gap_file["ros__parameters"]}
     gap = RealityGapConfig(**{f.name: values[GAP_PREFIX + f.name] for f in dataclasses.fields(RealityGapConfig)})
     assert gap == RealityGapConfig(mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_delay_steps=1)
-    assert SimRobotConfig(**{f.name: values[f.name] for f in dataclasses.fields(SimRobotConfig)}).mode == "lockstep"
+    session = SimRobotConfig(**{f.name: values[f.name] for f in dataclasses.fields(SimRobotConfig)})
+    assert (session.mode, session.control_period_s) == ("realtime", 0.01)  # a robot's 100 Hz loop
     for cls, file, key in ((SimRobotNode, "sim_robot_gap.yaml", "/**/sim_robot"),
                            (BudgetMonitorNode, "budget_monitor.yaml", "/**/budget_monitor")):
         node = cls(context=ros_context)

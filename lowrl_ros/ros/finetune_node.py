@@ -35,15 +35,12 @@ from typing import Any
 
 import numpy as np
 import psutil
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import (Parameter, ParameterDescriptor, ParameterType,
                                 ParameterValue, SetParametersResult)
 from rcl_interfaces.srv import SetParameters
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 
@@ -52,7 +49,7 @@ from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, Obs
 from lowrl_ros.core.tiers import ComputeTier
 from lowrl_ros.core.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
 from lowrl_ros.ros.params import descriptor
-from lowrl_ros.ros.spinning import make_executor, spin_until_signal
+from lowrl_ros.ros.spinning import make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED
 
@@ -521,26 +518,9 @@ def _sent(info) -> float:
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
-    try:
-        node = FineTuneNode()
-        # Not the EventsExecutor: in this rclpy it fails on subscription callbacks that take the
-        # message info, and the recorder needs the source timestamps more than the latency.
-        spin_until_signal(node, make_executor(events=False))
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except ValueError as exc:  # bad parameters or kit: say which and how to fix, no traceback
-        print(f"finetune_node: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        if node is not None:
-            node.close()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
-
+    # Not the EventsExecutor: in this rclpy it fails on subscription callbacks that take the
+    # message info, and the recorder needs the source timestamps more than the latency.
+    return run_node("finetune_node", FineTuneNode, args=args, make_executor_fn=lambda: make_executor(events=False))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,10 +28,7 @@ import time
 from typing import Any
 
 import numpy as np
-import rclpy
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.executors import ExternalShutdownException
-from rclpy.signals import SignalHandlerOptions
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import (Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String, UInt8,
@@ -48,7 +45,7 @@ from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
 from lowrl_ros.ros.params import descriptor as _desc
-from lowrl_ros.ros.spinning import spin_until_signal
+from lowrl_ros.ros.spinning import run_node
 
 DIAG_PREFIX = "lowrl/policy"
 INPUTS = ("joint_states", "observation")
@@ -566,30 +563,24 @@ class PolicyNode(LifecycleNode):
         self._publish_diag(statuses)
 
 
-def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
-    try:
-        node = PolicyNode()
-        if node.get_parameter("autostart").value:
-            node.trigger_configure()
-            if node.controller is None:
-                print("policy_node: configure failed (see the error above); fix the parameters and restart",
-                      file=sys.stderr)
-                return 1
-            node.trigger_activate()
-        spin_until_signal(node)
-        if node.controller is not None and node.controller.active:
-            node.trigger_deactivate()  # the actuators get the safe action on the way out
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+def _autostart(node: PolicyNode) -> int:
+    if not node.get_parameter("autostart").value:
+        return 0
+    node.trigger_configure()
+    if node.controller is None:
+        print("policy_node: configure failed (see the error above); fix the parameters and restart", file=sys.stderr)
+        return 1
+    node.trigger_activate()
     return 0
 
+
+def _deactivate(node: PolicyNode) -> None:
+    if node.controller is not None and node.controller.active:
+        node.trigger_deactivate()  # the actuators get the safe action on the way out
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node("policy_node", PolicyNode, args=args, start=_autostart, stop=_deactivate)
 
 if __name__ == "__main__":
     sys.exit(main())

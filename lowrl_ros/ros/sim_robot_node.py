@@ -29,11 +29,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 
@@ -43,7 +40,7 @@ from lowrl_ros.core.sim_robot import MODES, SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, STATS
 from lowrl_ros.ros.params import descriptor as _descriptor
-from lowrl_ros.ros.spinning import spin_until_signal
+from lowrl_ros.ros.spinning import run_node
 
 POLICY_DIAG = diag.POLICY_STATUS
 GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
@@ -203,23 +200,7 @@ class SimRobotNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
-    try:
-        node = SimRobotNode()
-        spin_until_signal(node)
-    except (KeyboardInterrupt, SystemExit, ExternalShutdownException):
-        pass
-    except ValueError as exc:  # bad parameters: say which and how to fix, no traceback
-        print(f"sim_robot_node: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
-
+    return run_node("sim_robot_node", SimRobotNode, args=args)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,11 +1,16 @@
-"""How every lowrl node spins: the executor choice and a spin loop that owns SIGINT/SIGTERM."""
+"""How every lowrl node spins: the executor choice, a spin loop that owns SIGINT/SIGTERM, and the
+one ``main`` they all share (``run_node``)."""
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from typing import Callable
 
 import rclpy
 import rclpy.executors
+from rclpy.executors import ExternalShutdownException
+from rclpy.signals import SignalHandlerOptions
 
 
 def make_executor(context=None, events: bool = True):
@@ -39,3 +44,44 @@ def spin_until_signal(node, executor=None) -> None:
     executor.add_node(node)
     while not stop.is_set() and rclpy.ok():
         executor.spin_once(timeout_sec=0.1)
+
+
+def run_node(name: str, make_node: Callable[[], object], *, args: list[str] | None = None,
+             make_executor_fn: Callable[[], object] | None = None,
+             bad_config_rc: int = 2, start: Callable[[object], int] | None = None,
+             stop: Callable[[object], None] | None = None) -> int:
+    """A node's ``main``: init (the node owns the signals), build, spin until SIGINT/SIGTERM, clean up.
+
+    Args:
+        name: for the one-line error when ``make_node`` raises ValueError (bad parameters, a bad
+            kit or key: the message says how to fix it), then the exit code is ``bad_config_rc``.
+        make_executor_fn: builds the executor once rclpy is initialised (default: ``make_executor()``).
+        start: run after the node is built; a non-zero return ends ``main`` with that code.
+        stop: run after spinning, while the context still lives (e.g. publish the safe action).
+    The node's ``close()`` (if it has one) runs before ``destroy_node()``.
+    """
+    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    node = None
+    try:
+        try:
+            node = make_node()
+        except ValueError as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return bad_config_rc
+        if start is not None:
+            rc = start(node)
+            if rc:
+                return rc
+        spin_until_signal(node, make_executor_fn() if make_executor_fn is not None else None)
+        if stop is not None:
+            stop(node)
+    except (KeyboardInterrupt, SystemExit, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            if callable(getattr(node, "close", None)):
+                node.close()
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0

@@ -34,17 +34,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import rclpy
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
 from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, SendEvent, StreamConfig, load_key
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import descriptor
-from lowrl_ros.ros.spinning import spin_until_signal
+from lowrl_ros.ros.spinning import run_node
 from lowrl_ros.ros.qos import LATCHED
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
 
@@ -280,24 +277,7 @@ class TrainerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
-    try:
-        try:
-            node = TrainerNode()
-        except ValueError as exc:
-            print(f"trainer_node: {exc}", file=sys.stderr)
-            return 1
-        spin_until_signal(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
-
+    return run_node("trainer_node", TrainerNode, args=args, bad_config_rc=1)
 
 if __name__ == "__main__":
     sys.exit(main())
