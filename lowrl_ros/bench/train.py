@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=10_000, help="pendulum: env-step budget per run")
     parser.add_argument("--steps", type=int, default=300_000, help="mujoco: env steps per run (default 300k)")
     parser.add_argument("--envs", default="HalfCheetah-v5,Hopper-v5", help="mujoco: comma-separated env ids")
+    parser.add_argument("--algo", choices=("sac", "td3"), default="sac",
+                        help="mujoco: the preset config/train_<env>_<algo>.yaml (paper sparsities)")
+    parser.add_argument("--variants", default="dense,rlx2",
+                        help="mujoco: which variants to run (runs finished with the same config are reused, so "
+                             "separate processes can train them in parallel, then one run writes the table)")
     parser.add_argument("--chunks", type=int, default=8, help="speed: interleaved chunks per contender")
     parser.add_argument("--chunk-updates", type=int, default=40, help="speed: gradient steps per chunk")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for our trainer (default 1)")
@@ -216,15 +221,16 @@ def _mujoco(args) -> tuple[dict, str]:
 
     steps = args.steps
     results: dict = {"steps": steps}
-    lines = [f"SAC, {steps} env steps per run, seed 0, warm-up min(25000, steps/10), 10 evaluations of 5 "
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    lines = [f"{args.algo.upper()}, {steps} env steps per run, seed 0, warm-up min(25000, steps/10), 10 evaluations of 5 "
              "episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ "
              "(not run unless --steps says so).\n",
              "| env | variant | score | % of dense | compression | train FLOPs reduction | inference FLOPs reduction "
              "| wall s | ms/grad step |", "|---|---|---|---|---|---|---|---|---|"]
     for env_id in [e.strip() for e in args.envs.split(",") if e.strip()]:
-        preset = REPO / "config" / f"train_{env_id.split('-')[0].lower()}_sac.yaml"
+        preset = REPO / "config" / f"train_{env_id.split('-')[0].lower()}_{args.algo}.yaml"
         scores = {}
-        for variant in ("dense", "rlx2"):
+        for variant in variants:
             cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps,
                                         warmup_steps=min(25_000, steps // 10), eval_interval=max(1, steps // 10),
                                         eval_episodes=5, checkpoint_interval=0, threads=args.threads,
@@ -232,7 +238,8 @@ def _mujoco(args) -> tuple[dict, str]:
                                         mask_interval=min(10_000, max(100, steps // 100)),
                                         buffer_min=min(200_000, steps // 2),
                                         buffer_check_interval=min(10_000, steps // 20))
-            run_dir = Path(args.runs_dir) / f"{env_id}-{variant}-{steps}"
+            run_dir = Path(args.runs_dir) / (f"{env_id}-{variant}-{steps}" if args.algo == "sac"
+                                             else f"{env_id}-{args.algo}-{variant}-{steps}")
             summary = _finished_run(run_dir, cfg)
             reused = summary is not None
             if not reused:  # long runs: a finished run with the same config is reused, not redone
@@ -251,9 +258,9 @@ def _mujoco(args) -> tuple[dict, str]:
                      "actor_sparsity": cfg.actor_sparsity if variant != "dense" else 0.0,
                      "critic_sparsity": cfg.critic_sparsity if variant != "dense" else 0.0, "run_dir": str(run_dir)}
             results[f"{env_id}/{variant}"] = entry
-        for variant in ("dense", "rlx2"):
+        for variant in variants:
             e = results[f"{env_id}/{variant}"]
-            pct = 100 * e["score"] / scores["dense"] if scores["dense"] > 0 else math.nan
+            pct = 100 * e["score"] / scores["dense"] if scores.get("dense", 0) > 0 else math.nan
             e["percent_of_dense"] = pct
             lines.append(f"| {env_id} | {variant} | {e['score']:.1f} | {pct:.1f} | {e['compression']:.2f}x | "
                          f"{e['train_flops_reduction']:.2f}x | {e['inference_flops_reduction']:.2f}x | "
@@ -346,7 +353,8 @@ def run(args: argparse.Namespace) -> int:
     for part in parts:
         print(f"== lowrl bench train: {part}", flush=True)
         results, markdown = fns[part](args)
-        path = write_result(f"train_{part}", results, markdown)
+        name = f"train_{part}_{args.algo}" if part == "mujoco" and args.algo != "sac" else f"train_{part}"
+        path = write_result(name, results, markdown)
         print(markdown)
         print(f"results: {path}", flush=True)
     return 0
