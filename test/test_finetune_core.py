@@ -132,6 +132,51 @@ def test_critic_warmup_moves_the_critics_only_and_versions_count_from_its_end(ki
     assert any(not torch.equal(w, b) for w, b in zip(ft.agent.actor_net.weights, actor0))
 
 
+def _distance_to_recorded(ft, recorded: float) -> float:
+    obs = torch.as_tensor(ft.buffer.obs[:len(ft.buffer)], dtype=torch.float32)
+    with torch.no_grad():
+        return float((ft.agent.actor.deterministic(obs) - recorded).abs().mean())
+
+
+def test_bc_weight_pulls_the_actor_toward_the_recorded_actions(kit_dir, tmp_path):
+    """bc_weight > 0 (TD3+BC): the mean action moves toward what the robot did; 0 leaves the plain SAC loss."""
+    recorded = 1.5  # robot units: every transition records +1.5 N·m, i.e. 0.75 normalised
+    data = [(o, np.array([recorded]), r, n, te, tr) for o, _, r, n, te, tr in pendulum_transitions(300)]
+    dist = {}
+    for w in (0.0, 5.0):
+        ft = tuner(kit_dir, tmp_path / f"bc{w}", bc_weight=w, lr=1e-3)
+        for t in data:
+            ft.add(*t)
+        start = _distance_to_recorded(ft, 0.75)
+        assert ft.update(150) == 150
+        dist[w] = _distance_to_recorded(ft, 0.75)
+        for net, key in ((ft.agent.actor_net, "actor_masker"),):
+            for wt, mask in zip(net.weights, load_kit(kit_dir).agent_state[key]["masks"]):
+                assert torch.all(wt[mask == 0] == 0)  # the BC term keeps the masks too
+    assert dist[5.0] < 0.5 * start  # pulled most of the way to the recorded action
+    assert dist[5.0] < 0.5 * dist[0.0]
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_agents_bc_term_moves_the_action_toward_the_batch_action(algo):
+    from lowrl_ros.core.train.loop import make_agent
+    from lowrl_ros.core.train.replay import Batch
+
+    cfg = TrainConfig(**{**TINY, "algo": algo, "variant": "dense", "lr": 1e-3,
+                         **({"policy_delay": 1} if algo == "td3" else {})})
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(64, 3)).astype(np.float32)
+    batch = Batch(obs, np.full((64, 1), -0.5, np.float32), rng.normal(size=64).astype(np.float32),
+                  obs.copy(), np.full(64, 0.99, np.float32))
+    dist = {}
+    for w in (0.0, 10.0):
+        agent = make_agent(cfg, 3, 1)
+        for _ in range(100):
+            agent.update(batch, bc_weight=w)
+        dist[w] = float(np.abs(agent.deterministic(obs) + 0.5).mean())
+    assert dist[10.0] < 0.5 * dist[0.0]
+
+
 def test_update_to_data_cap_and_truncated_not_trained(kit_dir, tmp_path):
     ft = tuner(kit_dir, tmp_path, updates_per_transition=0.5)
     data = pendulum_transitions(400)  # Pendulum episodes are 200 steps: 2 truncated transitions
@@ -250,7 +295,8 @@ def test_resume_refills_the_buffer_from_the_log(kit_dir, tmp_path):
 
 @pytest.mark.parametrize("kwargs", [dict(lr=0.0), dict(batch_size=0), dict(min_transitions=10, buffer_size=5),
                                     dict(updates_per_transition=0.0), dict(rollback_margin=-1.0),
-                                    dict(version_every_updates=0)])
+                                    dict(version_every_updates=0), dict(bc_weight=-0.1),
+                                    dict(bc_weight=float("nan")), dict(critic_warmup_updates=-1)])
 def test_config_rejects_bad_values(kwargs):
     with pytest.raises(ValueError, match="FineTuneConfig"):
         FineTuneConfig(**kwargs)

@@ -154,6 +154,9 @@ class FineTuneConfig:
             dynamics before the actor follows them (a sim critic on a small, fresh buffer
             otherwise drags the policy down first: the offline-to-online dip); versions are
             counted from the end of the warm-up.
+        bc_weight: 0 (off) or the weight of a behaviour-cloning term in the actor loss (TD3+BC: the
+            Q term divided by its mean |Q|, plus bc_weight x the squared distance to the recorded
+            action): keeps the actor near what the robot did, where the critic has data.
     """
 
     lr: float = 1e-4
@@ -171,6 +174,7 @@ class FineTuneConfig:
     nice: int = 10
     updates_per_slice: int = 8
     critic_warmup_updates: int = 0
+    bc_weight: float = 0.0
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -184,6 +188,8 @@ class FineTuneConfig:
         need(self.min_transitions <= self.buffer_size,
              f"min_transitions={self.min_transitions} exceeds buffer_size={self.buffer_size}; lower it")
         need(self.critic_warmup_updates >= 0, f"critic_warmup_updates={self.critic_warmup_updates} must be >= 0")
+        need(math.isfinite(self.bc_weight) and self.bc_weight >= 0,
+             f"bc_weight={self.bc_weight} must be >= 0 (0: off; e.g. 0.4, TD3+BC's 1/2.5)")
         need(self.updates_per_transition > 0, f"updates_per_transition={self.updates_per_transition} must be > 0")
         need(self.rollback_margin >= 0, f"rollback_margin={self.rollback_margin} must be >= 0 (return units)")
         need(self.seed >= 0, f"seed={self.seed} must be >= 0")
@@ -438,7 +444,8 @@ class FineTuner:
         done = 0
         while done < n and self.can_update():
             self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, 1, self.agent_config.gamma),
-                              train_actor=self.updates >= self.config.critic_warmup_updates)
+                              train_actor=self.updates >= self.config.critic_warmup_updates,
+                              bc_weight=self.config.bc_weight)
             self.updates += 1
             done += 1
         return done

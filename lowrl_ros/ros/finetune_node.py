@@ -79,6 +79,7 @@ _FT_RANGES: dict[str, dict[str, Any]] = {
     "rollback_margin": dict(floats=(0.0, 1e9)), "min_return": dict(dynamic=True), "seed": dict(ints=(0, 2**31 - 1)),
     "threads": dict(ints=(1, 64)), "memory_cap_mb": dict(floats=(64.0, 1e6)), "nice": dict(ints=(0, 19)),
     "updates_per_slice": dict(ints=(1, 10_000)), "critic_warmup_updates": dict(ints=(0, 10_000_000)),
+    "bc_weight": dict(floats=(0.0, 1e6)),
 }
 _LOG_RANGES: dict[str, dict[str, Any]] = {
     "segment_transitions": dict(ints=(1, 10_000_000)), "segment_seconds": dict(floats=(0.01, 86400.0)),

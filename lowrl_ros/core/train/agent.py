@@ -86,11 +86,15 @@ class OffPolicyAgent:
     def actor_updates_total(self, critic_updates: int) -> int:
         return critic_updates
 
-    def update(self, batch: Batch, train_actor: bool = True) -> None:
+    def update(self, batch: Batch, train_actor: bool = True, bc_weight: float = 0.0) -> None:
         """One gradient step of the critics and (unless ``train_actor`` is False) of the actor.
 
         ``train_actor=False`` lets the critics learn new dynamics while the policy stays put
-        (the fine-tuner's critic warm-up on the robot)."""
+        (the fine-tuner's critic warm-up on the robot). ``bc_weight > 0`` turns the actor loss into
+        TD3+BC's: the Q term divided by the batch's mean |Q| plus ``bc_weight`` x the mean squared
+        distance between the policy's (mean) action and the batch's recorded action (the
+        fine-tuner's guard against exploiting the critic off the robot's narrow action set);
+        0, the default, is the plain loss (the trainer's)."""
         raise NotImplementedError
 
     def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

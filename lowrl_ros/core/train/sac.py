@@ -40,7 +40,7 @@ class SACAgent(OffPolicyAgent):
         a = torch.tanh(mu + torch.randn_like(mu) * log_std.exp())
         return a[0].numpy(), torch.tanh(mu)[0].numpy()
 
-    def update(self, batch: Batch, train_actor: bool = True) -> None:
+    def update(self, batch: Batch, train_actor: bool = True, bc_weight: float = 0.0) -> None:
         obs, act, rew, next_obs, disc = to_tensors(batch)
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
@@ -58,8 +58,21 @@ class SACAgent(OffPolicyAgent):
             self.gradient_steps += 1
             return
 
-        a, logp = self.actor.sample(obs)
-        actor_loss = (alpha * logp - self.critic(obs, a).min(0).values).mean()
+        if bc_weight > 0.0:
+            # TD3+BC (Fujimoto & Gu 2021) for SAC: the soft-Q term normalised by its mean |Q|, plus
+            # bc_weight x the squared distance of the mean action to the recorded one.
+            mu, log_std = self.actor(obs)
+            eps = torch.randn_like(mu)
+            u = mu + eps * log_std.exp()
+            a = torch.tanh(u)
+            logp = (-0.5 * eps.square() - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1) \
+                - (2.0 * (np.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))).sum(-1)
+            q_pi = self.critic(obs, a).min(0).values
+            lam = 1.0 / q_pi.detach().abs().mean().clamp_min(1e-6)
+            actor_loss = lam * (alpha * logp - q_pi).mean() + bc_weight * (torch.tanh(mu) - act).square().mean()
+        else:
+            a, logp = self.actor.sample(obs)
+            actor_loss = (alpha * logp - self.critic(obs, a).min(0).values).mean()
         grads = torch.autograd.grad(actor_loss, self.actor_params)
         for p, g in zip(self.actor_params, grads):
             p.grad = g

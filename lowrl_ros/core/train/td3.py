@@ -52,7 +52,7 @@ class TD3Agent(OffPolicyAgent):
         self.actor_target.load_state_dict(state["actor_target"])
         self.noise_rng.bit_generator.state = state["noise_rng"]
 
-    def update(self, batch: Batch, train_actor: bool = True) -> None:
+    def update(self, batch: Batch, train_actor: bool = True, bc_weight: float = 0.0) -> None:
         cfg = self.cfg
         obs, act, rew, next_obs, disc = to_tensors(batch)
         with torch.no_grad():
@@ -71,7 +71,13 @@ class TD3Agent(OffPolicyAgent):
             return
         if self.gradient_steps % cfg.policy_delay:
             return
-        actor_loss = -self.critic.q1(obs, self.actor(obs)).mean()
+        pi = self.actor(obs)
+        q_pi = self.critic.q1(obs, pi)
+        if bc_weight > 0.0:  # TD3+BC: Q normalised by its mean |Q|, plus bc_weight x MSE to the recorded action
+            actor_loss = -(q_pi / q_pi.detach().abs().mean().clamp_min(1e-6)).mean() \
+                + bc_weight * (pi - act).square().mean()
+        else:
+            actor_loss = -q_pi.mean()
         grads = torch.autograd.grad(actor_loss, self.actor_params)
         for p, g in zip(self.actor_params, grads):
             p.grad = g
