@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-steps", type=int, default=0, help="override the training configs' total_steps")
     parser.add_argument("--version-every", type=int, default=1000, help="updates between versions (N)")
     parser.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (finetune_node's default)")
-    parser.add_argument("--judge-episodes", type=int, default=2, help="episodes a version runs before it is judged")
+    parser.add_argument("--judge-episodes", type=int, default=3,
+                        help="episodes a version runs before it is judged (3: finetune_node's default eval_episodes)")
     parser.add_argument("--gap", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the benchmark's gap, e.g. --gap action_delay_steps=0 (an ablation)")
     parser.add_argument("--nstep", type=int, default=1,
@@ -53,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--critic-warmup", type=int, default=0,
                         help="updates that train the critics only before the actor moves (FineTuneConfig."
                              "critic_warmup_updates)")
+    parser.add_argument("--bc-weight", type=float, default=0.0,
+                        help="behaviour-cloning weight in the actor loss (FineTuneConfig.bc_weight; 0: off)")
     parser.add_argument("--oracle", action="store_true",
                         help="also train a policy on the gapped robot from scratch (same config and steps): the "
                              "return achievable under the gap, and the gap recovered against it")
@@ -144,7 +147,8 @@ def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool
 
 
 def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-4,
-              judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0, critic_warmup: int = 0) -> dict:
+              judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0, critic_warmup: int = 0,
+              **config) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
     import psutil
     import torch
@@ -158,7 +162,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     base = str(run_dir / "actor_int8.onnx")
     tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
                                           seed=seed, lr=lr, critic_warmup_updates=critic_warmup,
-                                          rollback_margin=150.0 if env_id == "Pendulum-v1" else 300.0),
+                                          **{"rollback_margin": 150.0 if env_id == "Pendulum-v1" else 300.0,
+                                             **config}),
                       out_dir, base_path=base)
     proc = psutil.Process()
     deployed = tuner.tracker.current
@@ -183,7 +188,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
             _add_for_nstep(tuner, obs, action, float(r), nxt, bool(term), bool(trunc))
             if tuner.can_update():
                 cfg = tuner.agent_config
-                tuner.agent.update(tuner.buffer.sample(cfg.batch_size, tuner.rng, nstep, cfg.gamma))
+                tuner.agent.update(tuner.buffer.sample(cfg.batch_size, tuner.rng, nstep, cfg.gamma),
+                                   bc_weight=tuner.config.bc_weight)
                 tuner.updates += 1
         obs = nxt
         if term or trunc:
@@ -234,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
-                     "runs": []}
+                     "bc_weight": args.bc_weight, "runs": []}
     rows = []
     for env_id in args.envs:
         for seed in args.seeds:
@@ -245,7 +251,8 @@ def run(args: argparse.Namespace) -> int:
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
             ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
-                           args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup)
+                           args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
+                           bc_weight=args.bc_weight)
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -280,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     markdown = (f"Reality gap: {gap.describe()}. K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
-                f"critic warm-up {args.critic_warmup} updates), "
+                f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}), "
                 f"returns over {args.eval_episodes} seeded episodes.\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
