@@ -20,3 +20,21 @@ def wait_for_match(executor, endpoint, timeout: float = 10.0) -> bool:
     if hasattr(endpoint, "get_subscription_count"):
         return spin_until(executor, lambda: endpoint.get_subscription_count() > 0, timeout)
     return spin_until(executor, lambda: endpoint.get_publisher_count() > 0, timeout)
+
+
+PENDULUM_FIELDS = ["pendulum_joint.cos_position", "pendulum_joint.sin_position", "pendulum_joint.velocity"]
+
+
+def active_policy_node(context, policy_path, **params):
+    """A configured and activated PolicyNode on the sim pendulum's joint states, set for tests
+    (numpy engine, 0.1 s diagnostics, no soft start, 1 s watchdog); ``params`` add or override."""
+    from rclpy.parameter import Parameter
+
+    from lowrl_ros.ros.policy_node import PolicyNode
+
+    values = {"policy_path": str(policy_path), "obs_fields": PENDULUM_FIELDS, "engine": "numpy",
+              "diagnostics_period_s": 0.1, "soft_start_steps": 0, "watchdog_timeout_s": 1.0, **params}
+    node = PolicyNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+    node.trigger_configure()
+    node.trigger_activate()
+    return node

@@ -31,14 +31,13 @@ from std_msgs.msg import Float64, Float64MultiArray, UInt8  # noqa: E402
 from lowrl_ros.core.finetune import FineTuneConfig  # noqa: E402
 from lowrl_ros.core.transition_log import TransitionLogConfig, read_log  # noqa: E402
 from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode  # noqa: E402
-from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
 from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
-from rosutil import spin_until, wait_for_match  # noqa: E402
+from rosutil import PENDULUM_FIELDS, active_policy_node, spin_until, wait_for_match  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 JOINT = "pendulum_joint"
-FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
+FIELDS = PENDULUM_FIELDS
 
 
 @pytest.fixture(scope="module")
@@ -160,12 +159,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
 
 def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context, kit, tmp_path):
     kit_dir, base = kit
-    policy = PolicyNode(context=ros_context, parameter_overrides=[
-        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
-        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
-        Parameter("soft_start_steps", value=0), Parameter("watchdog_timeout_s", value=1.0)])
-    policy.trigger_configure()
-    policy.trigger_activate()
+    policy = active_policy_node(ros_context, base)
     node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
         kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=20, eval_episodes=1,
         rollback_margin=100.0).items()])
@@ -212,11 +206,7 @@ def test_with_the_real_sim_robot_every_transition_is_a_true_pendulum_step(ros_co
     kit_dir, base = kit
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
         Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=50), Parameter("seed", value=3)])
-    policy = PolicyNode(context=ros_context, parameter_overrides=[
-        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
-        Parameter("engine", value="numpy"), Parameter("watchdog_timeout_s", value=1.0)])
-    policy.trigger_configure()
-    policy.trigger_activate()
+    policy = active_policy_node(ros_context, base, diagnostics_period_s=1.0, soft_start_steps=50)
     node = FineTuneNode(context=ros_context, parameter_overrides=[
         Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, min_transitions=10_000).items()])
     ex = SingleThreadedExecutor(context=ros_context)
@@ -243,12 +233,7 @@ def test_with_the_real_sim_robot_every_transition_is_a_true_pendulum_step(ros_co
 def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tmp_path):
     """The real policy node rejects a corrupt v2 (its ERROR diagnostic): the fine-tuner goes back."""
     kit_dir, base = kit
-    policy = PolicyNode(context=ros_context, parameter_overrides=[
-        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
-        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
-        Parameter("watchdog_timeout_s", value=1.0)])
-    policy.trigger_configure()
-    policy.trigger_activate()
+    policy = active_policy_node(ros_context, base, soft_start_steps=50)
     node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
         kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=40, eval_episodes=1).items()])
     robot = Robot(ros_context)

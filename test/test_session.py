@@ -24,12 +24,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from lowrl_ros.core.session_report import read_session, version_returns, write_session_report  # noqa: E402
 from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
 from lowrl_ros.ros.finetune_node import FineTuneNode  # noqa: E402
-from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
 from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
-from rosutil import spin_until  # noqa: E402
-
-FIELDS = ["pendulum_joint.cos_position", "pendulum_joint.sin_position", "pendulum_joint.velocity"]
-
+from rosutil import PENDULUM_FIELDS as FIELDS, active_policy_node, spin_until  # noqa: E402
 
 @pytest.fixture(scope="module")
 def kit(tiny_kit):
@@ -45,12 +41,7 @@ def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_
         Parameter("session_dir", value=str(session)), Parameter("gap.mass_scale", value=1.3),
         Parameter("gap.actuator_gain", value=0.8), Parameter("gap.obs_noise_std", value=0.01),
         Parameter("gap.action_delay_steps", value=1)])
-    policy = PolicyNode(context=ros_context, parameter_overrides=[
-        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
-        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
-        Parameter("soft_start_steps", value=0), Parameter("watchdog_timeout_s", value=1.0)])
-    policy.trigger_configure()
-    policy.trigger_activate()
+    policy = active_policy_node(ros_context, base)
     # The policy node shares this test process, which holds torch (~0.5 GB): its memory limit is
     # raised here; on a robot the policy node is its own torch-free process (policy_rss_limit_mb 400).
     budget = BudgetMonitorNode(context=ros_context, parameter_overrides=[
@@ -108,13 +99,7 @@ def test_offboard_fine_tuning_learns_from_streamed_transitions_and_sends_signed_
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
         Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=40),
         Parameter("session_dir", value=str(session)), Parameter("gap.mass_scale", value=1.3)])
-    policy = PolicyNode(context=ros_context, parameter_overrides=[
-        Parameter("policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
-        Parameter("engine", value="numpy"), Parameter("diagnostics_period_s", value=0.1),
-        Parameter("soft_start_steps", value=0), Parameter("watchdog_timeout_s", value=1.0),
-        Parameter("key_file", value=str(key)), Parameter("receive_dir", value=str(tmp_path / "received"))])
-    policy.trigger_configure()
-    policy.trigger_activate()
+    policy = active_policy_node(ros_context, base, key_file=str(key), receive_dir=str(tmp_path / "received"))
     recorder = FineTuneNode(context=ros_context, parameter_overrides=[
         Parameter("kit_path", value=str(kit_dir)), Parameter("work_dir", value=str(session / "finetune")),
         Parameter("base_policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
