@@ -22,7 +22,9 @@ state_dict of the same actor. Targets (issue 6): ≥ 50 % recovered within 10k r
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
+import json
 import time
 from pathlib import Path
 
@@ -54,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--critic-warmup", type=int, default=0,
                         help="updates that train the critics only before the actor moves (FineTuneConfig."
                              "critic_warmup_updates)")
+    parser.add_argument("--updates-per-step", type=int, default=1,
+                        help="fine-tuner updates per robot step (FineTuneConfig.updates_per_transition; 1)")
     parser.add_argument("--bc-weight", type=float, default=0.0,
                         help="behaviour-cloning weight in the actor loss (FineTuneConfig.bc_weight; 0: off)")
     parser.add_argument("--oracle", action="store_true",
@@ -62,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
+
+
+def _config_tag(cfg) -> str:
+    """Short hash of a training config: a cached policy is reused only for the config that made it."""
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
@@ -75,7 +84,7 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
     cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **overrides)
-    run_dir = args.runs_dir / f"{env_id}-s{seed}-{cfg.total_steps}"
+    run_dir = args.runs_dir / f"{env_id}-s{seed}-{cfg.total_steps}-{_config_tag(cfg)}"
     if not (run_dir / "kit" / "kit.json").is_file():
         print(f"  training the sim policy: {env_id}, {cfg.algo} {cfg.variant}, {cfg.total_steps} steps, seed {seed}",
               flush=True)
@@ -102,7 +111,7 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
         overrides["total_steps"] = args.train_steps
     cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **overrides)
     tag = "-".join(f"{k}{v:g}" for k, v in sorted(gap.to_dict().items()) if v != getattr(type(gap)(), k))
-    run_dir = args.runs_dir / f"oracle-{env_id}-s{seed}-{cfg.total_steps}-{tag}"
+    run_dir = args.runs_dir / f"oracle-{env_id}-s{seed}-{cfg.total_steps}-{tag}-{_config_tag(cfg)}"
     if not (run_dir / "actor_int8.onnx").is_file():
         print(f"  training the oracle on the gapped robot: {cfg.total_steps} steps", flush=True)
         trainer = Trainer(cfg, run_dir)
@@ -148,7 +157,7 @@ def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool
 
 def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-4,
               judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0, critic_warmup: int = 0,
-              **config) -> dict:
+              updates_per_step: int = 1, **config) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
     import psutil
     import torch
@@ -162,6 +171,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     base = str(run_dir / "actor_int8.onnx")
     tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
                                           seed=seed, lr=lr, critic_warmup_updates=critic_warmup,
+                                          updates_per_transition=updates_per_step,
                                           **{"rollback_margin": 150.0 if env_id == "Pendulum-v1" else 300.0,
                                              **config}),
                       out_dir, base_path=base)
@@ -183,10 +193,10 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
         ep_return += float(r)
         if nstep == 1:
             tuner.add(obs, action, float(r), nxt, bool(term), bool(trunc))
-            tuner.update(1)  # updates_per_transition 1: one update per robot step, as the node's cap
+            tuner.update(updates_per_step)  # the node's update-to-data cap
         else:
             _add_for_nstep(tuner, obs, action, float(r), nxt, bool(term), bool(trunc))
-            if tuner.can_update():
+            for _ in range(updates_per_step if tuner.can_update() else 0):
                 cfg = tuner.agent_config
                 tuner.agent.update(tuner.buffer.sample(cfg.batch_size, tuner.rng, nstep, cfg.gamma),
                                    bc_weight=tuner.config.bc_weight)
@@ -240,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
-                     "bc_weight": args.bc_weight, "runs": []}
+                     "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step, "runs": []}
     rows = []
     for env_id in args.envs:
         for seed in args.seeds:
@@ -252,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
             ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
                            args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
-                           bc_weight=args.bc_weight)
+                           updates_per_step=args.updates_per_step, bc_weight=args.bc_weight)
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -287,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
     markdown = (f"Reality gap: {gap.describe()}. K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
+                f"{args.updates_per_step} update(s) per robot step, "
                 f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}), "
                 f"returns over {args.eval_episodes} seeded episodes.\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "

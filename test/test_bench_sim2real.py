@@ -1,0 +1,48 @@
+"""The sim2real benchmark's harness at toy scale: the update-to-data option and the cache key.
+
+The benchmark itself (10k robot steps x 6 runs) is `lowrl bench sim2real`; here its in-process
+fine-tuning loop runs a few hundred lockstep steps of the gapped Pendulum-v1 with the session's
+tiny kit, so a broken option or an update count that ignores it fails in CI.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lowrl_ros.bench.sim2real import BENCH_GAP, _config_tag, fine_tune
+from lowrl_ros.core.reality_gap import RealityGapConfig
+from lowrl_ros.core.train.config import TrainConfig
+
+PRESET = Path(__file__).resolve().parents[1] / "config" / "train_pendulum_sac.yaml"
+
+
+@pytest.fixture()
+def run_dir(tiny_kit, tmp_path):
+    kit, int8 = tiny_kit
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "kit").symlink_to(kit)
+    (run / "actor_int8.onnx").symlink_to(int8)
+    return run
+
+
+def test_fine_tune_runs_the_asked_updates_per_robot_step(run_dir):
+    steps, first = 800, 400  # the fine-tuner starts once it holds min_transitions = 400
+    outs = {per_step: fine_tune(run_dir, "Pendulum-v1", RealityGapConfig(**BENCH_GAP), steps, version_every=150,
+                                seed=0, judge_episodes=1, updates_per_step=per_step, min_transitions=first)
+            for per_step in (1, 3)}
+    # Updates start a few steps after 400 (episode ends are not stored) and then run every step.
+    assert steps - first - 5 <= outs[1]["updates"] <= steps - first
+    assert outs[3]["updates"] == 3 * outs[1]["updates"]
+    for out in outs.values():
+        assert out["versions"] >= 2, out["statuses"]  # the base and at least one version it made and ran
+        assert all(b > 0 for b in out["version_bytes"])
+        assert len(out["episode_returns"]) == steps // 200
+
+
+def test_cached_sim_policies_are_keyed_by_their_config():
+    cfg = TrainConfig.from_yaml(PRESET, seed=0, progress=False)
+    assert _config_tag(cfg) == _config_tag(TrainConfig.from_yaml(PRESET, seed=0, progress=False))
+    assert _config_tag(cfg) != _config_tag(cfg.replace(lr=cfg.lr / 2))
+    assert _config_tag(cfg) != _config_tag(cfg.replace(seed=1))
