@@ -101,6 +101,29 @@ def test_simulated_dynamic_int8_matches_onnx_runtime(tmp_path):
     assert np.abs(ort - sim).max() < 2e-3 * 4.0  # float32 vs float64 accumulation only
 
 
+def test_int8_graph_is_exact_where_u8s8_kernels_saturate(tmp_path):
+    """The worst case for ORT's U8S8 kernel on x86 without VNNI: activations quantized to 255 and
+    weights at +127, so each pair of products (2 * 255 * 127) overflows int16. The artifact feeds
+    MatMulInteger uint8 weights (U8U8), which is exact on every CPU: ORT equals the integer maths."""
+    import onnx
+
+    w1 = np.full((4, 8), 1.0)  # every weight quantizes to +127
+    weights = MlpWeights([(w1, np.zeros(4)), (0.1 * np.eye(1, 4), np.zeros(1))], "relu", "tanh")
+    contract = PolicyContract(
+        obs_names=[f"o{i}" for i in range(8)], action_names=["a"], action_low=[-1.0], action_high=[1.0],
+        obs_offset=np.zeros(8), obs_scale=np.full(8, 0.01), env_id="Test-v0",
+    )
+    path = save_artifact(tmp_path / "sat.onnx", weights, contract, int8=True)
+    model = onnx.load(str(path))
+    b_inputs = {n.input[1] for n in model.graph.node if n.op_type == "MatMulInteger"}
+    assert b_inputs and all(b.endswith(".wu8") for b in b_inputs)  # uint8 weights, not int8
+    obs = np.tile([100.0] * 7 + [-0.5], (1, 1))  # x in [-0.005, 1]: 7 of 8 quantize to 255
+    ort = load_artifact(path, engine="ort").act(obs[0])
+    sim = q.int8_forward(weights, contract, obs, activations="dynamic")[0]
+    exact = np.tanh(0.1 * (7.0 - 0.005))  # what the fp32 network gives
+    assert abs(ort[0] - sim[0]) < 1e-5 and abs(ort[0] - exact) < 0.01, (ort, sim, exact)
+
+
 def test_static_calibration_ranges_and_error_analysis():
     weights, contract = _policy(None)
     rng = np.random.default_rng(1)

@@ -287,14 +287,29 @@ def save_artifact(path: str | Path, weights: MlpWeights, contract: PolicyContrac
             f"{contract.obs_dim} observations and {contract.action_dim} actions; make them agree"
         )
     stored = [onnx_graph.pack_layer(w, b, int8=int8) for w, b in weights.layers]
+    return _write(path, stored, weights.hidden_activation, weights.output_activation, contract)
+
+
+def reexport_artifact(src: str | Path, dst: str | Path | None = None) -> Path:
+    """Rebuild an artifact's graph with this version's exporter, keeping its stored weights bit for bit.
+
+    For artifacts written by an older lowrl_ros whose graph the loader now refuses (e.g. int8 graphs
+    from before the U8U8 fix); the contract, version and weights are unchanged. ``dst`` defaults to
+    ``src`` (replaced atomically).
+    """
+    parsed = parse_artifact(read_artifact_bytes(src), str(src))
+    return _write(dst or src, parsed.layers, parsed.hidden_activation, parsed.output_activation, parsed.contract)
+
+
+def _write(path, stored: list, hidden_activation: str, output_activation: str, contract: PolicyContract) -> Path:
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "contract": contract.to_dict(),
         "arch": {
             "kind": "mlp",
-            "hidden_activation": weights.hidden_activation,
-            "output_activation": weights.output_activation,
+            "hidden_activation": hidden_activation,
+            "output_activation": output_activation,
             "layers": [
                 {"in": s.in_dim, "out": s.out_dim, "storage": s.storage, "dtype": s.dtype, "nnz": s.nnz}
                 for s in stored
@@ -303,8 +318,8 @@ def save_artifact(path: str | Path, weights: MlpWeights, contract: PolicyContrac
     }
     model = onnx_graph.build_model(
         stored,
-        hidden_activation=weights.hidden_activation,
-        output_activation=weights.output_activation,
+        hidden_activation=hidden_activation,
+        output_activation=output_activation,
         obs_offset=np.array(contract.obs_offset),
         obs_scale=np.array(contract.obs_scale),
         action_low=np.array(contract.action_low),

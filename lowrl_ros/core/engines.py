@@ -350,5 +350,6 @@ def _check_agree(parsed: ParsedArtifact, a: Policy, b: Policy, probes: np.ndarra
         if (diff > tol).any():
             raise ArtifactError(
                 f"{parsed.source}: the ONNX graph and its weights disagree (ORT vs numpy action differ "
-                f"by {diff.max():.4g} > {tol.max():.4g}); the graph was edited or is corrupt: re-export it"
+                f"by {diff.max():.4g} > {tol.max():.4g}); the graph was edited, is corrupt or was written by an "
+                "older lowrl_ros: re-export it (scripts/reexport_models.py FILE keeps its weights)"
             )

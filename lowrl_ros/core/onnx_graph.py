@@ -10,7 +10,10 @@ Each layer's weight is stored one of four ways (``StoredLayer.storage`` / ``.dty
 - dense int8: ``l{i}.wq`` int8 [in, out] with symmetric per-output-channel ``l{i}.w_scale``; the
   activations are quantized on the fly (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by
   x_scale * w_scale -> Add bias). This is the QOperator pattern ORT's optimizer fuses into one
-  DynamicQuantizeMatMul kernel.
+  DynamicQuantizeMatMul kernel. MatMulInteger gets the weights as uint8 (int8 + 128, zero point
+  128), converted by constant-folded graph ops: with int8 weights ORT picks its U8S8 kernel, whose
+  AVX2 path (VPMADDUBSW, x86 without VNNI) saturates pairs of products to int16 and gave actions
+  off by a third of the range; U8U8 is exact on every CPU (checked in test_quantize).
 - sparse (fp32 or int8): the non-zero values in row-major order of the [in, out] matrix, with one
   leading 0 (``l{i}.values``), and a little-endian packed bitmask ``l{i}.mask`` (uint8, one bit
   per weight). Graph ops (BitShift, BitwiseAnd, CumSum, Gather) expand them to the dense matrix.
@@ -146,8 +149,9 @@ def build_model(
         else:
             q = [f"{p}.xq", f"{p}.xs", f"{p}.xzp"]
             nodes.append(helper.make_node("DynamicQuantizeLinear", [x], q, name=f"{p}.dql"))
-            wzp = _const(inits, f"{p}.wzp", np.zeros(layer.out_dim, np.int8))
-            acc = node("MatMulInteger", [q[0], w, q[2], wzp], f"{p}.mmi")
+            wu8 = _int8_to_uint8(node, inits, p, w)
+            wzp = _const(inits, f"{p}.wzp", np.full(layer.out_dim, 128, np.uint8))
+            acc = node("MatMulInteger", [q[0], wu8, q[2], wzp], f"{p}.mmi")
             accf = node("Cast", [acc], f"{p}.accf", to=TensorProto.FLOAT)
             scale = node("Mul", [q[1], _const(inits, f"{p}.w_scale", layer.w_scale)], f"{p}.scale")
             y = node("Mul", [accf, scale], f"{p}.mm")
@@ -181,6 +185,13 @@ def build_model(
     model.ir_version = 8  # onnx 1.13+ / ORT 1.14+ read it; newer IR versions lock older runtimes out
     helper.set_model_props(model, metadata)
     return model
+
+
+def _int8_to_uint8(node, inits: list, p: str, w: str) -> str:
+    """int8 weights + 128 as uint8 (for ORT's exact U8U8 kernel); constant-folded at session start."""
+    wide = node("Cast", [w], f"{p}.wq16", to=TensorProto.INT16)
+    shifted = node("Add", [wide, _const(inits, f"{p}.k128", np.array(128, np.int16))], f"{p}.wq16_shift")
+    return node("Cast", [shifted], f"{p}.wu8", to=TensorProto.UINT8)
 
 
 def _expand_sparse(node, inits: list, p: str, layer: StoredLayer) -> str:
