@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per return figure (10)")
     parser.add_argument("--train-steps", type=int, default=0, help="override the training configs' total_steps")
     parser.add_argument("--version-every", type=int, default=1000, help="updates between versions (N)")
-    parser.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (finetune_node's default)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="fine-tuning learning rate (default: FineTuneConfig.lr, finetune_node's default)")
     parser.add_argument("--judge-episodes", type=int, default=3,
                         help="episodes a version runs before it is judged (3: finetune_node's default eval_episodes)")
     parser.add_argument("--gap", nargs="*", default=[], metavar="FIELD=VALUE",
@@ -155,7 +156,7 @@ def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool
     tuner.transitions_seen += 1
 
 
-def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-4,
+def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-3,
               judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0, critic_warmup: int = 0,
               updates_per_step: int = 1, **config) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
@@ -230,6 +231,10 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lr is None:
+        from lowrl_ros.core.finetune import FineTuneConfig
+
+        args.lr = FineTuneConfig.lr
     from lowrl_ros.bench.record import write_result
     from lowrl_ros.core.reality_gap import RealityGapConfig
 
