@@ -156,7 +156,7 @@ def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool
     tuner.transitions_seen += 1
 
 
-def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float = 1e-3,
+def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float | None = None,
               judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0, critic_warmup: int = 0,
               updates_per_step: int = 1, **config) -> dict:
     """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
@@ -171,7 +171,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     kit = load_kit(run_dir / "kit")
     base = str(run_dir / "actor_int8.onnx")
     tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
-                                          seed=seed, lr=lr, critic_warmup_updates=critic_warmup,
+                                          seed=seed, lr=FineTuneConfig.lr if lr is None else lr, critic_warmup_updates=critic_warmup,
                                           updates_per_transition=updates_per_step,
                                           **{"rollback_margin": 150.0 if env_id == "Pendulum-v1" else 300.0,
                                              **config}),
