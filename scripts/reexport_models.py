@@ -10,6 +10,7 @@ ONNX Runtime on x86 CPUs without VNNI, and the loader refuses them. This rewrite
 from __future__ import annotations
 
 import io
+import json
 import sys
 import tempfile
 import zipfile
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lowrl_ros.core.artifact import parse_artifact, read_artifact_bytes, reexport_artifact  # noqa: E402
-from lowrl_ros.core.bundle import is_bundle_file, load_bundle, save_bundle  # noqa: E402
+from lowrl_ros.core.bundle import MANIFEST, is_bundle_file, load_bundle, save_bundle  # noqa: E402
 
 
 def _same_weights(a: Path, b: Path) -> None:
@@ -42,12 +43,11 @@ def reexport(path: Path) -> None:
         else:
             tiers = {}
             with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                for name in zf.namelist():
-                    if name.endswith(".onnx"):
-                        old = Path(tmp) / f"old_{name}"
-                        old.write_bytes(zf.read(name))
-                        tiers[name[:-5]] = reexport_artifact(old, Path(tmp) / name)
-                        _same_weights(old, tiers[name[:-5]])
+                for tier, entry in json.loads(zf.read(MANIFEST))["tiers"].items():
+                    old = Path(tmp) / f"old_{tier}.onnx"
+                    old.write_bytes(zf.read(entry["file"]))
+                    tiers[tier] = reexport_artifact(old, Path(tmp) / f"{tier}.onnx")
+                    _same_weights(old, tiers[tier])
             save_bundle(path, tiers)
     load_bundle(path)  # the loader's own checks, both engines against each other
     print(f"re-exported {path}")

@@ -7,7 +7,7 @@ Parts (``--part``, repeatable; default speed, pendulum, kernels):
 * pendulum  Pendulum-v1, ``--seeds`` seeds, interleaved per seed: SB3 SAC (its defaults, and lr 1e-3), our dense
             SAC and our RLx2 SAC (presets config/train_pendulum_sac*.yaml): env steps and training
             wall-clock (evaluations excluded) to a deterministic mean return >= -200, evaluated every
-            1000 steps on the same 5 fixed-seed episodes for all three.
+            1000 steps on the same 5 fixed-seed episodes for all of them.
 * mujoco    HalfCheetah-v5 / Hopper-v5 at ``--steps`` env steps (the issue's budget is 300k: hours on
             a CPU), dense vs RLx2 SAC at the paper's sparsities: return, % of dense, compression,
             analytic FLOPs reduction, wall-clock.
