@@ -336,16 +336,29 @@ def _kernels(args) -> tuple[dict, str]:
                                   "dense_us": t_dense_g, "csr_us": t_sddmm, "ratio": t_sddmm / t_dense_g})
         lines.append(f"| weight grad, {name} (sampled_addmm) | {d:.3f} | 256 | {t_dense_g:.1f} | {t_sddmm:.1f} | "
                      f"{t_sddmm / t_dense_g:.2f} |")
-    params = [torch.nn.Parameter(torch.randn(2, 256, 256, generator=gen)) for _ in range(3)]
-    for p in params:
-        p.grad = torch.randn(p.shape, generator=gen)
-    lines += ["", "| Adam implementation (3 tensors of 2x256x256) | us per step |", "|---|---|"]
-    for label, kw in (("for-loop (torch default on CPU, used by SB3)", {"foreach": False}),
-                      ("foreach", {"foreach": True}), ("fused (ours)", {"fused": True})):
-        opt = torch.optim.Adam(params, lr=1e-4, **kw)
-        t = timeit(opt.step)
-        results["adam"][label] = t
-        lines.append(f"| {label} | {t:.0f} |")
+    from lowrl_ros.core.train.optim import LeanAdam
+
+    def adam_case(title: str, shapes: list[tuple[int, ...]], impls) -> None:
+        params = [torch.nn.Parameter(torch.randn(shape, generator=gen)) for shape in shapes]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        lines.extend(["", f"| Adam implementation ({title}) | us per step |", "|---|---|"])
+        for label, make in impls:
+            opt = make(params)
+            t = timeit(opt.step)
+            results["adam"][f"{title}: {label}"] = t
+            lines.append(f"| {label} | {t:.0f} |")
+
+    adam_case("3 tensors of 2x256x256", [(2, 256, 256)] * 3, [
+        ("for-loop (torch default on CPU, used by SB3)", lambda ps: torch.optim.Adam(ps, lr=1e-4, foreach=False)),
+        ("foreach", lambda ps: torch.optim.Adam(ps, lr=1e-4, foreach=True)),
+        ("fused", lambda ps: torch.optim.Adam(ps, lr=1e-4, fused=True)),
+        ("fused, LeanAdam's step (ours)", lambda ps: LeanAdam(ps, lr=1e-4))])
+    # A Pendulum SAC actor (3-256-256-2 weights and biases): the Python around the kernel shows.
+    adam_case("a 3-256-256-2 actor, 6 tensors", [(1, 3, 256), (1, 1, 256), (1, 256, 256), (1, 1, 256),
+                                                 (1, 256, 2), (1, 1, 2)], [
+        ("fused", lambda ps: torch.optim.Adam(ps, lr=1e-4, fused=True)),
+        ("fused, LeanAdam's step (ours)", lambda ps: LeanAdam(ps, lr=1e-4))])
     return results, "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ import torch
 
 from lowrl_ros.core.train.agent import OffPolicyAgent, to_tensors
 from lowrl_ros.core.train.networks import GaussianActor, TwinCritic
+from lowrl_ros.core.train.optim import LeanAdam
 from lowrl_ros.core.train.replay import Batch
 
 
@@ -25,7 +26,7 @@ class SACAgent(OffPolicyAgent):
         self.target_entropy = -float(act_dim)  # SAC's heuristic: -|A|
         init = 1.0 if self.learn_alpha else cfg.alpha
         self.log_alpha = torch.tensor([np.log(init)], dtype=torch.float32, requires_grad=self.learn_alpha)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.lr, fused=True) if self.learn_alpha else None
+        self.alpha_opt = LeanAdam([self.log_alpha], lr=cfg.lr) if self.learn_alpha else None
 
     def build_actor(self, hidden: int) -> GaussianActor:
         return GaussianActor(self.obs_dim, self.act_dim, hidden, self.cfg.depth)
