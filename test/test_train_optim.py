@@ -1,7 +1,6 @@
 """LeanAdam (optim.py) computes what torch.optim.Adam(fused=True) computes, bit for bit, on its shortcut."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 from lowrl_ros.core.train.optim import LeanAdam
