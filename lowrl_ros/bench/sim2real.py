@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--oracle", action="store_true",
                         help="also train a policy on the gapped robot from scratch (same config and steps): the "
                              "return achievable under the gap, and the gap recovered against it")
+    parser.add_argument("--oracle-steps", type=int, default=0,
+                        help="the oracle's training steps (default: the sim policy's): a longer-trained oracle is "
+                             "a firmer estimate of the best return the gapped robot allows")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
@@ -110,7 +113,12 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
     overrides = {"seed": seed, "progress": False}
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
-    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **overrides)
+    preset = Path(__file__).resolve().parents[2] / ENVS[env_id]
+    if args.oracle_steps:
+        # A longer run keeps all its data too, as the presets' buffers (sized to the run) do.
+        overrides["total_steps"] = args.oracle_steps
+        overrides["buffer_size"] = max(args.oracle_steps, TrainConfig.from_yaml(preset).buffer_size)
+    cfg = TrainConfig.from_yaml(preset, **overrides)
     tag = "-".join(f"{k}{v:g}" for k, v in sorted(gap.to_dict().items()) if v != getattr(type(gap)(), k))
     run_dir = args.runs_dir / f"oracle-{env_id}-s{seed}-{cfg.total_steps}-{tag}-{_config_tag(cfg)}"
     if not (run_dir / "actor_int8.onnx").is_file():
@@ -255,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
     results: dict = {"gap": gap.to_dict(), "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
-                     "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step, "runs": []}
+                     "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step,
+                     "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None, "runs": []}
     rows = []
     for env_id in args.envs:
         for seed in args.seeds:
@@ -304,7 +313,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
                 f"{args.updates_per_step} update(s) per robot step, "
                 f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}), "
-                f"returns over {args.eval_episodes} seeded episodes.\n\n"
+                f"returns over {args.eval_episodes} seeded episodes"
+                + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
+                   "robot from scratch" if args.oracle else "") + ".\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
                 "oracle on the gap (recovered vs it) |\n"

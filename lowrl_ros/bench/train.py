@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default="dense,rlx2",
                         help="mujoco: which variants to run (runs finished with the same config are reused, so "
                              "separate processes can train them in parallel, then one run writes the table)")
+    parser.add_argument("--actor-sparsity", type=float, default=None,
+                        help="mujoco: the sparse variants' actor sparsity instead of the preset's (the paper's)")
+    parser.add_argument("--critic-sparsity", type=float, default=None,
+                        help="mujoco: the sparse variants' critic sparsity instead of the preset's (the paper's)")
     parser.add_argument("--chunks", type=int, default=8, help="speed: interleaved chunks per contender")
     parser.add_argument("--chunk-updates", type=int, default=40, help="speed: gradient steps per chunk")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for our trainer (default 1)")
@@ -235,15 +239,20 @@ def _mujoco(args) -> tuple[dict, str]:
         preset = REPO / "config" / f"train_{env_id.split('-')[0].lower()}_{args.algo}.yaml"
         scores = {}
         for variant in variants:
-            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps,
+            sparsity = {} if variant == "dense" else \
+                {k: v for k, v in (("actor_sparsity", args.actor_sparsity),
+                                   ("critic_sparsity", args.critic_sparsity)) if v is not None}
+            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps, **sparsity,
                                         warmup_steps=min(25_000, steps // 10), eval_interval=max(1, steps // 10),
                                         eval_episodes=5, checkpoint_interval=0, threads=args.threads,
                                         nstep_delay=min(300_000, int(0.3 * steps)),
                                         mask_interval=min(10_000, max(100, steps // 100)),
                                         buffer_min=min(200_000, steps // 2),
                                         buffer_check_interval=min(10_000, steps // 20))
-            run_dir = Path(args.runs_dir) / (f"{env_id}-{variant}-{steps}" if args.algo == "sac"
-                                             else f"{env_id}-{args.algo}-{variant}-{steps}")
+            run_dir = Path(args.runs_dir) / ((f"{env_id}-{variant}-{steps}" if args.algo == "sac"
+                                              else f"{env_id}-{args.algo}-{variant}-{steps}")
+                                             + (f"-a{cfg.actor_sparsity:g}c{cfg.critic_sparsity:g}"
+                                                if sparsity else ""))
             summary = _finished_run(run_dir, cfg)
             reused = summary is not None
             if not reused:  # long runs: a finished run with the same config is reused, not redone
@@ -266,7 +275,8 @@ def _mujoco(args) -> tuple[dict, str]:
             e = results[f"{env_id}/{variant}"]
             pct = 100 * e["score"] / scores["dense"] if scores.get("dense", 0) > 0 else math.nan
             e["percent_of_dense"] = pct
-            lines.append(f"| {env_id} | {variant} | {e['score']:.1f} | {pct:.1f} | {e['compression']:.2f}x | "
+            label = variant if variant == "dense" else f"{variant} {e['actor_sparsity']:.0%}/{e['critic_sparsity']:.0%}"
+            lines.append(f"| {env_id} | {label} | {e['score']:.1f} | {pct:.1f} | {e['compression']:.2f}x | "
                          f"{e['train_flops_reduction']:.2f}x | {e['inference_flops_reduction']:.2f}x | "
                          f"{e['wall_s']:.0f} | {e['ms_per_gradient_step']:.2f} |")
     if any(v.get("reused_finished_run") for v in results.values() if isinstance(v, dict)):
