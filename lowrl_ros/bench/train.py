@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default="dense,rlx2",
                         help="mujoco: which variants to run (runs finished with the same config are reused, so "
                              "separate processes can train them in parallel, then one run writes the table)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="mujoco: the runs' seed (default 0); another seed writes train_mujoco[_algo]..._s<seed>.*")
     parser.add_argument("--actor-sparsity", type=float, default=None,
                         help="mujoco: the sparse variants' actor sparsity instead of the preset's (the paper's)")
     parser.add_argument("--critic-sparsity", type=float, default=None,
@@ -148,12 +150,13 @@ def _eval_sb3(model, env_id: str, seed: int, episodes: int) -> float:
     return float(np.mean(returns))
 
 
-def _sb3_to_target(seed: int, max_steps: int, target: float, threads: int, lr: float = 3e-4) -> dict:
+def _sb3_to_target(seed: int, max_steps: int, target: float, threads: int, **hparams) -> dict:
+    """SB3 SAC to ``target``; ``hparams`` override its defaults (learning_rate, batch_size, learning_starts)."""
     import torch
     from stable_baselines3 import SAC
 
     torch.set_num_threads(threads)
-    model = SAC("MlpPolicy", _quiet_env("Pendulum-v1"), verbose=0, seed=seed, learning_rate=lr)
+    model = SAC("MlpPolicy", _quiet_env("Pendulum-v1"), verbose=0, seed=seed, **hparams)
     train_s, steps = 0.0, 0
     while steps < max_steps:
         t = time.perf_counter()
@@ -183,12 +186,17 @@ def _pendulum(args) -> tuple[dict, str]:
     # Same thread count for SB3 as for ours: with torch's default (one per core) SB3 burns its
     # time spinning whenever the CPU is shared, which would flatter us; the speed part reports both.
     sb3_threads = args.threads
-    # SB3 at its defaults is the baseline the targets name; SB3 at our presets' lr (1e-3) is the
-    # same-hyper-parameters check that the gain is not the learning rate alone.
-    rows: dict[str, list[dict]] = {"sb3_sac": [], "sb3_sac_lr1e-3": [], "ours_dense_sac": [], "ours_rlx2_sac": []}
+    # SB3 at its defaults is the baseline the targets name; SB3 given our RLx2 preset's lr, batch
+    # size and warm-up is the same-hyper-parameters check: what of the gain those settings alone buy.
+    from lowrl_ros.core.train.config import TrainConfig
+
+    ours = TrainConfig.from_yaml(REPO / "config" / "train_pendulum_sac.yaml")
+    sb3_ours = {"learning_rate": ours.lr, "batch_size": ours.batch_size, "learning_starts": ours.warmup_steps}
+    same = f"sb3_sac_lr{ours.lr:g}_batch{ours.batch_size}_warmup{ours.warmup_steps}"
+    rows: dict[str, list[dict]] = {"sb3_sac": [], same: [], "ours_dense_sac": [], "ours_rlx2_sac": []}
     for seed in range(args.seeds):
         rows["sb3_sac"].append(_sb3_to_target(seed, args.max_steps, target, sb3_threads))
-        rows["sb3_sac_lr1e-3"].append(_sb3_to_target(seed, args.max_steps, target, sb3_threads, lr=1e-3))
+        rows[same].append(_sb3_to_target(seed, args.max_steps, target, sb3_threads, **sb3_ours))
         rows["ours_dense_sac"].append(_ours_to_target("train_pendulum_sac_dense.yaml", seed, args.max_steps, target,
                                                       args.threads, runs))
         rows["ours_rlx2_sac"].append(_ours_to_target("train_pendulum_sac.yaml", seed, args.max_steps, target,
@@ -205,8 +213,9 @@ def _pendulum(args) -> tuple[dict, str]:
     base = summary["sb3_sac"]
     lines = [f"Pendulum-v1, target mean return >= {target}, {args.seeds} seeds, budget {args.max_steps} env steps, "
              "evaluated every 1000 steps (5 fixed-seed deterministic episodes). Training wall-clock excludes "
-             f"evaluations. SB3 with its default hyper-parameters (lr 3e-4; the baseline of the ratios) and with "
-             f"lr 1e-3 (our presets' value); all at {args.threads} torch thread(s).\n",
+             f"evaluations. SB3 with its default hyper-parameters (lr 3e-4, batch 256, 100 warm-up steps; the baseline "
+             f"of the ratios) and with our RLx2 preset's (lr {ours.lr:g}, batch {ours.batch_size}, "
+             f"{ours.warmup_steps} warm-up steps); all at {args.threads} torch thread(s).\n",
              "| trainer | reached | mean env steps | mean train s | steps vs SB3 | time vs SB3 | per seed (steps, s) |",
              "|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
@@ -228,10 +237,10 @@ def _mujoco(args) -> tuple[dict, str]:
     from lowrl_ros.core.train.loop import Trainer
 
     steps = args.steps
-    results: dict = {"steps": steps}
+    results: dict = {"steps": steps, "seed": args.seed}
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    lines = [f"{args.algo.upper()}, {steps} env steps per run, seed 0, warm-up min(25000, steps/10), 10 evaluations of 5 "
-             "episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ "
+    lines = [f"{args.algo.upper()}, {steps} env steps per run, seed {args.seed}, warm-up min(25000, steps/10), "
+             "10 evaluations of 5 episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ "
              "(not run unless --steps says so).\n",
              "| env | variant | score | % of dense | compression | train FLOPs reduction | inference FLOPs reduction "
              "| wall s | ms/grad step |", "|---|---|---|---|---|---|---|---|---|"]
@@ -242,7 +251,7 @@ def _mujoco(args) -> tuple[dict, str]:
             sparsity = {} if variant == "dense" else \
                 {k: v for k, v in (("actor_sparsity", args.actor_sparsity),
                                    ("critic_sparsity", args.critic_sparsity)) if v is not None}
-            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps, **sparsity,
+            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps, seed=args.seed, **sparsity,
                                         warmup_steps=min(25_000, steps // 10), eval_interval=max(1, steps // 10),
                                         eval_episodes=5, checkpoint_interval=0, threads=args.threads,
                                         nstep_delay=min(300_000, int(0.3 * steps)),
@@ -252,7 +261,7 @@ def _mujoco(args) -> tuple[dict, str]:
             run_dir = Path(args.runs_dir) / ((f"{env_id}-{variant}-{steps}" if args.algo == "sac"
                                               else f"{env_id}-{args.algo}-{variant}-{steps}")
                                              + (f"-a{cfg.actor_sparsity:g}c{cfg.critic_sparsity:g}"
-                                                if sparsity else ""))
+                                                if sparsity else "") + (f"-s{args.seed}" if args.seed else ""))
             summary = _finished_run(run_dir, cfg)
             reused = summary is not None
             if not reused:  # long runs: a finished run with the same config is reused, not redone
@@ -381,6 +390,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"== lowrl bench train: {part}", flush=True)
         results, markdown = fns[part](args)
         name = f"train_{part}_{args.algo}" if part == "mujoco" and args.algo != "sac" else f"train_{part}"
+        if part == "mujoco":  # runs off the presets' seed or sparsities get files of their own
+            name += "".join(f"_{tag}{v:g}" for tag, v in (("a", args.actor_sparsity), ("c", args.critic_sparsity))
+                            if v is not None) + (f"_s{args.seed}" if args.seed else "")
         path = write_result(name, results, markdown)
         print(markdown)
         print(f"results: {path}", flush=True)
