@@ -248,6 +248,73 @@ def test_rollback_rule_with_scripted_returns():
     assert copy.best == 2 and copy.current == 2 and copy.versions[4].status == "rejected"
 
 
+def _two_versions(adjust: bool) -> VersionTracker:
+    """v1 runs from middling start states; v2, truly 50 better, draws three bad ones.
+
+    Returns follow R = b + quality exactly (slope 1), b being the start state's baseline value."""
+    tr = VersionTracker(eval_episodes=3, rollback_margin=100.0)
+    tr.add(VersionRecord(1, None, "base.onnx"))
+    for b in (-100.0, -300.0, -200.0, -150.0, -250.0, -200.0):
+        tr.on_episode(1, b, b if adjust else math.nan)
+    tr.add(VersionRecord(2, 1, "v2.onnx"))
+    for b in (-400.0, -380.0, -420.0):
+        decision = tr.on_episode(2, b + 50.0, b if adjust else math.nan)
+    tr.last = decision
+    return tr
+
+
+def test_versions_are_scored_against_where_their_episodes_started():
+    plain = _two_versions(adjust=False)  # -350 against -200: rolled back although v2 is better
+    assert plain.last.action == "rollback" and plain.best == 1 and plain.versions[2].status == "rejected"
+    adjusted = _two_versions(adjust=True)
+    slope, mean_b = adjusted.baseline_fit()
+    assert slope == pytest.approx(1.0) and mean_b == pytest.approx(-2400.0 / 9)
+    assert adjusted.best == 2 and adjusted.current == 2 and adjusted.last.action == "none"
+    assert adjusted.score(adjusted.versions[2]) - adjusted.score(adjusted.versions[1]) == pytest.approx(50.0)
+
+
+def test_the_score_adjustment_needs_enough_episodes_and_is_never_negative():
+    tr = VersionTracker(eval_episodes=2, rollback_margin=100.0)
+    tr.add(VersionRecord(1, None, "base.onnx"))
+    for r, b in ((-100.0, -100.0), (-300.0, -300.0), (-200.0, -200.0), (-150.0, -150.0), (-250.0, -250.0)):
+        tr.on_episode(1, r, b)
+    assert tr.baseline_fit()[0] == 0.0  # 5 episodes with a baseline: plain means still
+    tr.on_episode(1, -120.0, -120.0)
+    assert tr.baseline_fit()[0] == pytest.approx(1.0)
+    anti = VersionTracker(eval_episodes=2, rollback_margin=100.0)
+    anti.add(VersionRecord(1, None, "base.onnx"))
+    for b in range(6):
+        anti.on_episode(1, -10.0 * b, 10.0 * b)  # returns fall as the baseline rises: no adjustment
+    assert anti.baseline_fit()[0] == 0.0
+    # A record from before baselines existed (versions.json of an older session) keeps working.
+    old = VersionTracker(eval_episodes=2, rollback_margin=100.0)
+    old.load_dict({"current": 1, "best": None, "versions": [
+        {"version": 1, "parent_version": None, "path": "base.onnx", "returns": [-200.0], "status": "candidate"}]})
+    old.on_episode(1, -220.0, -50.0)
+    assert old.versions[1].returns == [-200.0, -220.0] and math.isnan(old.versions[1].baselines[0])
+    assert old.best == 1 and old.score(old.versions[1]) == pytest.approx(-210.0)
+
+
+def test_episodes_carry_the_kit_critics_value_of_their_start(kit_dir, tmp_path):
+    ft = tuner(kit_dir, tmp_path / "a")
+    up, down = np.array([1.0, 0.0, 0.0]), np.array([-1.0, 0.0, 0.0])  # Pendulum: upright, hanging
+    v_up, v_down = ft.start_value(up), ft.start_value(down)
+    assert math.isfinite(v_up) and math.isfinite(v_down) and v_up != v_down
+    assert math.isnan(ft.start_value(np.array([1.0, 0.0]))) and math.isnan(ft.start_value(np.array([np.nan, 0, 0])))
+    for obs, _, _, nxt, term, trunc in pendulum_transitions(200):  # learning must not move the yardstick
+        ft.add(obs, np.zeros(1), -1.0, nxt, term, trunc)
+    ft.update(50)
+    assert ft.start_value(up) == v_up
+    ft.on_episode(1, -300.0, start_obs=up)
+    ft.on_episode(1, -320.0)  # no start observation: no baseline
+    saved = json.loads((tmp_path / "a" / "versions.json").read_text())["versions"][0]
+    assert saved["returns"] == [-300.0, -320.0] and saved["baselines"][0] == pytest.approx(v_up)
+    assert math.isnan(saved["baselines"][1])
+    off = tuner(kit_dir, tmp_path / "b", judge_baseline=False)
+    off.on_episode(1, -300.0, start_obs=up)
+    assert math.isnan(off.tracker.versions[1].baselines[0])
+
+
 def test_rollback_restores_the_best_learner_and_resume_continues(kit_dir, tmp_path):
     ft = tuner(kit_dir, tmp_path)
     for t in pendulum_transitions(300):

@@ -189,6 +189,12 @@ def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context
         assert paths[1].endswith("versions/v000002.onnx")  # v2 went through the policy node's swap path
         assert paths[2] == str(base)  # v2 returned -1500 < -500 - 100: the base is back
         assert node.tuner.tracker.versions[2].status == "rejected" and node.tuner.tracker.current == 1
+        # Each judged episode carries the kit critic's value of its first observation: the one the
+        # robot published right after the previous episode's end (a step k that is a multiple of 25).
+        starts = {ks: node.tuner.start_value([math.cos(theta(ks)), math.sin(theta(ks)), float(ks)])
+                  for ks in range(25, k + 1, 25)}
+        judged = [b for v in (1, 2) for b in node.tuner.tracker.versions[v].baselines]
+        assert judged and all(any(b == pytest.approx(v) for v in starts.values()) for b in judged), (judged, starts)
         assert "more than 100" in node.last_decision or "rolling" in node.last_decision or "v2" in node.last_decision
         assert spin_until(ex, lambda: robot.value("lowrl/finetune/versions", "running") == 1, 5.0)
     finally:

@@ -189,6 +189,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     policy = load_artifact(base, engine="numpy")
     env = make_gapped_env(env_id, gap)
     obs, _ = env.reset(seed=seed + 50_000)  # robot episodes apart from the evaluation seeds
+    start_obs = obs
     ep_return, episode_version, rss_max, returns = 0.0, deployed, 0.0, []
     started = time.perf_counter()
     explore = np.random.default_rng(seed + 77)
@@ -214,7 +215,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
         if term or trunc:
             returns.append((step + 1, deployed, ep_return))
             # Judged only when one version ran the whole episode (the node's rule).
-            decision = tuner.on_episode(deployed, ep_return) if episode_version == deployed else None
+            decision = tuner.on_episode(deployed, ep_return, start_obs) if episode_version == deployed else None
             if decision is not None and decision.action == "rollback":
                 deployed = decision.target.version
                 policy = load_artifact(decision.target.path, engine="numpy")
@@ -223,7 +224,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
                 deployed = record.version
                 policy = load_artifact(record.path, engine="numpy")  # validated load, as the policy node does
             obs, _ = env.reset()
-            ep_return, episode_version = 0.0, deployed
+            start_obs, ep_return, episode_version = obs, 0.0, deployed
             rss_max = max(rss_max, proc.memory_info().rss / 2**20)
     wall = time.perf_counter() - started
     tracker = tuner.tracker

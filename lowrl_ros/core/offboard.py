@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,6 +85,8 @@ class EpisodeJudge:
     expected_index: int | None = None
     lost: int = 0  # transitions missing from the stream (gaps in the index)
     finished: list[tuple[int, float]] = field(default_factory=list)
+    start_obs: Any = None  # the first observation of the episode under way
+    ended_start_obs: Any = None  # ... and of the episode that ended last (the score's baseline)
 
     def add(self, index: int, t: Transition) -> tuple[int, float] | None:
         """Count one transition; returns (version, return) when it ends a judged episode."""
@@ -93,14 +96,14 @@ class EpisodeJudge:
             self.whole = False  # a gap (or a repeat): this episode is not judged
         self.expected_index = index + 1
         if self.version is None:
-            self.version = t.policy_version
+            self.version, self.start_obs = t.policy_version, t.obs
         elif t.policy_version != self.version:
             self.whole = False
         self.total += t.reward
         if not (t.terminated or t.truncated):
             return None
         result = (self.version, self.total) if self.whole and self.version and math.isfinite(self.total) else None
-        self.total, self.version, self.whole = 0.0, None, True
+        self.total, self.version, self.whole, self.ended_start_obs = 0.0, None, True, self.start_obs
         if result is not None:
             self.finished.append(result)
         return result
@@ -145,7 +148,7 @@ class OffboardLearner:
             self.tuner.add(t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated)
             ended = self.judge.add(index, t)
             if ended is not None:
-                released += self._decide(self.tuner.on_episode(*ended))
+                released += self._decide(self.tuner.on_episode(*ended, self.judge.ended_start_obs))
         return released
 
     def step(self, max_updates: int) -> list[Path]:

@@ -79,7 +79,7 @@ _FT_RANGES: dict[str, dict[str, Any]] = {
     "rollback_margin": dict(floats=(0.0, 1e9)), "min_return": dict(dynamic=True), "seed": dict(ints=(0, 2**31 - 1)),
     "threads": dict(ints=(1, 64)), "memory_cap_mb": dict(floats=(64.0, 1e6)), "nice": dict(ints=(0, 19)),
     "updates_per_slice": dict(ints=(1, 10_000)), "critic_warmup_updates": dict(ints=(0, 10_000_000)),
-    "bc_weight": dict(floats=(0.0, 1e6)),
+    "bc_weight": dict(floats=(0.0, 1e6)), "judge_baseline": {},
 }
 _LOG_RANGES: dict[str, dict[str, Any]] = {
     "segment_transitions": dict(ints=(1, 10_000_000)), "segment_seconds": dict(floats=(0.01, 86400.0)),
@@ -178,6 +178,11 @@ class FineTuneNode(Node):
         self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
         self.running_version = 0  # what the policy node reports running (0: not heard yet)
         self._episode_version: int | None = None
+        # The first observation of the episode under way (its start state values the episode for the
+        # version scores): the first one sent after the last episode end, by DDS source timestamp,
+        # whichever of the two topics arrives here first.
+        self._episode_start: tuple[float, np.ndarray | None] = (-math.inf, None)
+        self._recent_obs: collections.deque = collections.deque(maxlen=16)  # (sent, obs)
         self._requested: dict[str, int] = {}  # artifact path -> version, for rejection reports
         # Worker hand-over (thread-safe containers).
         self._to_learner: collections.deque = collections.deque()
@@ -252,8 +257,7 @@ class FineTuneNode(Node):
         except ObservationError as exc:
             self._bad(str(exc))
             return
-        self.received["observation"] += 1
-        self._record(self.assembler.observation(obs, _sent(info), self.running_version, time.monotonic()))
+        self._observed(obs, _sent(info))
 
     def _on_observation(self, msg: Float32MultiArray, info) -> None:
         try:
@@ -261,8 +265,15 @@ class FineTuneNode(Node):
         except ObservationError as exc:
             self._bad(str(exc))
             return
+        self._observed(obs, _sent(info))
+
+    def _observed(self, obs: np.ndarray, sent: float) -> None:
         self.received["observation"] += 1
-        self._record(self.assembler.observation(obs, _sent(info), self.running_version, time.monotonic()))
+        self._recent_obs.append((sent, obs))
+        after, start = self._episode_start
+        if start is None and sent > after:
+            self._episode_start = (after, obs)
+        self._record(self.assembler.observation(obs, sent, self.running_version, time.monotonic()))
 
     def _on_command(self, msg: Float64MultiArray, info) -> None:
         action = np.asarray(msg.data, dtype=np.float64)
@@ -294,8 +305,10 @@ class FineTuneNode(Node):
         self.assembler.episode_end(kind, sent)
         # An episode counts for a version only if that version ran all of it (as far as we know).
         version, self._episode_version = self._episode_version, self.running_version or None
+        start = self._episode_start[1]
+        self._episode_start = (sent, next((o for t, o in self._recent_obs if t > sent), None))
         if version is not None and version == self.running_version and math.isfinite(ret):
-            self._to_learner.append(("episode", version, ret))
+            self._to_learner.append(("episode", version, ret, start))
 
     def _bad(self, reason: str) -> None:
         self.bad_inputs += 1
@@ -431,7 +444,7 @@ class FineTuneNode(Node):
                 t = item[1]
                 self.tuner.add(t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated)
             elif item[0] == "episode":
-                self._decide(self.tuner.on_episode(item[1], item[2]))
+                self._decide(self.tuner.on_episode(item[1], item[2], item[3]))
             else:
                 self._decide(self.tuner.on_safety_trip(item[1]))
 
