@@ -295,6 +295,15 @@ def test_the_score_adjustment_needs_enough_episodes_and_is_never_negative():
     assert old.best == 1 and old.score(old.versions[1]) == pytest.approx(-210.0)
 
 
+def test_one_failed_episode_does_not_throw_the_score_adjustment():
+    tr = VersionTracker(eval_episodes=3, rollback_margin=100.0)
+    tr.add(VersionRecord(1, None, "base.onnx"))
+    bs = (-100.0, -300.0, -200.0, -150.0, -250.0, -180.0, -120.0)
+    for i, b in enumerate(bs):
+        tr.on_episode(1, 2.0 * b + (-1200.0 if i == 1 else 0.0), b)  # one swing-up failed: -1800
+    assert tr.baseline_fit()[0] == pytest.approx(2.0)  # least squares would say 6.5
+
+
 def test_episodes_carry_the_kit_critics_value_of_their_start(kit_dir, tmp_path):
     ft = tuner(kit_dir, tmp_path / "a")
     up, down = np.array([1.0, 0.0, 0.0]), np.array([-1.0, 0.0, 0.0])  # Pendulum: upright, hanging

@@ -30,7 +30,7 @@ first observation, b = Q_kit(s0, pi_kit(s0)); the score is the regression-adjust
 
     score_v = mean_v(R) - c * (mean_v(b) - mean_all(b))
 
-with c the within-version least-squares slope of R on b over every episode recorded (0 until
+with c the within-version Theil-Sen slope of R on b over every episode recorded (0 until
 ``_MIN_BASELINE_EPISODES`` episodes carry a baseline, and never negative). Unbiased for the
 version's expected return at any fixed c, and with the return's spread cut to sqrt(1 - rho^2) of
 it: on the gapped Pendulum-v1 the kit critic's b correlates with R at rho = 0.91-0.93 (100
@@ -293,24 +293,24 @@ class VersionTracker:
     def baseline_fit(self) -> tuple[float, float]:
         """(slope c, mean baseline) of the score adjustment, from every episode that has a baseline.
 
-        c is the within-version least-squares slope of return on baseline (each version's own means
-        taken out, so better versions do not tilt it), 0 with fewer than ``_MIN_BASELINE_EPISODES``
-        such episodes or no spread in the baselines, and never negative.
+        c is the Theil-Sen slope of return on baseline within versions: the median of
+        (R_i - R_j) / (b_i - b_j) over pairs of episodes of the same version, so better versions do
+        not tilt it and a failed swing-up (an outlier return) does not throw it (least squares gave
+        1.2-4.1 where 100 episodes say 1.7-1.9 on the gapped Pendulum-v1; Theil-Sen 1.7-2.0).
+        0 with fewer than ``_MIN_BASELINE_EPISODES`` such episodes, and never negative.
         """
-        pairs = []  # (returns, baselines) of each version's episodes that have a baseline
+        slopes, baselines = [], []
         for rec in self.versions.values():
             kept = [(r, b) for r, b in zip(rec.returns, rec.baselines) if math.isfinite(b)]
-            if kept:
-                pairs.append(tuple(np.array(kept, dtype=np.float64).T))
-        count = sum(len(b) for _, b in pairs)
-        if count == 0:
+            baselines += [b for _, b in kept]
+            for i, (ri, bi) in enumerate(kept):
+                slopes += [(ri - rj) / (bi - bj) for rj, bj in kept[i + 1:] if abs(bi - bj) > 1e-9]
+        if not baselines:
             return 0.0, 0.0
-        mean_b = float(np.mean(np.concatenate([b for _, b in pairs])))
-        sxy = sum(float(((r - r.mean()) * (b - b.mean())).sum()) for r, b in pairs)
-        sxx = sum(float(((b - b.mean()) ** 2).sum()) for _, b in pairs)
-        if count < _MIN_BASELINE_EPISODES or sxx <= 1e-12:
+        mean_b = float(np.mean(baselines))
+        if len(baselines) < _MIN_BASELINE_EPISODES or not slopes:
             return 0.0, mean_b
-        return max(0.0, sxy / sxx), mean_b
+        return max(0.0, float(np.median(slopes))), mean_b
 
     def score(self, rec: VersionRecord) -> float | None:
         """``rec``'s score: its first ``eval_episodes`` returns, adjusted (see the module docstring)."""
