@@ -38,6 +38,7 @@ def test_fine_tune_runs_the_asked_updates_per_robot_step(run_dir):
     for out in outs.values():
         assert out["versions"] >= 2, out["statuses"]  # the base and at least one version it made and ran
         assert all(b > 0 for b in out["version_bytes"])
+        assert set(out["version_paths"]) == set(out["statuses"])  # --all-versions evaluates each of them
         assert len(out["episode_returns"]) == steps // 200
 
 

@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--oracle-steps", type=int, default=0,
                         help="the oracle's training steps (default: the sim policy's): a longer-trained oracle is "
                              "a firmer estimate of the best return the gapped robot allows")
+    parser.add_argument("--all-versions", action="store_true",
+                        help="also evaluate every version the fine-tuner made on the same episodes: the best one "
+                             "made against the one kept tells learning from selection")
+    parser.add_argument("--plain-judging", action="store_true",
+                        help="judge versions by plain mean returns (FineTuneConfig.judge_baseline false) instead of "
+                             "returns adjusted for each episode's start state")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
@@ -236,7 +242,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
             "updates": tuner.updates, "wall_s": round(wall, 1), "rss_mb_max": round(rss_max, 1),
             "episode_returns": returns, "version_bytes": artifact_bytes,
             "fp32_state_dict_bytes": buf.getbuffer().nbytes,
-            "statuses": {v.version: v.status for v in tracker.versions.values()}, "out_dir": str(out_dir)}
+            "statuses": {v.version: v.status for v in tracker.versions.values()},
+            "version_paths": {v.version: v.path for v in tracker.versions.values()}, "out_dir": str(out_dir)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -265,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
                      "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step,
+                     "judge_baseline": not args.plain_judging,
                      "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None, "runs": []}
     rows = []
     for env_id in args.envs:
@@ -277,10 +285,22 @@ def run(args: argparse.Namespace) -> int:
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
             ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
                            args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
-                           updates_per_step=args.updates_per_step, bc_weight=args.bc_weight)
+                           updates_per_step=args.updates_per_step, bc_weight=args.bc_weight,
+                           judge_baseline=not args.plain_judging)
             after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
             s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
             recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
+            made = {}
+            if args.all_versions:  # every version on the same episodes (the base's figure is `before`)
+                means = {v: float(np.mean(gap_returns(path, env_id, gap, args.eval_episodes, eval_seed)))
+                         for v, path in ft["version_paths"].items() if path != str(base)}
+                if means:
+                    top = max(means, key=means.get)
+                    made = {"version_means": means, "best_made": top, "best_made_return": means[top],
+                            "best_made_recovered_pct": 100.0 * (means[top] - b) / (s - b) if s - b > 1e-9
+                            else float("nan")}
+                    print(f"  best version made: v{top} {means[top]:.1f} "
+                          f"({made['best_made_recovered_pct']:.0f} %)", flush=True)
             oracle = {}
             if args.oracle:
                 o = gap_returns(oracle_policy(env_id, seed, gap, args), env_id, gap, args.eval_episodes, eval_seed)
@@ -294,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
                    "sim_returns": sim, "before_returns": before, "after_returns": after,
                    "bytes_per_update": per_update, "fp32_dense_bytes": ft["fp32_state_dict_bytes"],
                    "bytes_ratio": ratio, **{k: v for k, v in ft.items() if k != "episode_returns"},
-                   "robot_episode_returns": ft["episode_returns"], **oracle}
+                   "robot_episode_returns": ft["episode_returns"], **oracle, **made}
             results["runs"].append(run)
             print(f"  sim {s:.1f}, gapped before {b:.1f}, after {a:.1f} (best v{ft['best_version']} of "
                   f"{ft['versions']}): {recovered:.0f} % of the gap recovered; {per_update:.0f} B per update vs "
@@ -305,7 +325,9 @@ def run(args: argparse.Namespace) -> int:
                         f"| {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
                         f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} | "
                         + (f"{oracle['oracle']:.1f} ({oracle['recovered_vs_oracle_pct']:.0f} %) |"
-                           if oracle else "- |"))
+                           if oracle else "- |")
+                        + (f" v{made['best_made']} {made['best_made_return']:.1f} "
+                           f"({made['best_made_recovered_pct']:.0f} %) |" if made else " - |"))
     for env_id in args.envs:
         rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
@@ -314,13 +336,15 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
                 f"{args.updates_per_step} update(s) per robot step, "
                 f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}), "
-                f"returns over {args.eval_episodes} seeded episodes"
+                + ("versions judged on plain mean returns, " if args.plain_judging
+                   else "versions judged on returns adjusted for the start state, ")
+                + f"returns over {args.eval_episodes} seeded episodes"
                 + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
                    "robot from scratch" if args.oracle else "") + ".\n\n"
                 "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
-                "oracle on the gap (recovered vs it) |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+                "oracle on the gap (recovered vs it) | best version made (recovered) |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     path = write_result("sim2real", results, markdown, args.out)
     print(markdown)
     print(f"results: {path}")
