@@ -257,6 +257,7 @@ class Decision:
 
 
 _MIN_BASELINE_EPISODES = 6  # episodes with a baseline before the score adjustment is fitted
+_FIT_EPISODES = 64  # at most this many (the latest) episodes of a version enter the fit: O(64^2) pairs each
 
 
 class VersionTracker:
@@ -301,16 +302,23 @@ class VersionTracker:
         """
         slopes, baselines = [], []
         for rec in self.versions.values():
-            kept = [(r, b) for r, b in zip(rec.returns, rec.baselines) if math.isfinite(b)]
-            baselines += [b for _, b in kept]
-            for i, (ri, bi) in enumerate(kept):
-                slopes += [(ri - rj) / (bi - bj) for rj, bj in kept[i + 1:] if abs(bi - bj) > 1e-9]
-        if not baselines:
+            n = min(len(rec.returns), len(rec.baselines))
+            r, b = np.asarray(rec.returns[:n], dtype=np.float64), np.asarray(rec.baselines[:n], dtype=np.float64)
+            ok = np.isfinite(b)
+            r, b = r[ok][-_FIT_EPISODES:], b[ok][-_FIT_EPISODES:]  # a long-running version: its latest
+            baselines.append(b)
+            i, j = np.triu_indices(len(b), k=1)
+            db = b[i] - b[j]
+            keep = np.abs(db) > 1e-9
+            slopes.append((r[i] - r[j])[keep] / db[keep])
+        baselines_all = np.concatenate(baselines) if baselines else np.empty(0)
+        slopes_all = np.concatenate(slopes) if slopes else np.empty(0)
+        if baselines_all.size == 0:
             return 0.0, 0.0
-        mean_b = float(np.mean(baselines))
-        if len(baselines) < _MIN_BASELINE_EPISODES or not slopes:
+        mean_b = float(baselines_all.mean())
+        if baselines_all.size < _MIN_BASELINE_EPISODES or slopes_all.size == 0:
             return 0.0, mean_b
-        return max(0.0, float(np.median(slopes))), mean_b
+        return max(0.0, float(np.median(slopes_all))), mean_b
 
     def score(self, rec: VersionRecord) -> float | None:
         """``rec``'s score: its first ``eval_episodes`` returns, adjusted (see the module docstring)."""
