@@ -357,6 +357,31 @@ def test_rollback_restores_the_best_learner_and_resume_continues(kit_dir, tmp_pa
         tuner(kit_dir, tmp_path)
 
 
+def test_a_best_version_whose_later_episodes_fail_loses_its_place(kit_dir, tmp_path):
+    """Judged on lucky first episodes, v3 becomes the best; its later ones fail: back to v2, learner too."""
+    ft = tuner(kit_dir, tmp_path)
+    for t in pendulum_transitions(300):
+        ft.add(*t)
+    ft.on_episode(1, -300.0)
+    ft.on_episode(1, -300.0)
+    ft.update(25)
+    ft.make_version()  # v2
+    v2_actor = [w.detach().clone() for w in ft.agent.actor_net.weights]
+    ft.on_episode(2, -200.0)
+    ft.on_episode(2, -200.0)
+    ft.update(25)
+    ft.make_version()  # v3
+    ft.on_episode(3, -120.0)
+    d = ft.on_episode(3, -120.0)
+    assert ft.tracker.best == 3 and "best so far" in d.reason
+    ft.update(25)
+    assert ft.on_episode(3, -250.0).action == "none"  # mean -163: still the best
+    d = ft.on_episode(3, -800.0)  # mean -322.5 < v2's -200 - 50 (the margin)
+    assert d.action == "rollback" and d.target.version == 2 and ft.tracker.best == 2
+    assert ft.tracker.current == 2 and ft.tracker.versions[3].status == "rejected"
+    assert all(torch.equal(a, b) for a, b in zip(ft.agent.actor_net.weights, v2_actor))
+
+
 def test_resume_refills_the_buffer_from_the_log(kit_dir, tmp_path):
     writer = TransitionLogWriter(tmp_path / "log")
     for i, (o, a, r, n, te, tr) in enumerate(pendulum_transitions(250)):

@@ -17,8 +17,10 @@ deployed policy was compressed to.
 
 Versions and rollback (:class:`VersionTracker`): every ``version_every_updates`` updates the actor
 is quantized to an int8 artifact with ``version = highest + 1`` and ``parent_version = running``.
-A version is judged on the first ``eval_episodes`` episodes it runs: the best judged version is
-kept; a version whose score is more than ``rollback_margin`` below the best one's, or a
+A version is judged once it has run ``eval_episodes`` episodes, and re-scored with every later
+one (a version that did well on lucky first episodes loses its place when later ones fail): the
+best judged version is kept; a running version whose score falls more than ``rollback_margin``
+below the best one's, or a
 safety trip (non-finite weights, a rejected swap, a return below ``min_return``), rolls back to the
 best version (its artifact is re-deployed and the learner restarts from its fp32 weights).
 
@@ -234,15 +236,15 @@ class VersionRecord:
     baselines: list[float] = field(default_factory=list)
 
     def score(self, n: int, slope: float = 0.0, mean_baseline: float = 0.0) -> float | None:
-        """Mean return of its first ``n`` episodes, once it has them, regression-adjusted by ``slope``.
+        """Mean return of all its episodes once it has ``n``, regression-adjusted by ``slope``.
 
-        The adjustment (see the module docstring) applies only when each of those episodes has a baseline.
+        The adjustment (see the module docstring) applies only when each episode has a baseline.
         """
         if len(self.returns) < n:
             return None
-        ret = float(np.mean(self.returns[:n]))
-        b = self.baselines[:n]
-        if slope > 0.0 and len(b) == n and all(math.isfinite(x) for x in b):
+        ret = float(np.mean(self.returns))
+        b = self.baselines
+        if slope > 0.0 and len(b) == len(self.returns) and all(math.isfinite(x) for x in b):
             ret -= slope * (float(np.mean(b)) - mean_baseline)
         return ret
 
@@ -257,6 +259,7 @@ class Decision:
 
 
 _MIN_BASELINE_EPISODES = 6  # episodes with a baseline before the score adjustment is fitted
+_KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
 _FIT_EPISODES = 64  # at most this many (the latest) episodes of a version enter the fit: O(64^2) pairs each
 
 
@@ -321,7 +324,7 @@ class VersionTracker:
         return max(0.0, float(np.median(slopes_all))), mean_b
 
     def score(self, rec: VersionRecord) -> float | None:
-        """``rec``'s score: its first ``eval_episodes`` returns, adjusted (see the module docstring)."""
+        """``rec``'s score: the mean of its returns (once it has ``eval_episodes``), adjusted (module docstring)."""
         return rec.score(self.eval_episodes, *self.baseline_fit())
 
     def on_episode(self, version: int, ret: float, baseline: float = math.nan) -> Decision:
@@ -336,22 +339,31 @@ class VersionTracker:
         rec.baselines.append(float(baseline) if math.isfinite(baseline) else math.nan)
         if not math.isnan(self.min_return) and ret < self.min_return:
             return self.on_safety_trip(f"episode return {ret:.1f} below min_return {self.min_return:.1f}")
-        score = self.score(rec)
-        if score is None or rec.status != "candidate":
+        fit = self.baseline_fit()
+        score = rec.score(self.eval_episodes, *fit)
+        if score is None:
             return Decision("none")
-        best = self.versions.get(self.best)
-        if best is None or score >= self.score(best):
-            rec.status = "good"
-            self.best = version
-            return Decision("none", rec, f"v{version} is the best so far ({score:.1f})")
-        best_score = self.score(best)
-        if score < best_score - self.rollback_margin:
+        judged_now = rec.status == "candidate"
+        rec.status = "good"
+        # Every episode of the running version is more evidence: re-rank the judged versions, so a
+        # version judged well on lucky first episodes loses its place when its later ones fail.
+        before = self.best
+        scores = {r.version: r.score(self.eval_episodes, *fit) for r in self.versions.values() if r.status == "good"}
+        self.best = max((v for v in scores if scores[v] is not None), key=scores.get)
+        best = self.versions[self.best]
+        if best is rec:
+            if judged_now or before != version:
+                return Decision("none", rec, f"v{version} is the best so far ({score:.1f})")
+            return Decision("none")
+        if score < scores[self.best] - self.rollback_margin:
             rec.status = "rejected"
             self.current = best.version
-            return Decision("rollback", best, f"v{version} returned {score:.1f}, more than "
-                                              f"{self.rollback_margin:g} below v{best.version}'s {best_score:.1f}")
-        rec.status = "good"  # within the margin: kept running, not the best
-        return Decision("none", rec, f"v{version} returned {score:.1f} (best v{best.version}: {best_score:.1f})")
+            return Decision("rollback", best, f"v{version} returned {score:.1f}, more than {self.rollback_margin:g} "
+                                              f"below v{best.version}'s {scores[self.best]:.1f}")
+        if judged_now or before != self.best:  # within the margin: kept running, not the best
+            return Decision("none", rec, f"v{version} returned {score:.1f} (best v{best.version}: "
+                                         f"{scores[self.best]:.1f})")
+        return Decision("none")
 
     def on_safety_trip(self, reason: str) -> Decision:
         """A safety limit tripped on the running version: roll back to the best, or pause if it is the best."""
@@ -583,15 +595,26 @@ class FineTuner:
 
     def _apply(self, decision: Decision) -> None:
         if decision.action == "rollback":
-            self._load_agent(self._states[decision.target.version])
+            state = self._states.get(decision.target.version)
+            if state is not None:  # else (a version that climbed back from outside the kept few): learn on
+                self._load_agent(state)
             self._last_version_updates = self.updates  # the next version comes N updates after the restore
         if decision.target is not None or decision.action != "none":
             self._prune_states()
             self.save()
 
     def _prune_states(self) -> None:
-        keep = {self.tracker.current, self.tracker.best}
-        self._states = {v: s for v, s in self._states.items() if v in keep}
+        """Keep the fp32 learner states a rollback may need: the running version's and the best few judged ones'."""
+        tr = self.tracker
+        fit = tr.baseline_fit()
+        judged = sorted((r for r in tr.versions.values() if r.status == "good" and r.version in self._states),
+                        key=lambda r: _or_worst(r.score(tr.eval_episodes, *fit)), reverse=True)
+        keep = {tr.current, tr.best} | {r.version for r in judged[:_KEEP_STATES]}
+        self._states = {v: st for v, st in self._states.items() if v in keep}
+
+
+def _or_worst(score: float | None) -> float:
+    return -math.inf if score is None else score
 
 
 def _clone(state: Any) -> Any:
