@@ -259,6 +259,10 @@ class Decision:
 
 
 _MIN_BASELINE_EPISODES = 6  # episodes with a baseline before the score adjustment is fitted
+# A judged version takes the best's place only when its score is higher by this many standard errors
+# of the difference (one-sided ~84 %): with 3-5 episodes a version and ~10 versions a run, the
+# highest plain score is often the luckiest, not the best (docs/finetune.md).
+PROMOTE_Z = 1.0
 _KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
 _FIT_EPISODES = 64  # at most this many (the latest) episodes of a version enter the fit: O(64^2) pairs each
 
@@ -323,6 +327,24 @@ class VersionTracker:
             return 0.0, mean_b
         return max(0.0, float(np.median(slopes_all))), mean_b
 
+    def _difference_se(self, a: int, b: int, fit: tuple[float, float]) -> float:
+        """Standard error of score(a) - score(b): the pooled within-version spread of the
+        (adjusted) returns, sqrt(1/n_a + 1/n_b); 0 while there are too few episodes to tell."""
+        slope = fit[0]
+        squares, count, groups = 0.0, 0, 0
+        for rec in self.versions.values():
+            x = np.asarray(rec.returns, dtype=np.float64)
+            base = np.asarray(rec.baselines[:len(x)], dtype=np.float64)
+            if slope > 0.0 and len(base) == len(x) and np.isfinite(base).all():
+                x = x - slope * base
+            if len(x):
+                squares += float(((x - x.mean()) ** 2).sum())
+                count, groups = count + len(x), groups + 1
+        if count - groups < 2:
+            return 0.0
+        sigma = math.sqrt(squares / (count - groups))
+        return sigma * math.sqrt(1.0 / len(self.versions[a].returns) + 1.0 / len(self.versions[b].returns))
+
     def score(self, rec: VersionRecord) -> float | None:
         """``rec``'s score: the mean of its returns (once it has ``eval_episodes``), adjusted (module docstring)."""
         return rec.score(self.eval_episodes, *self.baseline_fit())
@@ -349,7 +371,10 @@ class VersionTracker:
         # version judged well on lucky first episodes loses its place when its later ones fail.
         before = self.best
         scores = {r.version: r.score(self.eval_episodes, *fit) for r in self.versions.values() if r.status == "good"}
-        self.best = max((v for v in scores if scores[v] is not None), key=scores.get)
+        scores = {v: x for v, x in scores.items() if x is not None}
+        top = max(scores, key=scores.get)
+        if before not in scores or scores[top] - scores[before] > PROMOTE_Z * self._difference_se(top, before, fit):
+            self.best = top  # the best changes hands only on evidence (the winner's curse of noisy scores)
         best = self.versions[self.best]
         if best is rec:
             if judged_now or before != version:
