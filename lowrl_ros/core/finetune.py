@@ -260,9 +260,11 @@ class Decision:
 
 _MIN_BASELINE_EPISODES = 6  # episodes with a baseline before the score adjustment is fitted
 # A judged version takes the best's place only when its score is higher by this many standard errors
-# of the difference (one-sided ~84 %): with 3-5 episodes a version and ~10 versions a run, the
-# highest plain score is often the luckiest, not the best (docs/finetune.md).
-PROMOTE_Z = 1.0
+# of the difference: with 3-5 episodes a version and ~10 versions a run, the highest score is often
+# the luckiest, not the best. Chosen by replaying the rules on six fine-tuning runs' versions
+# (scripts/selection_study.py, docs/finetune.md): 2 kept the large gains and lost <= 1.6 on average
+# where no version was better; 1 lost up to 11, plain first-3-episode means up to 57.
+PROMOTE_Z = 2.0
 _KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
 _FIT_EPISODES = 64  # at most this many (the latest) episodes of a version enter the fit: O(64^2) pairs each
 
