@@ -438,7 +438,9 @@ class FineTuneNode(Node):
                 self._stop.wait(1.0)
 
     def _drain(self) -> None:
-        while self._to_learner:
+        """Hand the learner what had arrived when it looked: not what arrives meanwhile, or a robot
+        publishing faster than the (niced) learner drains would starve the updates for good."""
+        for _ in range(len(self._to_learner)):
             item = self._to_learner.popleft()
             if item[0] == "transition":
                 t = item[1]
@@ -502,7 +504,8 @@ class FineTuneNode(Node):
             diag.status(f"{DIAG_PREFIX}/learner", learn_level,
                         self.paused_reason or self.state,
                         {"state": self.state, "updates": t.updates, "buffer": len(t.buffer),
-                         "transitions_seen": t.transitions_seen, "rss_mb": round(self.rss_mb, 1),
+                         "transitions_seen": t.transitions_seen, "backlog": len(self._to_learner),
+                         "rss_mb": round(self.rss_mb, 1),
                          "memory_cap_mb": self.config.memory_cap_mb,
                          "tier": self.tier.label if self.tier is not None else "unknown"}),
             diag.status(f"{DIAG_PREFIX}/versions", OK, self.last_decision,
