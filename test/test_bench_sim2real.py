@@ -47,3 +47,20 @@ def test_cached_sim_policies_are_keyed_by_their_config():
     assert _config_tag(cfg) == _config_tag(TrainConfig.from_yaml(PRESET, seed=0, progress=False))
     assert _config_tag(cfg) != _config_tag(cfg.replace(lr=cfg.lr / 2))
     assert _config_tag(cfg) != _config_tag(cfg.replace(seed=1))
+
+
+def test_train_set_overrides_the_sim_policy_config_and_bad_ones_are_refused(capsys):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import _train_set, add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--train-set", "batch_size=256"])
+    cfg = TrainConfig.from_yaml(PRESET, **_train_set(args), seed=0, progress=False)
+    assert cfg.batch_size == 256 and _config_tag(cfg) != _config_tag(TrainConfig.from_yaml(PRESET, seed=0,
+                                                                                            progress=False))
+    for bad in ("batch_size", "batch_size=many", "no_such_field=1"):
+        assert run(parser.parse_args(["--envs", "Pendulum-v1", "--train-set", bad])) == 2  # before any training
+        out = capsys.readouterr().out
+        assert "--train-set" in out or "TrainConfig" in out, out

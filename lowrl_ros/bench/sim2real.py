@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robot-steps", type=int, default=10_000, help="K: robot steps of fine-tuning (10000)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per return figure (10)")
     parser.add_argument("--train-steps", type=int, default=0, help="override the training configs' total_steps")
+    parser.add_argument("--train-set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="override a field of the sim policies' (and oracles') training config, e.g. "
+                             "--train-set batch_size=256 (cached policies are keyed by the whole config)")
     parser.add_argument("--version-every", type=int, default=1000, help="updates between versions (N)")
     parser.add_argument("--lr", type=float, default=None,
                         help="fine-tuning learning rate (default: FineTuneConfig.lr, finetune_node's default)")
@@ -78,6 +81,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
 
 
+def _train_set(args: argparse.Namespace) -> dict[str, str]:
+    """--train-set FIELD=VALUE items as TrainConfig overrides (TrainConfig checks the names and values)."""
+    out = {}
+    for item in args.train_set:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"--train-set {item!r}: use FIELD=VALUE with a TrainConfig field")
+        out[name] = value
+    return out
+
+
 def _config_tag(cfg) -> str:
     """Short hash of a training config: a cached policy is reused only for the config that made it."""
     return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:8]
@@ -90,7 +104,7 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     from lowrl_ros.core.train.export import export_actor
     from lowrl_ros.core.train.loop import Trainer
 
-    overrides = {"seed": seed, "progress": False}
+    overrides = {**_train_set(args), "seed": seed, "progress": False}
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
     cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **overrides)
@@ -116,7 +130,7 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
     from lowrl_ros.core.train.export import export_actor
     from lowrl_ros.core.train.loop import Trainer
 
-    overrides = {"seed": seed, "progress": False}
+    overrides = {**_train_set(args), "seed": seed, "progress": False}
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
     preset = Path(__file__).resolve().parents[2] / ENVS[env_id]
@@ -264,6 +278,10 @@ def run(args: argparse.Namespace) -> int:
         fields[name] = int(value) if name == "action_delay_steps" else float(value)
     try:
         gap = RealityGapConfig(**fields)
+        from lowrl_ros.core.train.config import TrainConfig
+
+        for env_id in args.envs:  # a bad --train-set fails here, not after the first env's runs
+            TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **_train_set(args))
     except ValueError as exc:
         print(f"lowrl bench sim2real: {exc}")
         return 2
@@ -272,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
                      "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step,
-                     "judge_baseline": not args.plain_judging,
+                     "judge_baseline": not args.plain_judging, "train_set": list(args.train_set),
                      "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None, "runs": []}
     rows = []
     for env_id in args.envs:
