@@ -225,6 +225,17 @@ def test_hot_swap_good_then_corrupt_artifact_while_observations_flow(rig, tmp_pa
                                             for s in robot.statuses("lowrl/policy/policy")))
 
 
+def test_a_swap_rejected_after_the_node_is_destroyed_raises_nothing(rig, tmp_path):
+    """A swap worker that finishes after shutdown (a bad bundle still being checked) only logs:
+    CI saw it raise InvalidHandle in the policy-swap thread when it published the ERROR diagnostic."""
+    build, robot, executor = rig
+    node = build()
+    executor.remove_node(node)
+    node.destroy_node()  # publishers gone, as after shutdown with a worker still running
+    node._swap_rejected(str(tmp_path / "late.onnx"), "checked after shutdown")  # must not raise
+    assert "checked after shutdown" in node._swap_status[1]
+
+
 def test_diagnostics_and_stats_content(rig):
     build, robot, executor = rig
     build()

@@ -487,7 +487,10 @@ class PolicyNode(LifecycleNode):
         with self._lock:
             self._swap_status = (ERROR, f"rejected {path}: {reason}")
         self.get_logger().error(f"hot-swap rejected, keeping {self.active_policy_path}: {reason}")
-        self._publish_status()
+        try:
+            self._publish_status()  # now, from the swap worker; the periodic diagnostics repeat it
+        except Exception as exc:  # noqa: BLE001 - publishers torn down (cleanup/shutdown during a swap)
+            self.get_logger().warning(f"could not publish the rejection diagnostic: {exc}")
 
     def wait_for_swap(self, timeout: float | None = None) -> None:
         """Block until a running swap worker finishes (tests and tools; never the control path)."""
