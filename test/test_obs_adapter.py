@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -56,10 +57,14 @@ def test_short_field_array_is_an_error():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-def test_non_finite_is_an_error(bad):
+@pytest.mark.parametrize("where", ["position", "velocity"])
+def test_non_finite_is_an_error_naming_the_joint(bad, where):
     adapter = ObservationAdapter(ObsAdapterConfig(obs_fields=PENDULUM))
-    with pytest.raises(ObservationError, match="NaN/Inf"):
-        adapter.from_joint_state(["pendulum_joint"], [0.0], [bad], [])
+    position, velocity = ([bad], [0.0]) if where == "position" else ([0.0], [bad])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning from cos/sin of an Inf on the way
+        with pytest.raises(ObservationError, match=f"'pendulum_joint' {where} is .*NaN/Inf"):
+            adapter.from_joint_state(["pendulum_joint"], position, velocity, [])
 
 
 def test_from_array_checks_size_and_values():

@@ -14,6 +14,7 @@ extra observation (a std_msgs/Float32MultiArray, e.g. a target or an IMU) is app
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,6 +139,9 @@ class ObservationAdapter:
                     f"JointState {source} has {len(values)} values for {len(names)} joint names, so "
                     f"joint {joint!r} has no {source}; the publisher must fill {source} for every joint")
             raw = float(values[i])
+            if not math.isfinite(raw):  # named here: cos/sin of it would only say "entry k is nan"
+                raise ObservationError(f"joint {joint!r} {source} is {raw} (NaN/Inf); the sensor or its driver "
+                                       "sent a non-finite value")
             if field == "cos_position":
                 raw = np.cos(raw)
             elif field == "sin_position":
