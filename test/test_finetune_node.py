@@ -94,7 +94,7 @@ class Robot:
 def answered(ex, robot: Robot, sent: float, period: float = 0.005) -> None:
     """Spin until the real policy node's command for the step sent at ``sent`` arrives, then out the
     rest of a 200 Hz control period: flat out, a test loop holds the GIL and starves the niced learner
-    thread (CI: 8 updates in 60 s)."""
+    thread (8 updates in 60 s on a 2-vCPU machine; on CI no version in 60 s)."""
     before = robot.commands  # commands arrive only while the executor spins
     spin_until(ex, lambda: robot.commands > before, 2.0)
     spin_until(ex, lambda: False, period - (time.monotonic() - sent))

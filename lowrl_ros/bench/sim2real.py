@@ -81,6 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
 
 
+def _preset(env_id: str) -> Path:
+    """The training preset of ``env_id``'s sim policy (config/train_*.yaml in the repository)."""
+    return Path(__file__).resolve().parents[2] / ENVS[env_id]
+
+
 def _train_set(args: argparse.Namespace) -> dict[str, str]:
     """--train-set FIELD=VALUE items as TrainConfig overrides (TrainConfig checks the names and values)."""
     out = {}
@@ -107,7 +112,7 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     overrides = {**_train_set(args), "seed": seed, "progress": False}
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
-    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **overrides)
+    cfg = TrainConfig.from_yaml(_preset(env_id), **overrides)
     run_dir = args.runs_dir / f"{env_id}-s{seed}-{cfg.total_steps}-{_config_tag(cfg)}"
     if not (run_dir / "kit" / "kit.json").is_file():
         print(f"  training the sim policy: {env_id}, {cfg.algo} {cfg.variant}, {cfg.total_steps} steps, seed {seed}",
@@ -133,7 +138,7 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
     overrides = {**_train_set(args), "seed": seed, "progress": False}
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
-    preset = Path(__file__).resolve().parents[2] / ENVS[env_id]
+    preset = _preset(env_id)
     if args.oracle_steps:
         # A longer run keeps all its data too, as the presets' buffers (sized to the run) do.
         overrides["total_steps"] = args.oracle_steps
@@ -267,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
         args.lr = FineTuneConfig.lr
     from lowrl_ros.bench.record import write_result
     from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.core.train.config import TrainConfig
 
     fields = dict(BENCH_GAP)
     for item in args.gap:
@@ -278,10 +284,8 @@ def run(args: argparse.Namespace) -> int:
         fields[name] = int(value) if name == "action_delay_steps" else float(value)
     try:
         gap = RealityGapConfig(**fields)
-        from lowrl_ros.core.train.config import TrainConfig
-
         for env_id in args.envs:  # a bad --train-set fails here, not after the first env's runs
-            TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / ENVS[env_id], **_train_set(args))
+            TrainConfig.from_yaml(_preset(env_id), **_train_set(args))
     except ValueError as exc:
         print(f"lowrl bench sim2real: {exc}")
         return 2
