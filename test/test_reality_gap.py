@@ -53,6 +53,8 @@ CASES = [
     ("InvertedPendulum-v5", dict(actuator_gain=0.8)),
     ("InvertedPendulum-v5", dict(obs_noise_std=0.05)),
     ("InvertedPendulum-v5", dict(action_delay_steps=1)),
+    ("Pendulum-v1", dict(joint_offset=0.3)),
+    ("InvertedPendulum-v5", dict(joint_offset=0.1)),
 ]
 
 
@@ -83,6 +85,28 @@ def test_gap_directions_are_physical():
     np.testing.assert_allclose(model.actuator_gear[:, 0], ref.actuator_gear[:, 0] * 0.8)
 
 
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "InvertedPendulum-v5"])
+def test_joint_offset_is_on_the_measurement_only(env_id):
+    """The encoders read every position shifted by the offset; the physics (rewards) is untouched."""
+    acts = actions_for(env_id)
+    base_obs, base_rew = rollout(make_gapped_env(env_id, RealityGapConfig()), 5, acts)
+    obs, rew = rollout(make_gapped_env(env_id, RealityGapConfig(joint_offset=0.3)), 5, acts)
+    np.testing.assert_array_equal(rew, base_rew)
+    if env_id == "Pendulum-v1":  # the measured angle is the true one + 0.3 rad
+        shift = np.arctan2(obs[:, 1], obs[:, 0]) - np.arctan2(base_obs[:, 1], base_obs[:, 0])
+        np.testing.assert_allclose((shift + np.pi) % (2 * np.pi) - np.pi, 0.3, atol=1e-5)
+        np.testing.assert_array_equal(obs[:, 2], base_obs[:, 2])
+    else:  # qpos (cart, hinge) shifted, qvel as it was
+        np.testing.assert_allclose(obs[:, :2] - base_obs[:, :2], 0.3, atol=1e-9)
+        np.testing.assert_array_equal(obs[:, 2:], base_obs[:, 2:])
+
+
+def test_joint_offset_refused_where_the_observation_does_not_start_with_qpos():
+    env = make_gapped_env("Hopper-v5", RealityGapConfig(joint_offset=0.1))
+    with pytest.raises(ValueError, match="starts with the full qpos"):
+        env.reset(seed=0)
+
+
 def test_noise_is_reproducible_with_the_seed():
     acts = actions_for("Pendulum-v1")
     gap = RealityGapConfig(obs_noise_std=0.1)
@@ -97,6 +121,7 @@ def test_noise_is_reproducible_with_the_seed():
     (dict(obs_noise_std=-0.1), "obs_noise_std=-0.1 must be"),
     (dict(action_delay_steps=1.5), "whole number"),
     (dict(damping_scale=-1.0), "damping_scale"),
+    (dict(joint_offset=4.0), "joint_offset=4.0 must be finite and within -pi..pi"),
 ])
 def test_config_errors_say_how_to_fix(kwargs, message):
     with pytest.raises(ValueError, match=message):

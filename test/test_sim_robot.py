@@ -96,6 +96,11 @@ def test_gap_reaches_the_robot_and_noise_is_on_the_measurement():
     assert weak.joints().effort[0] == 0.0  # delayed: nothing commanded before
     weak.step([2.0])
     assert weak.joints().effort[0] == 1.0  # half the commanded torque acts
+    offset = SimRobot(SimRobotConfig(seed=2), RealityGapConfig(joint_offset=3.0))
+    assert offset.env.unwrapped.state.tolist() == plain.env.unwrapped.state.tolist()
+    shifted = offset.joints().position[0] - plain.joints().position[0]
+    assert math.isclose((shifted + math.pi) % (2 * math.pi) - math.pi, 3.0, abs_tol=1e-9)
+    assert -math.pi <= offset.joints().position[0] < math.pi  # still a wrapped angle
 
 
 def test_lockstep_node_steps_once_per_command_and_logs_episodes(ros_context, tmp_path):

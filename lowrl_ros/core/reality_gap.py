@@ -17,6 +17,12 @@ the robot it runs on; :class:`RealityGapWrapper` applies it to a gymnasium envir
   authority, and the reward's torque cost sees the applied torque); ``added_friction`` f as a dry
   friction torque −f·sign(θdot), the same way. Pendulum has no friction and no damping to scale,
   so ``friction_scale`` and ``damping_scale`` other than 1 are refused for it.
+- ``joint_offset``: an encoder's zero offset, added to every *measured* joint position (rad for
+  hinges, m for slides); the physics is untouched. Pendulum-v1: the observed angle is θ + offset
+  (its cos and sin); MuJoCo: the observation's leading ``qpos`` entries (checked at reset: refused
+  for an env whose observation does not start with the full ``qpos``, e.g. Hopper-v5). A robot can
+  do exactly as well as in simulation under it once its policy has learnt the offset (a gap that
+  fine-tuning can close fully, unlike a weaker actuator).
 - Every environment: ``action_delay_steps`` (the action applied at step t is the one commanded at
   t − d; zeros before the first), and ``obs_noise_std`` (Gaussian noise on every observation entry,
   from a generator seeded by ``reset(seed=...)``, so a seeded run is reproducible).
@@ -47,6 +53,7 @@ class RealityGapConfig:
         added_damping: viscous damping added to every joint (N·m·s/rad or N·s/m); Pendulum-v1: −c·θdot.
         actuator_gain: commanded force/torque × this; 0.8 = a 20 % weaker actuator.
         obs_noise_std: standard deviation of Gaussian noise added to every observation entry.
+        joint_offset: zero offset of every joint's position sensor (rad or m), |offset| <= pi.
         action_delay_steps: control steps between a command and its effect (0: none).
     """
 
@@ -57,6 +64,7 @@ class RealityGapConfig:
     added_damping: float = 0.0
     actuator_gain: float = 1.0
     obs_noise_std: float = 0.0
+    joint_offset: float = 0.0
     action_delay_steps: int = 0
 
     def __post_init__(self) -> None:
@@ -72,6 +80,9 @@ class RealityGapConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0.0):
                 raise ValueError(f"RealityGapConfig.{name}={value} must be finite and >= 0 (0: none)")
+        if not (math.isfinite(self.joint_offset) and abs(self.joint_offset) <= math.pi):
+            raise ValueError(f"RealityGapConfig.joint_offset={self.joint_offset} must be finite and within "
+                             "-pi..pi (a sensor's zero offset in rad or m; 0: none)")
         if int(self.action_delay_steps) != self.action_delay_steps or not 0 <= self.action_delay_steps <= 100:
             raise ValueError(f"RealityGapConfig.action_delay_steps={self.action_delay_steps} must be a whole "
                              "number of control steps in 0..100")
@@ -137,6 +148,23 @@ class RealityGapWrapper(gym.Wrapper):
         zero = np.zeros(self.action_space.shape, dtype=self.action_space.dtype)
         self._queue = collections.deque(zero.copy() for _ in range(self.gap.action_delay_steps))
 
+    def _measured(self, obs: np.ndarray) -> np.ndarray:
+        """The observation as the robot's sensors report it: zero offset, then noise."""
+        if self.gap.joint_offset != 0.0:
+            obs = np.array(obs, copy=True)
+            u = self.env.unwrapped
+            if self._pendulum:
+                theta = math.atan2(float(obs[1]), float(obs[0])) + self.gap.joint_offset
+                obs[0], obs[1] = math.cos(theta), math.sin(theta)
+            else:
+                nq = u.model.nq
+                if obs.shape[0] < nq or not np.allclose(obs[:nq], u.data.qpos):
+                    raise ValueError(f"{self.env.spec.id if self.env.spec else self.env}: joint_offset needs an "
+                                     "observation that starts with the full qpos (InvertedPendulum-v5 does; this "
+                                     "env's does not); leave joint_offset at 0")
+                obs[:nq] += self.gap.joint_offset
+        return self._noisy(obs)
+
     def _noisy(self, obs: np.ndarray) -> np.ndarray:
         if self.gap.obs_noise_std == 0.0:
             return obs  # no draw: the identity consumes no random numbers
@@ -160,7 +188,7 @@ class RealityGapWrapper(gym.Wrapper):
             self._rng = np.random.default_rng(seed + 7919)  # a stream apart from the env's own
         self._reset_delay()
         obs, info = self.env.reset(seed=seed, options=options)
-        return self._noisy(obs), info
+        return self._measured(obs), info
 
     def step(self, action):
         act = self.delayed(np.asarray(action, dtype=self.action_space.dtype))
@@ -172,7 +200,7 @@ class RealityGapWrapper(gym.Wrapper):
                 act = (act * g.actuator_gain - resist).astype(self.action_space.dtype)
         obs, reward, terminated, truncated, info = self.env.step(act)
         info = dict(info, applied_action=act)
-        return self._noisy(obs), reward, terminated, truncated, info
+        return self._measured(obs), reward, terminated, truncated, info
 
 
 def make_gapped_env(env_id: str, gap: RealityGapConfig, **kwargs: Any) -> gym.Env:

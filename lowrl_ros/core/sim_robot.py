@@ -166,11 +166,12 @@ class SimRobot:
             theta, theta_dot = (float(v) for v in u.state)
             wrapped = (theta + math.pi) % (2 * math.pi) - math.pi
             pos, vel, eff = np.array([wrapped]), np.array([theta_dot]), self._last_action.copy()
+        pos = pos + self.gap.joint_offset  # the encoders' zero offset (0: none)
         if self.gap.obs_noise_std > 0.0:  # sensor noise on what is measured (positions, velocities)
             pos = pos + self.env.noise(pos.shape)
             vel = vel + self.env.noise(vel.shape)
-            if not self._mujoco:
-                pos = (pos + math.pi) % (2 * math.pi) - math.pi
+        if not self._mujoco and (self.gap.obs_noise_std > 0.0 or self.gap.joint_offset != 0.0):
+            pos = (pos + math.pi) % (2 * math.pi) - math.pi
         return JointReading(self.joint_names, pos, vel, eff)
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ Benchmarks hook into it in-process: ``on_published`` callables get the time of e
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ POLICY_DIAG = diag.POLICY_STATUS
 GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
 _GAP_RANGES = {"mass_scale": (0.05, 20.0), "friction_scale": (0.05, 20.0), "added_friction": (0.0, 1e3),
                "damping_scale": (0.0, 100.0), "added_damping": (0.0, 1e3), "actuator_gain": (0.05, 20.0),
-               "obs_noise_std": (0.0, 100.0)}
+               "obs_noise_std": (0.0, 100.0), "joint_offset": (-math.pi, math.pi)}
 
 
 class SimRobotNode(Node):
