@@ -64,3 +64,20 @@ def test_train_set_overrides_the_sim_policy_config_and_bad_ones_are_refused(caps
         assert run(parser.parse_args(["--envs", "Pendulum-v1", "--train-set", bad])) == 2  # before any training
         out = capsys.readouterr().out
         assert "--train-set" in out or "TrainConfig" in out, out
+
+
+def test_each_env_gets_the_example_gap_and_pendulum_the_encoder_offset(capsys):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import BENCH_GAP, _gaps, add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    gaps = _gaps(parser.parse_args([]))
+    assert gaps["InvertedPendulum-v5"] == RealityGapConfig(**BENCH_GAP)
+    assert gaps["Pendulum-v1"] == RealityGapConfig(**BENCH_GAP, joint_offset=0.3)
+    plain = _gaps(parser.parse_args(["--gap", "joint_offset=0", "action_delay_steps=2"]))  # the example gap alone
+    assert plain["Pendulum-v1"] == RealityGapConfig(**{**BENCH_GAP, "action_delay_steps": 2})
+    for bad in ("joint_offset", "no_such_field=1", "joint_offset=9"):
+        assert run(parser.parse_args(["--envs", "Pendulum-v1", "--gap", bad])) == 2  # before any training
+        assert "joint_offset" in capsys.readouterr().out
