@@ -305,12 +305,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"lowrl bench sim2real: {exc}")
         return 2
     identity = RealityGapConfig()
-    results: dict = {"gaps": {env_id: g.to_dict() for env_id, g in gaps.items()}, "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
+    results: dict = {"gaps": {env_id: g.to_dict() for env_id, g in gaps.items()},
+                     "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
                      "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step,
                      "judge_baseline": not args.plain_judging, "train_set": list(args.train_set),
-                     "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None, "runs": []}
+                     "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None,
+                     "runs": []}
     rows = []
     for env_id in args.envs:
         for seed in args.seeds:

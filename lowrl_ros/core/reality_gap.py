@@ -20,9 +20,9 @@ the robot it runs on; :class:`RealityGapWrapper` applies it to a gymnasium envir
 - ``joint_offset``: an encoder's zero offset, added to every *measured* joint position (rad for
   hinges, m for slides); the physics is untouched. Pendulum-v1: the observed angle is θ + offset
   (its cos and sin); MuJoCo: the observation's leading ``qpos`` entries (checked at reset: refused
-  for an env whose observation does not start with the full ``qpos``, e.g. Hopper-v5). A robot can
-  do exactly as well as in simulation under it once its policy has learnt the offset (a gap that
-  fine-tuning can close fully, unlike a weaker actuator).
+  for an env whose observation does not start with the full ``qpos``, e.g. Hopper-v5). A policy
+  that has learnt the offset does exactly as well as without it (a gap that fine-tuning can close
+  fully, unlike a weaker actuator).
 - Every environment: ``action_delay_steps`` (the action applied at step t is the one commanded at
   t − d; zeros before the first), and ``obs_noise_std`` (Gaussian noise on every observation entry,
   from a generator seeded by ``reset(seed=...)``, so a seeded run is reproducible).
