@@ -81,3 +81,17 @@ def test_each_env_gets_the_example_gap_and_pendulum_the_encoder_offset(capsys):
     for bad in ("joint_offset", "no_such_field=1", "joint_offset=9"):
         assert run(parser.parse_args(["--envs", "Pendulum-v1", "--gap", bad])) == 2  # before any training
         assert "joint_offset" in capsys.readouterr().out
+
+
+def test_the_oracles_buffer_grows_with_its_steps_unless_train_set_says_otherwise():
+    import argparse
+
+    from lowrl_ros.bench.sim2real import _oracle_config, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = _oracle_config("Pendulum-v1", 1, parser.parse_args(["--oracle-steps", "123456"]))
+    assert (cfg.total_steps, cfg.buffer_size, cfg.seed) == (123456, 123456, 1)
+    cfg = _oracle_config("Pendulum-v1", 1, parser.parse_args(["--oracle-steps", "123456",
+                                                             "--train-set", "buffer_size=5000"]))
+    assert (cfg.total_steps, cfg.buffer_size) == (123456, 5000)

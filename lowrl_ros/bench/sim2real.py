@@ -147,6 +147,22 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     return run_dir
 
 
+def _oracle_config(env_id: str, seed: int, args: argparse.Namespace):
+    """The oracle's TrainConfig: the sim policy's, with --oracle-steps' budget and a buffer to match."""
+    from lowrl_ros.core.train.config import TrainConfig
+
+    overrides = {**_train_set(args), "seed": seed, "progress": False}
+    if args.train_steps:
+        overrides["total_steps"] = args.train_steps
+    preset = _preset(env_id)
+    if args.oracle_steps:
+        # A longer run keeps all its data too, as the presets' buffers (sized to the run) do,
+        # unless --train-set buffer_size=... says otherwise.
+        overrides["total_steps"] = args.oracle_steps
+        overrides.setdefault("buffer_size", max(args.oracle_steps, TrainConfig.from_yaml(preset).buffer_size))
+    return TrainConfig.from_yaml(preset, **overrides)
+
+
 def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path:
     """Train (or reuse) a policy on the gapped robot itself; return its int8 artifact.
 
@@ -154,19 +170,10 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
     ``eval_env`` attributes), so this is the same algorithm, config and step budget as the sim policy.
     """
     from lowrl_ros.core.reality_gap import make_gapped_env
-    from lowrl_ros.core.train.config import TrainConfig
     from lowrl_ros.core.train.export import export_actor
     from lowrl_ros.core.train.loop import Trainer
 
-    overrides = {**_train_set(args), "seed": seed, "progress": False}
-    if args.train_steps:
-        overrides["total_steps"] = args.train_steps
-    preset = _preset(env_id)
-    if args.oracle_steps:
-        # A longer run keeps all its data too, as the presets' buffers (sized to the run) do.
-        overrides["total_steps"] = args.oracle_steps
-        overrides["buffer_size"] = max(args.oracle_steps, TrainConfig.from_yaml(preset).buffer_size)
-    cfg = TrainConfig.from_yaml(preset, **overrides)
+    cfg = _oracle_config(env_id, seed, args)
     tag = "-".join(f"{k}{v:g}" for k, v in sorted(gap.to_dict().items()) if v != getattr(type(gap)(), k))
     run_dir = args.runs_dir / f"oracle-{env_id}-s{seed}-{cfg.total_steps}-{tag}-{_config_tag(cfg)}"
     if not (run_dir / "actor_int8.onnx").is_file():
