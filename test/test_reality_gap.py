@@ -140,3 +140,26 @@ def test_describe_names_the_changed_fields():
     gap = RealityGapConfig(mass_scale=1.3, action_delay_steps=1)
     assert gap.describe() == "mass_scale=1.3, action_delay_steps=1"
     assert RealityGapConfig(**gap.to_dict()) == gap and dataclasses.is_dataclass(gap)
+
+
+def test_command_line_gap_items_are_parsed_and_checked():
+    from lowrl_ros.core.reality_gap import parse_gap_items
+
+    assert parse_gap_items(["joint_offset=0.3", "action_delay_steps=2"]) == {"joint_offset": 0.3,
+                                                                            "action_delay_steps": 2}
+    for bad, message in (("joint_offset", "use FIELD=VALUE"), ("no_such=1", "use FIELD=VALUE"),
+                         ("mass_scale=heavy", "not a number"), ("mass_scale=0", "outside 0.05..20")):
+        with pytest.raises(ValueError, match=message):
+            parse_gap_items([bad])
+
+
+def test_demo_gap_reaches_the_sim_robot_after_its_parameter_files():
+    from lowrl_ros.commands.demo import set_gap
+    from lowrl_ros.launcher import PACKAGE, package_share, parse_launch
+
+    nodes = parse_launch(package_share(PACKAGE) / "launch" / "sim_to_real.launch.yaml", {"session_dir": "/tmp/x"})
+    set_gap(nodes, {"joint_offset": 0.0, "action_delay_steps": 2})
+    sim = next(n for n in nodes if n.executable == "sim_robot_node")
+    assert sim.params[-2:] == [("gap.joint_offset", "0.0"), ("gap.action_delay_steps", "2")]  # a float stays a float
+    args = sim.ros_args()
+    assert args.index("gap.joint_offset:=0.0") > max(i for i, a in enumerate(args) if a == "--params-file")

@@ -108,15 +108,9 @@ def _train_set(args: argparse.Namespace) -> dict[str, str]:
 
 def _gaps(args: argparse.Namespace) -> dict:
     """Each env's gap: BENCH_GAP, then ENV_GAP's additions, then --gap FIELD=VALUE (ValueError if bad)."""
-    from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.core.reality_gap import RealityGapConfig, parse_gap_items
 
-    changes = {}
-    for item in args.gap:
-        name, _, value = item.partition("=")
-        if name not in RealityGapConfig.__dataclass_fields__ or not value:
-            raise ValueError(f"--gap {item!r}: use FIELD=VALUE with a RealityGapConfig field "
-                             f"({', '.join(RealityGapConfig.__dataclass_fields__)})")
-        changes[name] = int(value) if name == "action_delay_steps" else float(value)
+    changes = parse_gap_items(args.gap)
     return {env_id: RealityGapConfig(**{**BENCH_GAP, **ENV_GAP.get(env_id, {}), **changes}) for env_id in args.envs}
 
 

@@ -43,6 +43,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the session's files and report go (default lowrl_sessions/<date-time>)")
     parser.add_argument("--log-dir", type=Path, default=None, help="per-node logs (default under ~/.ros/log)")
     parser.add_argument("--quiet", action="store_true", help="do not echo the nodes' output")
+    parser.add_argument("--gap", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="change the sim robot's reality gap (config/sim_to_real/sim_robot_gap.yaml), e.g. "
+                             "--gap joint_offset=0.3: the encoder offset of lowrl bench sim2real's Pendulum")
+
+
+def set_gap(nodes: list, changes: dict) -> None:
+    """Give the sim robot node ``gap.<field>`` parameters after its parameter files (they win)."""
+    if not changes:
+        return
+    sim = next(n for n in nodes if n.executable == "sim_robot_node")
+    sim.params += [(f"gap.{name}", str(value) if isinstance(value, int) else repr(float(value)))
+                   for name, value in changes.items()]
 
 
 class Recorder:
@@ -182,9 +194,12 @@ def run(args: argparse.Namespace) -> int:
         overrides["policy_path"] = str(Path(args.policy).resolve())
     if args.kit:
         overrides["kit_path"] = str(Path(args.kit).resolve())
+    from lowrl_ros.core.reality_gap import parse_gap_items
+
     try:
         nodes = parse_launch(package_share(PACKAGE) / "launch" / "sim_to_real.launch.yaml", overrides)
-    except LaunchError as exc:
+        set_gap(nodes, parse_gap_items(args.gap))
+    except (LaunchError, ValueError) as exc:
         print(f"lowrl demo: {exc}", file=sys.stderr)
         return 2
     if not args.kit:

@@ -203,6 +203,26 @@ class RealityGapWrapper(gym.Wrapper):
         return self._measured(obs), reward, terminated, truncated, info
 
 
+def parse_gap_items(items: list[str]) -> dict[str, Any]:
+    """``["FIELD=VALUE", ...]`` (command-line gap changes) as RealityGapConfig fields, each checked.
+
+    Raises ValueError naming the item and the fix: an unknown field, a missing value, or a value
+    that RealityGapConfig refuses.
+    """
+    fields = RealityGapConfig.__dataclass_fields__
+    out: dict[str, Any] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in fields or not value:
+            raise ValueError(f"--gap {item!r}: use FIELD=VALUE with a RealityGapConfig field ({', '.join(fields)})")
+        try:
+            out[name] = int(value) if name == "action_delay_steps" else float(value)
+        except ValueError:
+            raise ValueError(f"--gap {item!r}: {value!r} is not a number") from None
+    RealityGapConfig(**out)  # each field's own range check
+    return out
+
+
 def make_gapped_env(env_id: str, gap: RealityGapConfig, **kwargs: Any) -> gym.Env:
     """``gym.make(env_id, **kwargs)`` wrapped in a :class:`RealityGapWrapper` applying ``gap``."""
     env = gym.make(env_id, **kwargs)
