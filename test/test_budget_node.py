@@ -151,11 +151,19 @@ def test_a_failing_probe_is_stale_and_the_monitor_keeps_running(rig):
     assert spin_until(executor, lambda: ear.level(name) == OK)
 
 
+def settle_start_up(executor) -> None:
+    """Let the monitor's start-up publications arrive: on the first change, then the first judged
+    tier (escalate_after samples in). Counted before they were all in, a second one 26 ms later
+    failed CI's count once."""
+    spin_until(executor, lambda: False, timeout=1.0)
+
+
 def test_a_late_subscriber_gets_the_current_tier_at_once(rig, ros_context):
     executor, make, temp = rig
     node, ear = make(publish_period_s=60.0)  # only the latched copy can deliver it quickly
     temp.write_text("90000")
     assert spin_until(executor, lambda: ear.tier == T.SAFE)
+    settle_start_up(executor)
     late = Listener(ros_context, "late_listener")
     executor.add_node(late.node)
     try:
@@ -174,6 +182,7 @@ def test_the_policy_node_started_and_restarted_applies_the_current_tier_at_once(
     temp.write_text("90000")
     node, ear = make(publish_period_s=60.0)  # no periodic re-publish: only the latched sample
     assert spin_until(executor, lambda: ear.tier == T.SAFE)
+    settle_start_up(executor)
     published = len(ear.tiers)
     for _ in range(2):  # start, then restart
         with PolicyNodeProcess() as policy:
