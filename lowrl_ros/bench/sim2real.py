@@ -122,14 +122,10 @@ def _config_tag(cfg) -> str:
 def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     """Train (or reuse) the sim policy; return its run directory (checkpoint.pt, actor_int8.onnx, kit/)."""
     from lowrl_ros.core.finetune import write_kit
-    from lowrl_ros.core.train.config import TrainConfig
     from lowrl_ros.core.train.export import export_actor
     from lowrl_ros.core.train.loop import Trainer
 
-    overrides = {**_train_set(args), "seed": seed, "progress": False}
-    if args.train_steps:
-        overrides["total_steps"] = args.train_steps
-    cfg = TrainConfig.from_yaml(_preset(env_id), **overrides)
+    cfg = _sim_config(env_id, seed, args)
     run_dir = args.runs_dir / f"{env_id}-s{seed}-{cfg.total_steps}-{_config_tag(cfg)}"
     if not (run_dir / "kit" / "kit.json").is_file():
         print(f"  training the sim policy: {env_id}, {cfg.algo} {cfg.variant}, {cfg.total_steps} steps, seed {seed}",
@@ -141,20 +137,25 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     return run_dir
 
 
-def _oracle_config(env_id: str, seed: int, args: argparse.Namespace):
-    """The oracle's TrainConfig: the sim policy's, with --oracle-steps' budget and a buffer to match."""
+def _sim_config(env_id: str, seed: int, args: argparse.Namespace):
+    """The sim policy's TrainConfig: the preset, --train-set, this seed, --train-steps."""
     from lowrl_ros.core.train.config import TrainConfig
 
     overrides = {**_train_set(args), "seed": seed, "progress": False}
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
-    preset = _preset(env_id)
-    if args.oracle_steps:
-        # A longer run keeps all its data too, as the presets' buffers (sized to the run) do,
-        # unless --train-set buffer_size=... says otherwise.
-        overrides["total_steps"] = args.oracle_steps
-        overrides.setdefault("buffer_size", max(args.oracle_steps, TrainConfig.from_yaml(preset).buffer_size))
-    return TrainConfig.from_yaml(preset, **overrides)
+    return TrainConfig.from_yaml(_preset(env_id), **overrides)
+
+
+def _oracle_config(env_id: str, seed: int, args: argparse.Namespace):
+    """The oracle's TrainConfig: the sim policy's, with --oracle-steps' budget and a buffer to match."""
+    cfg = _sim_config(env_id, seed, args)
+    if not args.oracle_steps:
+        return cfg
+    # A longer run keeps all its data too, as the presets' buffers (sized to the run) do,
+    # unless --train-set buffer_size=... says otherwise.
+    buffer = cfg.buffer_size if "buffer_size" in _train_set(args) else max(args.oracle_steps, cfg.buffer_size)
+    return cfg.replace(total_steps=args.oracle_steps, buffer_size=buffer)
 
 
 def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path:

@@ -157,12 +157,7 @@ class RealityGapWrapper(gym.Wrapper):
                 theta = math.atan2(float(obs[1]), float(obs[0])) + self.gap.joint_offset
                 obs[0], obs[1] = math.cos(theta), math.sin(theta)
             else:
-                nq = u.model.nq
-                if obs.shape[0] < nq or not np.allclose(obs[:nq], u.data.qpos):
-                    raise ValueError(f"{self.env.spec.id if self.env.spec else self.env}: joint_offset needs an "
-                                     "observation that starts with the full qpos (InvertedPendulum-v5 does; this "
-                                     "env's does not); leave joint_offset at 0")
-                obs[:nq] += self.gap.joint_offset
+                obs[:u.model.nq] += self.gap.joint_offset
         return self._noisy(obs)
 
     def _noisy(self, obs: np.ndarray) -> np.ndarray:
@@ -188,6 +183,12 @@ class RealityGapWrapper(gym.Wrapper):
             self._rng = np.random.default_rng(seed + 7919)  # a stream apart from the env's own
         self._reset_delay()
         obs, info = self.env.reset(seed=seed, options=options)
+        if self.gap.joint_offset != 0.0 and not self._pendulum:  # once per episode, not per step
+            u = self.env.unwrapped
+            if obs.shape[0] < u.model.nq or not np.allclose(obs[:u.model.nq], u.data.qpos):
+                raise ValueError(f"{self.env.spec.id if self.env.spec else self.env}: joint_offset needs an "
+                                 "observation that starts with the full qpos (InvertedPendulum-v5 does; this "
+                                 "env's does not); leave joint_offset at 0")
         return self._measured(obs), info
 
     def step(self, action):
