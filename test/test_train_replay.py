@@ -70,25 +70,37 @@ def test_buffer_shrink_rule():
     buf = ReplayBuffer(1, 1, 100)
     for t in range(100):
         buf.add(np.array([t]), np.zeros(1), 0.0, np.array([t + 1]), False, False, np.zeros(1))
-    # Drop the oldest 10%; capacity shrinks by as many.
+    # Drop the oldest 10% of what is stored.
     assert buf.shrink(0.1, min_size=50) == 10
-    assert len(buf) == 90 and buf.capacity == 90
+    assert len(buf) == 90 and buf.dropped == 10
     obs, _ = buf.oldest(1)
     assert obs[0, 0] == 10
-    # New data now evicts at the smaller capacity.
-    buf.add(np.array([100]), np.zeros(1), 0.0, np.array([101]), False, False, np.zeros(1))
-    assert len(buf) == 90 and buf.oldest(1)[0][0, 0] == 11
     # Never below the minimum.
     for _ in range(20):
         buf.shrink(0.1, min_size=50)
-    assert len(buf) == 50 and buf.capacity == 50
+    assert len(buf) == 50 and buf.oldest(1)[0][0, 0] == 50
     assert buf.shrink(0.1, min_size=50) == 0
+    # The capacity stays: new data refills the buffer (as the reference code's left pointer does) and
+    # evicts the oldest only once all max_size slots are full again.
+    for t in range(100, 150):
+        buf.add(np.array([t]), np.zeros(1), 0.0, np.array([t + 1]), False, False, np.zeros(1))
+    assert len(buf) == 100 and buf.oldest(1)[0][0, 0] == 50
+    buf.add(np.array([150]), np.zeros(1), 0.0, np.array([151]), False, False, np.zeros(1))
+    assert len(buf) == 100 and buf.oldest(1)[0][0, 0] == 51
+    # A checkpoint round trip keeps the order and the drop count.
+    other = ReplayBuffer(1, 1, 100)
+    other.load_state_dict(buf.state_dict())
+    np.testing.assert_array_equal(other.oldest(100)[0], buf.oldest(100)[0])
+    assert other.dropped == buf.dropped
 
 
 def test_policy_distance_definition():
-    # RMS over action dimensions of the normalised difference, averaged over samples.
+    # The reference code's mean squared difference / 2 over samples and action dimensions.
     pi = np.array([[0.0, 0.0], [1.0, 1.0]])
     beh = np.array([[0.0, 0.0], [0.0, 0.0]])
-    assert policy_distance(pi, beh) == pytest.approx(0.5 * (np.sqrt(2) / np.sqrt(2)))
+    assert policy_distance(pi, beh) == pytest.approx(0.25)
+    # The same per-dimension gap gives the same distance in 1-D and 6-D, so one threshold serves both.
+    assert policy_distance(np.full((4, 1), 0.5), np.zeros((4, 1))) == \
+        pytest.approx(policy_distance(np.full((4, 6), 0.5), np.zeros((4, 6)))) == pytest.approx(0.125)
     with pytest.raises(ValueError):
         policy_distance(np.zeros((0, 2)), np.zeros((0, 2)))

@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mujoco: the sparse variants' actor sparsity instead of the preset's (the paper's)")
     parser.add_argument("--critic-sparsity", type=float, default=None,
                         help="mujoco: the sparse variants' critic sparsity instead of the preset's (the paper's)")
+    parser.add_argument("--nstep-delay", type=int, default=None,
+                        help="mujoco: RLx2's gradient steps of 1-step TD before n-step (default: the preset's, the "
+                             "paper's 300k, so a 300k-step run stays 1-step)")
+    parser.add_argument("--dense-from", default=None,
+                        help="mujoco: take the dense score from this earlier result JSON (same envs, steps and seed) "
+                             "instead of training dense again; dense runs no RLx2 code, so its score stands")
     parser.add_argument("--chunks", type=int, default=8, help="speed: interleaved chunks per contender")
     parser.add_argument("--chunk-updates", type=int, default=40, help="speed: gradient steps per chunk")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for our trainer (default 1)")
@@ -251,23 +257,28 @@ def _mujoco(args) -> tuple[dict, str]:
             sparsity = {} if variant == "dense" else \
                 {k: v for k, v in (("actor_sparsity", args.actor_sparsity),
                                    ("critic_sparsity", args.critic_sparsity)) if v is not None}
-            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps, seed=args.seed, **sparsity,
+            overrides = dict(sparsity)
+            if args.nstep_delay is not None and variant == "rlx2":
+                overrides["nstep_delay"] = args.nstep_delay
+            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps, seed=args.seed, **overrides,
                                         warmup_steps=min(25_000, steps // 10), eval_interval=max(1, steps // 10),
                                         eval_episodes=5, checkpoint_interval=0, threads=args.threads,
-                                        nstep_delay=min(300_000, int(0.3 * steps)),
                                         mask_interval=min(10_000, max(100, steps // 100)),
                                         buffer_min=min(200_000, steps // 2),
                                         buffer_check_interval=min(10_000, steps // 20))
             run_dir = Path(args.runs_dir) / ((f"{env_id}-{variant}-{steps}" if args.algo == "sac"
                                               else f"{env_id}-{args.algo}-{variant}-{steps}")
                                              + (f"-a{cfg.actor_sparsity:g}c{cfg.critic_sparsity:g}"
-                                                if sparsity else "") + (f"-s{args.seed}" if args.seed else ""))
+                                                if sparsity else "")
+                                             + (f"-n{cfg.nstep_delay}" if "nstep_delay" in overrides else "")
+                                             + (f"-s{args.seed}" if args.seed else ""))
             summary = _finished_run(run_dir, cfg)
             reused = summary is not None
             if not reused:  # long runs: a finished run with the same config is reused, not redone
                 Trainer(cfg, run_dir).run()
                 summary = json.loads((run_dir / "run.json").read_text())
-            evals = [float(r["eval_return"]) for r in csv.DictReader((run_dir / "progress.csv").open())]
+            log = list(csv.DictReader((run_dir / "progress.csv").open()))
+            evals = [float(r["eval_return"]) for r in log]
             score = float(np.mean(evals[-3:]))
             scores[variant] = score
             costs = summary["costs"]
@@ -278,8 +289,15 @@ def _mujoco(args) -> tuple[dict, str]:
                      "train_flops_reduction": vs.get("train_flops_reduction", 1.0),
                      "inference_flops_reduction": vs.get("inference_flops_reduction", 1.0),
                      "actor_sparsity": cfg.actor_sparsity if variant != "dense" else 0.0,
-                     "critic_sparsity": cfg.critic_sparsity if variant != "dense" else 0.0, "run_dir": str(run_dir)}
+                     "critic_sparsity": cfg.critic_sparsity if variant != "dense" else 0.0, "run_dir": str(run_dir),
+                     "evaluations": evals, "buffer_sizes": [int(r["buffer_size"]) for r in log],
+                     "policy_distances": [float(r["policy_distance"]) if r["policy_distance"] else None for r in log]}
             results[f"{env_id}/{variant}"] = entry
+        if "dense" not in variants and args.dense_from:
+            scores["dense"] = _recorded_dense(Path(args.dense_from), env_id, steps, args.seed)
+            results[f"{env_id}/dense"] = {"score": scores["dense"], "recorded_in": args.dense_from}
+            lines.append(f"| {env_id} | dense (recorded in {args.dense_from}) | {scores['dense']:.1f} | 100.0 | "
+                         "1.00x | 1.00x | 1.00x | - | - |")
         for variant in variants:
             e = results[f"{env_id}/{variant}"]
             pct = 100 * e["score"] / scores["dense"] if scores.get("dense", 0) > 0 else math.nan
@@ -292,6 +310,20 @@ def _mujoco(args) -> tuple[dict, str]:
         lines.append("\nSome rows reuse a finished run of the same config from the runs directory "
                      "(wall s is that run's own).")
     return results, "\n".join(lines)
+
+
+def _recorded_dense(path: Path, env_id: str, steps: int, seed: int) -> float:
+    """The dense score of ``env_id`` in an earlier ``lowrl bench train --part mujoco`` result, checked to match."""
+    if not path.is_file():
+        raise SystemExit(f"--dense-from {path}: no such file; give a bench_results/train_mujoco*.json")
+    res = json.loads(path.read_text()).get("results", {})
+    entry = res.get(f"{env_id}/dense")
+    if entry is None:
+        raise SystemExit(f"--dense-from {path}: it has no {env_id}/dense entry; train dense with --variants dense")
+    if res.get("steps") != steps or res.get("seed", 0) != seed:
+        raise SystemExit(f"--dense-from {path}: recorded at {res.get('steps')} steps, seed {res.get('seed', 0)}; "
+                         f"this run is {steps} steps, seed {seed}")
+    return float(entry["score"])
 
 
 def _finished_run(run_dir: Path, cfg) -> dict | None:

@@ -29,7 +29,7 @@ from lowrl_ros.core.train.progress import ProgressLine
 from lowrl_ros.core.train.replay import ReplayBuffer, policy_distance
 
 PROGRESS_FIELDS = ["env_steps", "gradient_steps", "wall_s", "eval_return", "eval_return_std", "train_return",
-                   "actor_density", "critic_density", "buffer_size", "buffer_capacity", "nstep",
+                   "actor_density", "critic_density", "buffer_size", "nstep",
                    "policy_distance", "topology_updates", "ms_per_env_step", "ms_per_gradient_step"]
 
 
@@ -173,7 +173,7 @@ class Trainer:
         return 1
 
     def _check_buffer(self) -> None:
-        """RLx2's dynamic capacity: shrink when the oldest data is far from the current policy."""
+        """RLx2's dynamic buffer: drop the oldest data when it is far from the current policy."""
         obs, behaviour = self.buffer.oldest(self.cfg.buffer_check_size)
         self.last_distance = policy_distance(self.agent.deterministic(obs), behaviour)
         if self.last_distance > self.cfg.buffer_threshold:
@@ -186,7 +186,7 @@ class Trainer:
                "eval_return": round(ret, 3), "eval_return_std": round(std, 3),
                "train_return": round(float(np.mean(self.recent_returns[-10:])), 3) if self.recent_returns else "",
                "actor_density": round(_density(a), 5), "critic_density": round(_density(c), 5),
-               "buffer_size": len(self.buffer), "buffer_capacity": self.buffer.capacity, "nstep": self._nstep(),
+               "buffer_size": len(self.buffer), "nstep": self._nstep(),
                "policy_distance": "" if math.isnan(self.last_distance) else round(self.last_distance, 5),
                "topology_updates": self.agent.topology_updates,
                "ms_per_env_step": round(1e3 * self.env_time / max(self.env_steps, 1), 4),
@@ -288,7 +288,7 @@ class Trainer:
             "ms_per_gradient_step": 1e3 * self.update_time / max(self.agent.gradient_steps, 1),
             "last_eval_return": self.last_eval, "best_eval_return": self.best_eval,
             "steps_to_target": self.steps_to_target, "wall_to_target": self.wall_to_target,
-            "buffer": {"size": len(self.buffer), "capacity": self.buffer.capacity, "dropped": self.buffer.dropped},
+            "buffer": {"size": len(self.buffer), "max_size": self.buffer.max_size, "dropped": self.buffer.dropped},
             "torch_threads": torch.get_num_threads(), "costs": costs,
         }
         (self.run_dir / "run.json").write_text(json.dumps(summary, indent=2, default=float))

@@ -8,14 +8,17 @@ policy-distance check compares against.
 Dynamic capacity (Tan et al. 2023 §4.3). Every check the policy distance on the oldest K
 transitions is
 
-    D = mean_i ‖π(s_i) − a_i^behaviour‖₂ / √d     (actions normalised to [-1, 1], d = action dim)
+    D = mean_{i,j} (π(s_i)_j − a_{i,j}^behaviour)² / 2     (actions normalised to [-1, 1])
 
-We use the paper's norm-based definition rather than the reference code's MSE/2 because a norm
-is in action units (easier to reason about a threshold of 0.2 = "20% of the half-range"), and we
-divide by √d (RMS over dimensions) so one threshold means the same thing for a 1-D Pendulum and a
-6-D HalfCheetah. If D exceeds the threshold, the oldest ``drop_fraction`` of the stored transitions
-are discarded and the capacity shrinks by as many, never below ``min_size``: data that its own
-policy would no longer produce leaves the buffer sooner from then on.
+the reference code's definition (``F.mse_loss(π(s), a_b) / 2``, tyq1024/RLx2). The paper's text
+writes a norm, but its threshold of 0.2 was set with this code: the mean over action dimensions
+keeps one threshold meaningful for a 1-D Pendulum and a 6-D HalfCheetah, and D = 0.2 is an RMS
+action difference of √0.4 ≈ 0.63 of the half-range. (Until 2026-11-25 we used mean ‖Δ‖₂/√d
+against the same 0.2, ten times stricter in these units: HalfCheetah's buffer then shrank at
+every check.) If D exceeds the threshold, the oldest ``drop_fraction`` of the stored transitions
+are discarded, never below ``min_size``. As in the reference, the capacity itself stays
+``max_size``: new data refills the buffer, so its size follows the policy's drift, shrinking while
+the oldest data is off-policy and growing again once it is not.
 """
 from __future__ import annotations
 
@@ -38,19 +41,18 @@ class Batch:
 
 
 class ReplayBuffer:
-    """Ring buffer of transitions with a capacity that may shrink.
+    """Ring buffer of transitions whose oldest part may be dropped early (see module docstring).
 
     Args:
         obs_dim: observation size.
         act_dim: action size (actions stored normalised to [-1, 1]).
-        max_size: storage allocated once; also the initial capacity.
+        max_size: storage allocated once: the capacity.
     """
 
     def __init__(self, obs_dim: int, act_dim: int, max_size: int) -> None:
         if max_size < 1:
             raise ValueError(f"ReplayBuffer: max_size={max_size} must be >= 1")
         self.max_size = int(max_size)
-        self.capacity = int(max_size)
         self.start = 0  # physical index of the oldest transition
         self.size = 0
         self.obs = np.zeros((max_size, obs_dim), dtype=np.float32)
@@ -68,7 +70,7 @@ class ReplayBuffer:
     def add(self, obs: np.ndarray, action: np.ndarray, reward: float, next_obs: np.ndarray,
             terminated: bool, truncated: bool, behaviour: np.ndarray) -> None:
         """Append one transition, overwriting the oldest when full."""
-        if self.size == self.capacity:
+        if self.size == self.max_size:
             self.start = (self.start + 1) % self.max_size
             self.size -= 1
         i = (self.start + self.size) % self.max_size
@@ -107,13 +109,15 @@ class ReplayBuffer:
         return self.obs[i], self.behaviour[i]
 
     def shrink(self, fraction: float, min_size: int) -> int:
-        """Drop the oldest ``fraction`` of stored transitions (not below ``min_size``); return how many."""
+        """Drop the oldest ``fraction`` of stored transitions (not below ``min_size``); return how many.
+
+        The capacity is unchanged: later transitions fill the freed slots.
+        """
         drop = min(int(fraction * self.size), self.size - min_size)
         if drop <= 0:
             return 0
         self.start = (self.start + drop) % self.max_size
         self.size -= drop
-        self.capacity = max(min_size, self.capacity - drop)
         self.dropped += drop
         return drop
 
@@ -121,7 +125,7 @@ class ReplayBuffer:
         i = self._phys(np.arange(self.size))
         return {"obs": self.obs[i], "next_obs": self.next_obs[i], "action": self.action[i],
                 "behaviour": self.behaviour[i], "reward": self.reward[i], "terminated": self.terminated[i],
-                "truncated": self.truncated[i], "capacity": self.capacity, "dropped": self.dropped}
+                "truncated": self.truncated[i], "dropped": self.dropped}
 
     def load_state_dict(self, state: dict) -> None:
         n = len(state["reward"])
@@ -130,13 +134,12 @@ class ReplayBuffer:
         self.start, self.size = 0, n
         for key in ("obs", "next_obs", "action", "behaviour", "reward", "terminated", "truncated"):
             getattr(self, key)[:n] = state[key]
-        self.capacity = int(state["capacity"])
         self.dropped = int(state["dropped"])
 
 
 def policy_distance(policy_actions: np.ndarray, behaviour_actions: np.ndarray) -> float:
-    """RLx2's policy distance: mean ‖π(s) − a_b‖₂ / √d on normalised actions (see module docstring)."""
+    """RLx2's policy distance: mean squared difference / 2 of normalised actions (see module docstring)."""
     diff = np.asarray(policy_actions, dtype=np.float64) - np.asarray(behaviour_actions, dtype=np.float64)
     if diff.ndim != 2 or diff.shape[0] == 0:
         raise ValueError("policy_distance: expects non-empty [K, action_dim] arrays")
-    return float(np.mean(np.linalg.norm(diff, axis=1) / np.sqrt(diff.shape[1])))
+    return float(np.mean(diff ** 2) / 2)

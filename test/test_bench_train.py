@@ -1,0 +1,53 @@
+"""`lowrl bench train --part mujoco` at a tiny scale: real runs, reuse of finished runs, a recorded dense score."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from lowrl_ros.bench import train as bench_train
+
+
+def _args(tmp_path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench_train.add_arguments(parser)
+    # Pendulum-v1 has a SAC preset (config/train_pendulum_sac.yaml); 200 steps train in seconds.
+    return parser.parse_args(["--part", "mujoco", "--envs", "Pendulum-v1", "--steps", "200",
+                              "--runs-dir", str(tmp_path / "runs"), *extra])
+
+
+def test_mujoco_part_reuses_runs_and_a_recorded_dense_score(tmp_path):
+    results, markdown = bench_train._mujoco(_args(tmp_path, "--variants", "dense,rlx2"))
+    dense, rlx2 = results["Pendulum-v1/dense"], results["Pendulum-v1/rlx2"]
+    assert len(rlx2["evaluations"]) == 10 and len(rlx2["buffer_sizes"]) == 10
+    assert not rlx2["reused_finished_run"] and "| Pendulum-v1 | dense |" in markdown
+    recorded = tmp_path / "dense.json"
+    recorded.write_text(json.dumps({"results": results}))
+
+    # RLx2 alone against the recorded dense score: the finished RLx2 run is reused, dense is not retrained.
+    again, markdown = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--dense-from", str(recorded)))
+    assert again["Pendulum-v1/rlx2"]["reused_finished_run"]
+    assert again["Pendulum-v1/rlx2"]["score"] == rlx2["score"]
+    assert again["Pendulum-v1/dense"] == {"score": dense["score"], "recorded_in": str(recorded)}
+    assert f"dense (recorded in {recorded})" in markdown
+    assert not (tmp_path / "runs" / "Pendulum-v1-dense-200-s0").exists()
+
+    # A recorded score of another seed or budget is refused, with what differs.
+    with pytest.raises(SystemExit, match="seed 0; this run is 200 steps, seed 3"):
+        bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--seed", "3", "--dense-from", str(recorded)))
+    with pytest.raises(SystemExit, match="no such file"):
+        bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--dense-from", str(tmp_path / "none.json")))
+
+
+def test_mujoco_part_nstep_delay_override_gets_its_own_run(tmp_path):
+    results, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--nstep-delay", "50"))
+    run_dir = Path(results["Pendulum-v1/rlx2"]["run_dir"])
+    assert run_dir.name.endswith("-n50")
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["config"]["nstep_delay"] == 50
+    # Without the flag the preset's (the paper's) delay stands, whatever the budget.
+    results, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2"))
+    summary = json.loads((tmp_path / "runs" / "Pendulum-v1-rlx2-200" / "run.json").read_text())
+    assert summary["config"]["nstep_delay"] == 1000
