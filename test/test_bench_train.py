@@ -41,12 +41,17 @@ def test_mujoco_part_reuses_runs_and_a_recorded_dense_score(tmp_path):
         bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--dense-from", str(tmp_path / "none.json")))
 
 
-def test_mujoco_part_nstep_delay_override_gets_its_own_run(tmp_path):
-    results, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--nstep-delay", "50"))
+def test_mujoco_part_sparse_set_overrides_the_scaling_in_a_run_of_its_own(tmp_path):
+    results, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--sparse-set", "nstep_delay=50",
+                                           "mask_interval=40"))
     run_dir = Path(results["Pendulum-v1/rlx2"]["run_dir"])
-    assert run_dir.name.endswith("-n50")
-    summary = json.loads((run_dir / "run.json").read_text())
-    assert summary["config"]["nstep_delay"] == 50
+    assert run_dir.name == "Pendulum-v1-rlx2-200-mask_interval40-nstep_delay50"
+    config = json.loads((run_dir / "run.json").read_text())["config"]
+    assert (config["nstep_delay"], config["mask_interval"]) == (50, 40)  # the bench's own ΔT is 100 here
+    with pytest.raises(ValueError, match="--sparse-set 'nstep_delay': use FIELD=VALUE"):
+        bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--sparse-set", "nstep_delay"))
+    with pytest.raises(ValueError, match="unknown field"):
+        bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--sparse-set", "n_step=3"))
     # Without the flag the preset's (the paper's) delay stands, whatever the budget.
     results, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2"))
     summary = json.loads((tmp_path / "runs" / "Pendulum-v1-rlx2-200" / "run.json").read_text())

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.train.config import TrainConfig, parse_overrides
+
 ENVS = {"Pendulum-v1": "config/train_pendulum_sac.yaml",
         "InvertedPendulum-v5": "config/train_invertedpendulum_td3.yaml"}
 # The issue's example gap, on both robots.
@@ -97,13 +99,7 @@ def _preset(env_id: str) -> Path:
 
 def _train_set(args: argparse.Namespace) -> dict[str, str]:
     """--train-set FIELD=VALUE items as TrainConfig overrides (TrainConfig checks the names and values)."""
-    out = {}
-    for item in args.train_set:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise ValueError(f"--train-set {item!r}: use FIELD=VALUE with a TrainConfig field")
-        out[name] = value
-    return out
+    return parse_overrides(args.train_set, "--train-set")
 
 
 def _gaps(args: argparse.Namespace) -> dict:
@@ -139,7 +135,6 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
 
 def _sim_config(env_id: str, seed: int, args: argparse.Namespace):
     """The sim policy's TrainConfig: the preset, --train-set, this seed, --train-steps."""
-    from lowrl_ros.core.train.config import TrainConfig
 
     overrides = {**_train_set(args), "seed": seed, "progress": False}
     if args.train_steps:
@@ -297,7 +292,6 @@ def run(args: argparse.Namespace) -> int:
         args.lr = FineTuneConfig.lr
     from lowrl_ros.bench.record import write_result
     from lowrl_ros.core.reality_gap import RealityGapConfig
-    from lowrl_ros.core.train.config import TrainConfig
 
     try:
         gaps = _gaps(args)

@@ -49,9 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mujoco: the sparse variants' actor sparsity instead of the preset's (the paper's)")
     parser.add_argument("--critic-sparsity", type=float, default=None,
                         help="mujoco: the sparse variants' critic sparsity instead of the preset's (the paper's)")
-    parser.add_argument("--nstep-delay", type=int, default=None,
-                        help="mujoco: RLx2's gradient steps of 1-step TD before n-step (default: the preset's, the "
-                             "paper's 300k, so a 300k-step run stays 1-step)")
+    parser.add_argument("--sparse-set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="mujoco: TrainConfig fields of the sparse variants set last, over the preset and the "
+                             "bench's scaling, e.g. --sparse-set mask_interval=10000 nstep_delay=90000 (the runs "
+                             "get directories of their own)")
     parser.add_argument("--dense-from", default=None,
                         help="mujoco: take the dense score from this earlier result JSON (same envs, steps and seed) "
                              "instead of training dense again; dense runs no RLx2 code, so its score stands")
@@ -239,12 +240,13 @@ def _pendulum(args) -> tuple[dict, str]:
 
 # --- mujoco -------------------------------------------------------------------------------------
 def _mujoco(args) -> tuple[dict, str]:
-    from lowrl_ros.core.train.config import TrainConfig
+    from lowrl_ros.core.train.config import TrainConfig, parse_overrides
     from lowrl_ros.core.train.loop import Trainer
 
     steps = args.steps
     results: dict = {"steps": steps, "seed": args.seed}
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    sparse_set = parse_overrides(args.sparse_set, "--sparse-set")
     lines = [f"{args.algo.upper()}, {steps} env steps per run, seed {args.seed}, warm-up min(25000, steps/10), "
              "10 evaluations of 5 episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ "
              "(not run unless --steps says so).\n",
@@ -257,20 +259,18 @@ def _mujoco(args) -> tuple[dict, str]:
             sparsity = {} if variant == "dense" else \
                 {k: v for k, v in (("actor_sparsity", args.actor_sparsity),
                                    ("critic_sparsity", args.critic_sparsity)) if v is not None}
-            overrides = dict(sparsity)
-            if args.nstep_delay is not None and variant == "rlx2":
-                overrides["nstep_delay"] = args.nstep_delay
-            cfg = TrainConfig.from_yaml(preset, variant=variant, total_steps=steps, seed=args.seed, **overrides,
-                                        warmup_steps=min(25_000, steps // 10), eval_interval=max(1, steps // 10),
-                                        eval_episodes=5, checkpoint_interval=0, threads=args.threads,
-                                        mask_interval=min(10_000, max(100, steps // 100)),
-                                        buffer_min=min(200_000, steps // 2),
-                                        buffer_check_interval=min(10_000, steps // 20))
+            extra = {} if variant == "dense" else sparse_set
+            cfg = TrainConfig.from_yaml(preset, **{
+                "variant": variant, "total_steps": steps, "seed": args.seed, **sparsity,
+                "warmup_steps": min(25_000, steps // 10), "eval_interval": max(1, steps // 10), "eval_episodes": 5,
+                "checkpoint_interval": 0, "threads": args.threads,
+                "mask_interval": min(10_000, max(100, steps // 100)), "buffer_min": min(200_000, steps // 2),
+                "buffer_check_interval": min(10_000, steps // 20), **extra})
             run_dir = Path(args.runs_dir) / ((f"{env_id}-{variant}-{steps}" if args.algo == "sac"
                                               else f"{env_id}-{args.algo}-{variant}-{steps}")
                                              + (f"-a{cfg.actor_sparsity:g}c{cfg.critic_sparsity:g}"
                                                 if sparsity else "")
-                                             + (f"-n{cfg.nstep_delay}" if "nstep_delay" in overrides else "")
+                                             + "".join(f"-{k}{v}" for k, v in sorted(extra.items()))
                                              + (f"-s{args.seed}" if args.seed else ""))
             summary = _finished_run(run_dir, cfg)
             reused = summary is not None

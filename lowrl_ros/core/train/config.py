@@ -152,6 +152,17 @@ class TrainConfig:
         return cls.from_dict(data)
 
 
+def parse_overrides(items: list[str], flag: str) -> dict[str, str]:
+    """``FIELD=VALUE`` command-line items as TrainConfig overrides (TrainConfig checks names and values)."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"{flag} {item!r}: use FIELD=VALUE with a TrainConfig field")
+        out[name] = value
+    return out
+
+
 def coerce(f: dataclasses.Field, value: Any) -> Any:
     """Convert a YAML/CLI value to the field's type, with a message naming the field on failure."""
     kind = type(f.default)
