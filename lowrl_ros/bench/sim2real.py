@@ -135,7 +135,6 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
 
 def _sim_config(env_id: str, seed: int, args: argparse.Namespace):
     """The sim policy's TrainConfig: the preset, --train-set, this seed, --train-steps."""
-
     overrides = {**_train_set(args), "seed": seed, "progress": False}
     if args.train_steps:
         overrides["total_steps"] = args.train_steps
