@@ -73,6 +73,39 @@ def test_same_seed_same_run_and_resume_continues(tmp_path):
     assert [int(x["env_steps"]) for x in rows] == [150, 300, 450]
 
 
+def test_tensorboard_scalars_match_progress_csv_across_a_resume(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    Trainer(tiny(variant="rlx2", tensorboard=True), tmp_path).run()
+    Trainer(tiny(variant="rlx2", tensorboard=True, total_steps=450), tmp_path, resume=True).run()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    rows = list(csv.DictReader((tmp_path / "progress.csv").open()))
+    returns = [(e.step, e.value) for e in events.Scalars("train/eval_return")]
+    assert returns == [(int(r["env_steps"]), pytest.approx(float(r["eval_return"]))) for r in rows]
+    layer = [r for r in csv.DictReader((tmp_path / "sparsity.csv").open())
+             if r["network"] == "actor" and r["layer"] == "1"]
+    assert [(e.step, e.value) for e in events.Scalars("density/actor/1")] == \
+        [(int(r["env_steps"]), pytest.approx(float(r["density"]))) for r in layer]
+    assert len(layer) == 3 and float(layer[-1]["density"]) < 0.2
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if it were not installed
+    with pytest.raises(ValueError, match="pip install tensorboard"):
+        Trainer(tiny(tensorboard=True), tmp_path)
+
+
+def test_tensorboard_flag_does_not_change_the_run_a_bench_reuses(tmp_path):
+    from lowrl_ros.bench.train import _finished_run
+
+    Trainer(tiny(), tmp_path).run()
+    assert _finished_run(tmp_path, tiny(tensorboard=True, progress=True)) is not None
+    assert _finished_run(tmp_path, tiny(seed=1)) is None
+
+
 def test_resume_refuses_a_different_network(tmp_path):
     Trainer(tiny(), tmp_path).run()
     with pytest.raises(ValueError, match="hidden"):

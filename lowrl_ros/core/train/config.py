@@ -19,6 +19,8 @@ ALGOS = ("sac", "td3")
 # RL-specific parts. rlx2: rigl + delayed multi-step TD + dynamic-capacity buffer (Tan et al. 2023).
 VARIANTS = ("dense", "small_dense", "static", "set", "rigl", "rlx2")
 SPARSE_VARIANTS = ("static", "set", "rigl", "rlx2")
+# Fields that change what a run shows, not what it trains (runs differing only in them are the same run).
+DISPLAY_FIELDS = ("progress", "tensorboard")
 ENVS = ("Pendulum-v1", "InvertedPendulum-v5", "HalfCheetah-v5", "Hopper-v5")
 
 
@@ -66,6 +68,7 @@ class TrainConfig:
     checkpoint_interval: int = _f(50_000, "environment steps between checkpoints (0: only at the end)")
     threads: int = _f(1, "torch intra-op threads (1 is fastest for 256-wide MLPs on small CPUs)")
     progress: bool = _f(True, "draw a progress line on stderr")
+    tensorboard: bool = _f(False, "also write the logged scalars as TensorBoard events to RUN_DIR/tensorboard")
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:

@@ -7,13 +7,16 @@ directory holds:
 * ``progress.csv``   one row per evaluation (steps, wall-clock, returns, sparsity, buffer, timing);
 * ``sparsity.csv``   density of every layer at every evaluation (for the report's sparsity plot);
 * ``run.json``       costs (parameters per layer, FLOPs), timings per env/gradient step, result;
-* ``checkpoint.pt``  see checkpoint.py.
+* ``checkpoint.pt``  see checkpoint.py;
+* ``tensorboard/``   with ``tensorboard: true``, progress.csv's numbers and the layer densities as
+  TensorBoard scalars (``tensorboard --logdir RUN_DIR``), flushed at every evaluation.
 """
 from __future__ import annotations
 
 import csv
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +79,16 @@ def _density(masker) -> float:
     return sum(float(m.sum().item()) for m in masker.masks) / sum(m.numel() for m in masker.masks)
 
 
+def _tensorboard_writer(log_dir: Path, env_steps: int):
+    """A SummaryWriter that drops earlier events past ``env_steps`` (a resumed run writes them again)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError("tensorboard=true needs the tensorboard package (pinned in requirements.txt: "
+                         "pip install tensorboard==2.21.0), or train with --no-tensorboard") from None
+    return SummaryWriter(str(log_dir), purge_step=env_steps + 1 if env_steps else None)
+
+
 class Trainer:
     """One training run into ``run_dir``.
 
@@ -117,7 +130,9 @@ class Trainer:
         else:
             for name in ("progress.csv", "sparsity.csv"):
                 (self.run_dir / name).unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
             self._write_config()
+        self.tb = _tensorboard_writer(self.run_dir / "tensorboard", self.env_steps) if cfg.tensorboard else None
 
     # --- bookkeeping ------------------------------------------------------------------------------
     def _write_config(self) -> None:
@@ -199,6 +214,13 @@ class Trainer:
                 rows.append({"env_steps": self.env_steps, "network": name, "layer": i,
                              "shape": "x".join(map(str, w.shape)), "density": round(dens, 5)})
         self._append_csv("sparsity.csv", ["env_steps", "network", "layer", "shape", "density"], rows)
+        if self.tb is not None:
+            for key, value in row.items():
+                if key != "env_steps" and value != "":
+                    self.tb.add_scalar(f"train/{key}", value, self.env_steps)
+            for r in rows:
+                self.tb.add_scalar(f"density/{r['network']}/{r['layer']}", r["density"], self.env_steps)
+            self.tb.flush()
 
     def _append_csv(self, name: str, fields: list[str], rows: list[dict]) -> None:
         path = self.run_dir / name
@@ -263,6 +285,8 @@ class Trainer:
                                         "train": f"{self.recent_returns[-1]:8.1f}" if self.recent_returns else "-"},
                        force=self.env_steps == cfg.total_steps)
         bar.close()
+        if self.tb is not None:
+            self.tb.close()
         wall = time.perf_counter() - t0
         self._checkpoint(wall)
         self._write_summary(wall)
