@@ -66,7 +66,7 @@ class TrainConfig:
     eval_episodes: int = _f(10, "episodes per evaluation")
     stop_return: float = _f(math.nan, "stop early once an evaluation's mean return reaches this (nan: never)")
     checkpoint_interval: int = _f(50_000, "environment steps between checkpoints (0: only at the end)")
-    threads: int = _f(1, "torch intra-op threads (1 is fastest for 256-wide MLPs on small CPUs)")
+    threads: int = _f(1, "torch intra-op threads (1 suits a shared, busy machine; on an idle one its core count is faster)")
     progress: bool = _f(True, "draw a progress line on stderr")
     tensorboard: bool = _f(False, "also write the logged scalars as TensorBoard events to RUN_DIR/tensorboard")
 
