@@ -37,6 +37,7 @@ def test_mujoco_part_reuses_runs_and_a_recorded_dense_score(tmp_path):
     # A recorded score of another seed or budget is refused, with what differs.
     with pytest.raises(SystemExit, match="seed 0; this run is 200 steps, seed 3"):
         bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--seed", "3", "--dense-from", str(recorded)))
+    assert not (tmp_path / "runs" / "Pendulum-v1-rlx2-200-s3").exists()  # refused before training
     with pytest.raises(SystemExit, match="no such file"):
         bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--dense-from", str(tmp_path / "none.json")))
 
@@ -51,7 +52,8 @@ def test_mujoco_part_sparse_set_overrides_the_scaling_in_a_run_of_its_own(tmp_pa
     with pytest.raises(ValueError, match="--sparse-set 'nstep_delay': use FIELD=VALUE"):
         bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--sparse-set", "nstep_delay"))
     with pytest.raises(ValueError, match="unknown field"):
-        bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--sparse-set", "n_step=3"))
+        bench_train._mujoco(_args(tmp_path, "--variants", "dense,rlx2", "--sparse-set", "n_step=3"))
+    assert not (tmp_path / "runs" / "Pendulum-v1-dense-200").exists()  # refused before dense trained
     # Without the flag the preset's (the paper's) delay stands, whatever the budget.
     results, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2"))
     summary = json.loads((tmp_path / "runs" / "Pendulum-v1-rlx2-200" / "run.json").read_text())

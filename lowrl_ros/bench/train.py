@@ -239,39 +239,53 @@ def _pendulum(args) -> tuple[dict, str]:
 
 
 # --- mujoco -------------------------------------------------------------------------------------
+def _mujoco_run(args, env_id: str, variant: str, sparse_set: dict):
+    """The TrainConfig and run directory of one (env, variant) run at the bench's scaled schedule."""
+    from lowrl_ros.core.train.config import TrainConfig
+
+    steps = args.steps
+    preset = REPO / "config" / f"train_{env_id.split('-')[0].lower()}_{args.algo}.yaml"
+    sparsity = {} if variant == "dense" else \
+        {k: v for k, v in (("actor_sparsity", args.actor_sparsity),
+                           ("critic_sparsity", args.critic_sparsity)) if v is not None}
+    extra = {} if variant == "dense" else sparse_set
+    cfg = TrainConfig.from_yaml(preset, **{
+        "variant": variant, "total_steps": steps, "seed": args.seed, **sparsity,
+        "warmup_steps": min(25_000, steps // 10), "eval_interval": max(1, steps // 10), "eval_episodes": 5,
+        "checkpoint_interval": 0, "threads": args.threads,
+        "mask_interval": min(10_000, max(100, steps // 100)), "buffer_min": min(200_000, steps // 2),
+        "buffer_check_interval": min(10_000, steps // 20), **extra})
+    run_dir = Path(args.runs_dir) / ((f"{env_id}-{variant}-{steps}" if args.algo == "sac"
+                                      else f"{env_id}-{args.algo}-{variant}-{steps}")
+                                     + (f"-a{cfg.actor_sparsity:g}c{cfg.critic_sparsity:g}" if sparsity else "")
+                                     + "".join(f"-{k}{v}" for k, v in sorted(extra.items()))
+                                     + (f"-s{args.seed}" if args.seed else ""))
+    return cfg, run_dir
+
+
 def _mujoco(args) -> tuple[dict, str]:
-    from lowrl_ros.core.train.config import TrainConfig, parse_overrides
+    from lowrl_ros.core.train.config import parse_overrides
     from lowrl_ros.core.train.loop import Trainer
 
     steps = args.steps
     results: dict = {"steps": steps, "seed": args.seed}
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    # Bad input fails here, before hours of training: every config, and the recorded dense scores.
     sparse_set = parse_overrides(args.sparse_set, "--sparse-set")
+    plan = {(env_id, variant): _mujoco_run(args, env_id, variant, sparse_set)
+            for env_id in envs for variant in variants}
+    recorded = {env_id: _recorded_dense(Path(args.dense_from), env_id, steps, args.seed) for env_id in envs} \
+        if args.dense_from and "dense" not in variants else {}
     lines = [f"{args.algo.upper()}, {steps} env steps per run, seed {args.seed}, warm-up min(25000, steps/10), "
              "10 evaluations of 5 episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ "
              "(not run unless --steps says so).\n",
              "| env | variant | score | % of dense | compression | train FLOPs reduction | inference FLOPs reduction "
              "| wall s | ms/grad step |", "|---|---|---|---|---|---|---|---|---|"]
-    for env_id in [e.strip() for e in args.envs.split(",") if e.strip()]:
-        preset = REPO / "config" / f"train_{env_id.split('-')[0].lower()}_{args.algo}.yaml"
+    for env_id in envs:
         scores = {}
         for variant in variants:
-            sparsity = {} if variant == "dense" else \
-                {k: v for k, v in (("actor_sparsity", args.actor_sparsity),
-                                   ("critic_sparsity", args.critic_sparsity)) if v is not None}
-            extra = {} if variant == "dense" else sparse_set
-            cfg = TrainConfig.from_yaml(preset, **{
-                "variant": variant, "total_steps": steps, "seed": args.seed, **sparsity,
-                "warmup_steps": min(25_000, steps // 10), "eval_interval": max(1, steps // 10), "eval_episodes": 5,
-                "checkpoint_interval": 0, "threads": args.threads,
-                "mask_interval": min(10_000, max(100, steps // 100)), "buffer_min": min(200_000, steps // 2),
-                "buffer_check_interval": min(10_000, steps // 20), **extra})
-            run_dir = Path(args.runs_dir) / ((f"{env_id}-{variant}-{steps}" if args.algo == "sac"
-                                              else f"{env_id}-{args.algo}-{variant}-{steps}")
-                                             + (f"-a{cfg.actor_sparsity:g}c{cfg.critic_sparsity:g}"
-                                                if sparsity else "")
-                                             + "".join(f"-{k}{v}" for k, v in sorted(extra.items()))
-                                             + (f"-s{args.seed}" if args.seed else ""))
+            cfg, run_dir = plan[env_id, variant]
             summary = _finished_run(run_dir, cfg)
             reused = summary is not None
             if not reused:  # long runs: a finished run with the same config is reused, not redone
@@ -293,8 +307,8 @@ def _mujoco(args) -> tuple[dict, str]:
                      "evaluations": evals, "buffer_sizes": [int(r["buffer_size"]) for r in log],
                      "policy_distances": [float(r["policy_distance"]) if r["policy_distance"] else None for r in log]}
             results[f"{env_id}/{variant}"] = entry
-        if "dense" not in variants and args.dense_from:
-            scores["dense"] = _recorded_dense(Path(args.dense_from), env_id, steps, args.seed)
+        if env_id in recorded:
+            scores["dense"] = recorded[env_id]
             results[f"{env_id}/dense"] = {"score": scores["dense"], "recorded_in": args.dense_from}
             lines.append(f"| {env_id} | dense (recorded in {args.dense_from}) | {scores['dense']:.1f} | 100.0 | "
                          "1.00x | 1.00x | 1.00x | - | - |")

@@ -14,10 +14,11 @@ the reference code's definition (``F.mse_loss(π(s), a_b) / 2``, tyq1024/RLx2). 
 writes a norm, but its threshold of 0.2 was set with this code: the mean over action dimensions
 keeps one threshold meaningful for a 1-D Pendulum and a 6-D HalfCheetah, and D = 0.2 is an RMS
 action difference of √0.4 ≈ 0.63 of the half-range. (Until 2026-11-25 we used mean ‖Δ‖₂/√d
-against the same 0.2, ten times stricter in these units.) If D exceeds the threshold, the oldest ``drop_fraction`` of the stored transitions
-are discarded, never below ``min_size``. As in the reference, the capacity itself stays
-``max_size``: new data refills the buffer, so its size follows the policy's drift, shrinking while
-the oldest data is off-policy and growing again once it is not.
+against the same 0.2, ten times stricter in these units.) If D exceeds the threshold, the oldest
+``drop_fraction`` of the stored transitions are discarded, never below ``min_size``. As in the
+reference, the capacity itself stays ``max_size``: new data refills the buffer, so its size
+follows the policy's drift, shrinking while the oldest data is off-policy and growing again once
+it is not.
 """
 from __future__ import annotations
 
