@@ -34,6 +34,7 @@ def test_fine_tune_runs_the_asked_updates_per_robot_step(run_dir):
             for per_step in (1, 3)}
     # Updates start a few steps after 400 (episode ends are not stored) and then run every step.
     assert steps - first - 5 <= outs[1]["updates"] <= steps - first
+    assert outs[1]["out_dir"] != outs[3]["out_dir"]  # a shared directory resumes the first run's learner
     assert outs[3]["updates"] == 3 * outs[1]["updates"]
     for out in outs.values():
         assert out["versions"] >= 2, out["statuses"]  # the base and at least one version it made and ran

@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import io
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -219,7 +220,9 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     from lowrl_ros.core.finetune import FineTuneConfig, FineTuner, load_kit
     from lowrl_ros.core.reality_gap import make_gapped_env
 
-    out_dir = run_dir / f"finetune-{steps}-{int(time.time())}"
+    # A fresh directory per call: FineTuner resumes one that holds a learner, and two calls in the
+    # same second once shared a time-stamped name (the second resumed the first's update count).
+    out_dir = Path(tempfile.mkdtemp(prefix=f"finetune-{steps}-{time.strftime('%Y%m%dT%H%M%S')}-", dir=run_dir))
     kit = load_kit(run_dir / "kit")
     base = str(run_dir / "actor_int8.onnx")
     tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
