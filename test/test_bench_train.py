@@ -40,6 +40,9 @@ def test_mujoco_part_reuses_runs_and_a_recorded_dense_score(tmp_path):
     assert not (tmp_path / "runs" / "Pendulum-v1-rlx2-200-s3").exists()  # refused before training
     with pytest.raises(SystemExit, match="no such file"):
         bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--dense-from", str(tmp_path / "none.json")))
+    # With dense trained too, a recorded score would be silently ignored: refused instead.
+    with pytest.raises(SystemExit, match="dense is also in --variants dense,rlx2; drop one"):
+        bench_train._mujoco(_args(tmp_path, "--variants", "dense,rlx2", "--dense-from", str(recorded)))
 
 
 def test_mujoco_part_sparse_set_overrides_the_scaling_in_a_run_of_its_own(tmp_path):
@@ -49,9 +52,9 @@ def test_mujoco_part_sparse_set_overrides_the_scaling_in_a_run_of_its_own(tmp_pa
     assert run_dir.name == "Pendulum-v1-rlx2-200-mask_interval40-nstep_delay50"
     config = json.loads((run_dir / "run.json").read_text())["config"]
     assert (config["nstep_delay"], config["mask_interval"]) == (50, 40)  # the bench's own ΔT is 100 here
-    with pytest.raises(ValueError, match="--sparse-set 'nstep_delay': use FIELD=VALUE"):
+    with pytest.raises(SystemExit, match="--sparse-set 'nstep_delay': use FIELD=VALUE"):
         bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--sparse-set", "nstep_delay"))
-    with pytest.raises(ValueError, match="unknown field"):
+    with pytest.raises(SystemExit, match="unknown field"):
         bench_train._mujoco(_args(tmp_path, "--variants", "dense,rlx2", "--sparse-set", "n_step=3"))
     assert not (tmp_path / "runs" / "Pendulum-v1-dense-200").exists()  # refused before dense trained
     # Without the flag the preset's (the paper's) delay stands, whatever the budget.

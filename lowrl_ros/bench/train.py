@@ -272,9 +272,15 @@ def _mujoco(args) -> tuple[dict, str]:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
     # Bad input fails here, before hours of training: every config, and the recorded dense scores.
-    sparse_set = parse_overrides(args.sparse_set, "--sparse-set")
-    plan = {(env_id, variant): _mujoco_run(args, env_id, variant, sparse_set)
-            for env_id in envs for variant in variants}
+    if args.dense_from and "dense" in variants:
+        raise SystemExit(f"--dense-from {args.dense_from}: dense is also in --variants {args.variants}; "
+                         "drop one of the two")
+    try:
+        sparse_set = parse_overrides(args.sparse_set, "--sparse-set")
+        plan = {(env_id, variant): _mujoco_run(args, env_id, variant, sparse_set)
+                for env_id in envs for variant in variants}
+    except ValueError as exc:  # a one-line message, not a traceback
+        raise SystemExit(f"lowrl bench train: {exc}") from None
     recorded = {env_id: _recorded_dense(Path(args.dense_from), env_id, steps, args.seed) for env_id in envs} \
         if args.dense_from and "dense" not in variants else {}
     lines = [f"{args.algo.upper()}, {steps} env steps per run, seed {args.seed}, warm-up min(25000, steps/10), "
