@@ -104,6 +104,12 @@ def test_tensorboard_flag_does_not_change_the_run_a_bench_reuses(tmp_path):
     Trainer(tiny(), tmp_path).run()
     assert _finished_run(tmp_path, tiny(tensorboard=True, progress=True)) is not None
     assert _finished_run(tmp_path, tiny(seed=1)) is None
+    # A run recorded before a field existed was trained with its default, and only that matches.
+    summary = json.loads((tmp_path / "run.json").read_text())
+    del summary["config"]["sparse_init"]
+    (tmp_path / "run.json").write_text(json.dumps(summary))
+    assert _finished_run(tmp_path, tiny()) is not None
+    assert _finished_run(tmp_path, tiny(sparse_init="scaled")) is None
 
 
 def test_resume_refuses_a_different_network(tmp_path):

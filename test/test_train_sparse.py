@@ -121,3 +121,43 @@ def test_rigl_grows_where_the_gradient_is_largest():
 def test_masker_rejects_unknown_method():
     with pytest.raises(ValueError, match="method"):
         SparseMasker([torch.nn.Parameter(torch.ones(1, 2, 2))], 0.5, "magic", 1, 0.5, 10)
+    with pytest.raises(ValueError, match="init"):
+        SparseMasker([torch.nn.Parameter(torch.ones(1, 2, 2))], 0.5, "rigl", 1, 0.5, 10, init="magic")
+    with pytest.raises(ValueError, match="sparse_init='magic' is unknown"):
+        _cfg("td3", sparse_init="magic")
+
+
+def _layer_stds(agent: TD3Agent, obs: torch.Tensor) -> list[float]:
+    """Each actor layer's pre-activation standard deviation on ``obs``."""
+    net, x, out = agent.actor_net, obs.unsqueeze(0), []
+    with torch.no_grad():
+        for i, (w, b) in enumerate(zip(net.weights, net.biases)):
+            x = torch.baddbmm(b, x, w)
+            out.append(float(x.std()))
+            x = torch.relu(x) if i < len(net.weights) - 1 else x
+    return out
+
+
+def test_scaled_sparse_init_keeps_the_dense_activation_scale():
+    """A Hopper-shaped TD3 actor at 90 %: top-k init shrinks the 94 %-sparse hidden layer's output
+    to ~0.45 of the dense one's; scaled init keeps it, with the same masks and dense layers."""
+    obs = torch.randn(4096, 11, generator=torch.Generator().manual_seed(0))
+    big = dict(hidden=256, actor_sparsity=0.9, critic_sparsity=0.85)
+    dense = _layer_stds(TD3Agent(_cfg("td3", "dense", **big), 11, 3), obs)
+    topk_agent = TD3Agent(_cfg("td3", **big), 11, 3)
+    scaled_agent = TD3Agent(_cfg("td3", sparse_init="scaled", **big), 11, 3)
+    topk, scaled = _layer_stds(topk_agent, obs), _layer_stds(scaled_agent, obs)
+    assert topk_agent.actor_masker.layer_densities()[1] < 0.1  # the sparse hidden layer
+    assert topk[1] < 0.6 * dense[1]
+    assert scaled[1] == pytest.approx(dense[1], rel=0.15)
+    for a, b in ((topk_agent.actor_masker, scaled_agent.actor_masker),
+                 (topk_agent.critic_masker, scaled_agent.critic_masker)):
+        assert all(torch.equal(m1, m2) for m1, m2 in zip(a.masks, b.masks))  # same topology
+        for w, m, d in zip(b.weights, b.masks, b.densities):
+            assert torch.all(w[m == 0] == 0)
+            fan_in = m.sum(dim=1)  # [members, out]: active inputs of each unit
+            bound = 1.0 / fan_in.clamp_min(1).sqrt().unsqueeze(1)
+            assert d == 1.0 or torch.all(w.abs() <= bound + 1e-7)
+    # dense layers (the output layer here) keep their initialisation
+    assert scaled_agent.actor_masker.densities[2] == 1.0
+    assert torch.equal(topk_agent.actor_net.weights[2], scaled_agent.actor_net.weights[2])

@@ -348,15 +348,17 @@ def _recorded_dense(path: Path, env_id: str, steps: int, seed: int) -> float:
 
 def _finished_run(run_dir: Path, cfg) -> dict | None:
     """run.json of a completed run in ``run_dir`` trained with exactly ``cfg``, else None."""
-    from lowrl_ros.core.train.config import DISPLAY_FIELDS
+    from lowrl_ros.core.train.config import DISPLAY_FIELDS, TrainConfig
 
     path = run_dir / "run.json"
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())
+    # A field added since the run was trained took its default then (e.g. sparse_init's "topk").
+    defaults = TrainConfig().to_dict()
 
     def key(d: dict) -> str:  # via JSON: NaN fields (stop_return) compare equal as text
-        return json.dumps({k: v for k, v in d.items() if k not in DISPLAY_FIELDS}, sort_keys=True)
+        return json.dumps({k: v for k, v in {**defaults, **d}.items() if k not in DISPLAY_FIELDS}, sort_keys=True)
 
     same = key(summary["config"]) == key(cfg.to_dict())
     return summary if same and summary["env_steps"] == cfg.total_steps else None

@@ -69,10 +69,11 @@ class OffPolicyAgent:
             learn_steps = (cfg.total_steps - cfg.warmup_steps) * cfg.updates_per_step
             self.critic_masker = SparseMasker(list(self.critic_net.weights), cfg.critic_sparsity,
                                               _METHOD[cfg.variant], cfg.mask_interval, cfg.zeta0,
-                                              learn_steps, self.generator)
+                                              learn_steps, self.generator, cfg.sparse_init)
             self.actor_masker = SparseMasker(list(self.actor_net.weights), cfg.actor_sparsity,
                                              _METHOD[cfg.variant], cfg.mask_interval, cfg.zeta0,
-                                             self.actor_updates_total(learn_steps), self.generator)
+                                             self.actor_updates_total(learn_steps), self.generator,
+                                             cfg.sparse_init)
         self.target_pairs = self.build_target_pairs()
         self.polyak_masks_only()  # targets start as exact copies of the masked online networks
         self.gradient_steps = 0

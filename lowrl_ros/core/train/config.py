@@ -19,6 +19,7 @@ ALGOS = ("sac", "td3")
 # RL-specific parts. rlx2: rigl + delayed multi-step TD + dynamic-capacity buffer (Tan et al. 2023).
 VARIANTS = ("dense", "small_dense", "static", "set", "rigl", "rlx2")
 SPARSE_VARIANTS = ("static", "set", "rigl", "rlx2")
+SPARSE_INITS = ("topk", "scaled")  # see lowrl_ros/core/train/sparse.py
 # Fields that change what a run shows, not what it trains (runs differing only in them are the same run).
 DISPLAY_FIELDS = ("progress", "tensorboard")
 ENVS = ("Pendulum-v1", "InvertedPendulum-v5", "HalfCheetah-v5", "Hopper-v5")
@@ -49,6 +50,8 @@ class TrainConfig:
     critic_sparsity: float = _f(0.8, "fraction of critic weights that are zero (sparse variants)")
     mask_interval: int = _f(10_000, "RLx2/RigL/SET Delta T: optimizer updates of a network between its mask updates")
     zeta0: float = _f(0.5, "initial drop/grow fraction of the cosine schedule")
+    sparse_init: str = _f("topk", "initial weights of a sparse layer: topk (the paper's: the largest |w| of the "
+                                  "dense init) or scaled (U(+-1/sqrt(active fan-in)) per unit, the dense layer's scale)")
     nstep: int = _f(3, "rlx2: multi-step TD horizon n used after the delay")
     nstep_delay: int = _f(300_000, "rlx2: gradient steps with 1-step TD before switching to n-step")
     buffer_size: int = _f(1_000_000, "replay capacity (rlx2: maximum of the dynamic capacity)")
@@ -91,6 +94,8 @@ class TrainConfig:
         for name in ("actor_sparsity", "critic_sparsity"):
             v = getattr(self, name)
             need(0.0 <= v < 1.0, f"{name}={v} must be in [0, 1); 0.9 means 90% of the weights are zero")
+        need(self.sparse_init in SPARSE_INITS,
+             f"sparse_init={self.sparse_init!r} is unknown; use one of {SPARSE_INITS}")
         need(0.0 < self.zeta0 <= 1.0, f"zeta0={self.zeta0} must be in (0, 1]; the paper uses 0.5")
         need(0.0 < self.gamma <= 1.0, f"gamma={self.gamma} must be in (0, 1]")
         need(0.0 < self.tau <= 1.0, f"tau={self.tau} must be in (0, 1]")
