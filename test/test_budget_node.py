@@ -281,6 +281,7 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
                                  "sample_rate_hz": 20.0, "escalate_after": 3, "recover_dwell_s": 1.0,
                                  "temperature_source": "none", "publish_period_s": 0.1})
         assert spin_until(executor, lambda: ear.tier == T.FULL, timeout=30)
+        start = len(ear.tiers) - 1  # (a loaded host may have moved the tier before this: not judged)
         with CpuBurner(0), CpuBurner(0):
             assert spin_until(executor, lambda: ear.tier is not None and ear.tier >= T.LITE, timeout=20), (
                 f"p99 {ear.stats[1]:.0f} us vs limit {limit:.0f} us (baseline {base_p99:.0f})")
@@ -311,7 +312,8 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
         # still run is right.) Times are the monitor's send times; a change is seen at worst in the
         # next periodic re-publish (0.1 s), plus one 20 Hz sample of the monitor's own timing.
         assert spin_until(executor, lambda: ear.tier == T.FULL, timeout=30), ear.tiers
-        changes = [ear.tiers[0]] + [cur for prev, cur in zip(ear.tiers, ear.tiers[1:]) if cur[1] != prev[1]]
+        seen = ear.tiers[start:]
+        changes = [seen[0]] + [cur for prev, cur in zip(seen, seen[1:]) if cur[1] != prev[1]]
         gaps_before_step_up = [t1 - t0 for (t0, tier0), (t1, tier1) in zip(changes, changes[1:]) if tier1 < tier0]
         assert gaps_before_step_up and min(gaps_before_step_up) >= 1.0 - 0.1 - 0.05, changes
     finally:
