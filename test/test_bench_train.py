@@ -61,3 +61,14 @@ def test_mujoco_part_sparse_set_overrides_the_scaling_in_a_run_of_its_own(tmp_pa
     results, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2"))
     summary = json.loads((tmp_path / "runs" / "Pendulum-v1-rlx2-200" / "run.json").read_text())
     assert summary["config"]["nstep_delay"] == 1000
+
+
+def test_result_files_are_named_by_what_differs_from_the_presets(tmp_path):
+    name = lambda *extra: bench_train._result_name("mujoco", _args(tmp_path, *extra))  # noqa: E731
+    assert name() == "train_mujoco"
+    assert name("--algo", "td3", "--actor-sparsity", "0.9", "--critic-sparsity", "0.85", "--seed", "2") == \
+        "train_mujoco_td3_a0.9_c0.85_s2"
+    # a --sparse-set run does not overwrite the preset's result of the same seed
+    assert name("--algo", "td3", "--sparse-set", "sparse_init=scaled", "nstep_delay=9", "--seed", "3") == \
+        "train_mujoco_td3_nstep_delay9_sparse_initscaled_s3"
+    assert bench_train._result_name("speed", _args(tmp_path, "--algo", "td3")) == "train_speed"

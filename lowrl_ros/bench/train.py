@@ -437,6 +437,19 @@ def _kernels(args) -> tuple[dict, str]:
     return results, "\n".join(lines)
 
 
+def _result_name(part: str, args: argparse.Namespace) -> str:
+    """bench_results/ file name: mujoco runs off the presets' seed, sparsities or fields get their own."""
+    from lowrl_ros.core.train.config import parse_overrides
+
+    if part != "mujoco":
+        return f"train_{part}"
+    name = "train_mujoco" + (f"_{args.algo}" if args.algo != "sac" else "")
+    name += "".join(f"_{tag}{v:g}" for tag, v in (("a", args.actor_sparsity), ("c", args.critic_sparsity))
+                    if v is not None)
+    name += "".join(f"_{k}{v}" for k, v in sorted(parse_overrides(args.sparse_set, "--sparse-set").items()))
+    return name + (f"_s{args.seed}" if args.seed else "")
+
+
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench.record import write_result
 
@@ -445,11 +458,7 @@ def run(args: argparse.Namespace) -> int:
     for part in parts:
         print(f"== lowrl bench train: {part}", flush=True)
         results, markdown = fns[part](args)
-        name = f"train_{part}_{args.algo}" if part == "mujoco" and args.algo != "sac" else f"train_{part}"
-        if part == "mujoco":  # runs off the presets' seed or sparsities get files of their own
-            name += "".join(f"_{tag}{v:g}" for tag, v in (("a", args.actor_sparsity), ("c", args.critic_sparsity))
-                            if v is not None) + (f"_s{args.seed}" if args.seed else "")
-        path = write_result(name, results, markdown)
+        path = write_result(_result_name(part, args), results, markdown)
         print(markdown)
         print(f"results: {path}", flush=True)
     return 0
