@@ -32,6 +32,10 @@ def test_mujoco_part_reuses_runs_and_a_recorded_dense_score(tmp_path):
     assert again["Pendulum-v1/rlx2"]["score"] == rlx2["score"]
     assert again["Pendulum-v1/dense"] == {"score": dense["score"], "recorded_in": str(recorded)}
     assert f"dense (recorded in {recorded})" in markdown
+    assert rlx2["eval_steps"] == [20 * i for i in range(1, 11)]
+    for res, png in ((results, "both.png"), (again, "recorded.png")):  # curves; a recorded score as a line
+        out = bench_train.draw_mujoco(res, tmp_path / png)
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     assert not (tmp_path / "runs" / "Pendulum-v1-dense-200-s0").exists()
 
     # A recorded score of another seed or budget is refused, with what differs.

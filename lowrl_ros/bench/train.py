@@ -310,7 +310,8 @@ def _mujoco(args) -> tuple[dict, str]:
                      "inference_flops_reduction": vs.get("inference_flops_reduction", 1.0),
                      "actor_sparsity": cfg.actor_sparsity if variant != "dense" else 0.0,
                      "critic_sparsity": cfg.critic_sparsity if variant != "dense" else 0.0, "run_dir": str(run_dir),
-                     "evaluations": evals, "buffer_sizes": [int(r["buffer_size"]) for r in log],
+                     "evaluations": evals, "eval_steps": [int(r["env_steps"]) for r in log],
+                     "buffer_sizes": [int(r["buffer_size"]) for r in log],
                      "policy_distances": [float(r["policy_distance"]) if r["policy_distance"] else None for r in log]}
             results[f"{env_id}/{variant}"] = entry
         if env_id in recorded:
@@ -330,6 +331,40 @@ def _mujoco(args) -> tuple[dict, str]:
         lines.append("\nSome rows reuse a finished run of the same config from the runs directory "
                      "(wall s is that run's own).")
     return results, "\n".join(lines)
+
+
+def draw_mujoco(results: dict, out: Path) -> Path:
+    """Each env's evaluation curves (one panel per env), a recorded dense score as a line, and 97 % of
+    dense (the issue's target) dotted; returns ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({k.split("/")[0] for k, v in results.items() if isinstance(v, dict)})
+    fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4.4), squeeze=False)
+    for ax, env_id in zip(axes[0], envs):
+        for key, e in sorted(results.items()):
+            if not (isinstance(e, dict) and key.startswith(env_id + "/")):
+                continue
+            variant = key.split("/", 1)[1]
+            if "evaluations" in e:
+                ax.plot(e.get("eval_steps") or range(1, len(e["evaluations"]) + 1), e["evaluations"], marker="o",
+                        ms=3, label=f"{variant}: score {e['score']:.0f}")
+            else:
+                ax.axhline(e["score"], color="k", lw=1, label=f"{variant} (recorded): score {e['score']:.0f}")
+        dense = results.get(f"{env_id}/dense")
+        if isinstance(dense, dict) and dense.get("score", 0) > 0:
+            ax.axhline(0.97 * dense["score"], color="gray", ls=":", lw=1, label="97 % of the dense score")
+        ax.set(title=f"{env_id}, seed {results.get('seed', 0)} (score: mean of the last 3 evaluations)",
+               xlabel="environment steps", ylabel="deterministic evaluation return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def _recorded_dense(path: Path, env_id: str, steps: int, seed: int) -> float:
@@ -458,7 +493,13 @@ def run(args: argparse.Namespace) -> int:
     for part in parts:
         print(f"== lowrl bench train: {part}", flush=True)
         results, markdown = fns[part](args)
-        path = write_result(_result_name(part, args), results, markdown)
+        name = _result_name(part, args)
+        if part == "mujoco":
+            from lowrl_ros.bench.record import RESULTS_DIR
+
+            png = draw_mujoco(results, RESULTS_DIR / f"{name}.png")
+            markdown += f"\n\nLearning curves: {png.name}"
+        path = write_result(name, results, markdown)
         print(markdown)
         print(f"results: {path}", flush=True)
     return 0
