@@ -349,8 +349,7 @@ def draw_mujoco(results: dict, out: Path) -> Path:
                 continue
             variant = key.split("/", 1)[1]
             if "evaluations" in e:
-                ax.plot(e.get("eval_steps") or range(1, len(e["evaluations"]) + 1), e["evaluations"], marker="o",
-                        ms=3, label=f"{variant}: score {e['score']:.0f}")
+                ax.plot(e["eval_steps"], e["evaluations"], marker="o", ms=3, label=f"{variant}: score {e['score']:.0f}")
             else:
                 ax.axhline(e["score"], color="k", lw=1, label=f"{variant} (recorded): score {e['score']:.0f}")
         dense = results.get(f"{env_id}/dense")

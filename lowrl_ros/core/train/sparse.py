@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from lowrl_ros.core.train.config import SPARSE_INITS as INITS
+from lowrl_ros.core.train.config import SPARSE_INITS
 
 METHODS = ("static", "set", "rigl")
 
@@ -93,8 +93,8 @@ class SparseMasker:
                  zeta0: float, t_end: int, generator: torch.Generator | None = None, init: str = "topk") -> None:
         if method not in METHODS:
             raise ValueError(f"method={method!r} is unknown; use one of {METHODS}")
-        if init not in INITS:
-            raise ValueError(f"init={init!r} is unknown; use one of {INITS}")
+        if init not in SPARSE_INITS:
+            raise ValueError(f"init={init!r} is unknown; use one of {SPARSE_INITS}")
         self.weights = list(weights)
         self.method = method
         self.interval = int(interval)
