@@ -1,10 +1,13 @@
-"""`lowrl bench train --part mujoco` at a tiny scale: real runs, reuse of finished runs, a recorded dense score."""
+"""`lowrl bench train --part mujoco` at a tiny scale (real runs, reuse of finished runs, a recorded dense score),
+and `--part seeds`, its summary across seeds."""
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lowrl_ros.bench import train as bench_train
@@ -76,3 +79,52 @@ def test_result_files_are_named_by_what_differs_from_the_presets(tmp_path):
     assert name("--algo", "td3", "--sparse-set", "sparse_init=scaled", "nstep_delay=9", "--seed", "3") == \
         "train_mujoco_td3_nstep_delay9_sparse_initscaled_s3"
     assert bench_train._result_name("speed", _args(tmp_path, "--algo", "td3")) == "train_speed"
+
+
+def test_seeds_part_summarises_every_seed_file_of_one_setting(tmp_path, monkeypatch):
+    from lowrl_ros.bench import record
+
+    monkeypatch.setattr(record, "RESULTS_DIR", tmp_path / "results")
+    with pytest.raises(SystemExit, match=r"no .*train_mujoco\[_s<N>\]\.json; run --part mujoco"):
+        bench_train._seeds(_args(tmp_path))
+    for seed in ("0", "1"):  # real tiny runs, written where --part mujoco writes them
+        assert bench_train.run(_args(tmp_path, "--variants", "dense,rlx2", "--seed", seed)) == 0
+    one = json.loads((tmp_path / "results" / "train_mujoco_s1.json").read_text())
+    del one["results"]["Pendulum-v1/dense"]  # a seed whose dense has not been trained yet is skipped, and said so
+    one["results"]["seed"] = 2
+    (tmp_path / "results" / "train_mujoco_s2.json").write_text(json.dumps(one))
+    (tmp_path / "results" / "train_mujoco_a0.5_s3.json").write_text(json.dumps(one))  # another setting: not read
+
+    # parts mujoco (from _args: seed 0's finished runs are reused) then seeds
+    assert bench_train.run(_args(tmp_path, "--part", "seeds")) == 0
+    out = json.loads((tmp_path / "results" / "train_mujoco_seeds_pendulum.json").read_text())["results"]
+    e = out["Pendulum-v1/rlx2"]
+    scores = {s: json.loads((tmp_path / "results" / f"train_mujoco{s}.json").read_text())["results"]
+              for s in ("", "_s1")}
+    assert e["seeds"] == [0, 1]
+    assert e["dense"] == [scores[s]["Pendulum-v1/dense"]["score"] for s in ("", "_s1")]
+    assert e["sparse"] == [scores[s]["Pendulum-v1/rlx2"]["score"] for s in ("", "_s1")]
+    assert e["verdict"] == "no ratio: the dense mean is <= 0"  # Pendulum's returns are negative
+    assert out["skipped"] == ["train_mujoco_s2.json (Pendulum-v1, rlx2): no dense score "
+                              "(train dense, then --variants dense,VARIANT)"]
+    assert (tmp_path / "results" / "train_mujoco_seeds_pendulum.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit, match="names no sparse variant"):
+        bench_train._seeds(_args(tmp_path, "--variants", "dense"))
+    with pytest.raises(SystemExit, match="none of 3 .* holds both dense and rlx2 for Pendulum-v1 at 900 steps"):
+        bench_train._seeds(_args(tmp_path, "--steps", "900"))
+
+
+def test_seed_stats_against_hand_computed_figures():
+    dense = np.array([100.0, 200.0, 300.0, 400.0])
+    e = bench_train.seed_stats(dense, np.array([99.0, 190.0, 300.0, 396.0]))
+    assert e["ratio_of_means"] == pytest.approx(985 / 1000)
+    assert e["mean_ratio"] == pytest.approx((0.99 + 0.95 + 1.0 + 0.99) / 4)
+    # per-seed ratios' deviations .0075, -.0325, .0175, .0075: squares sum to 1.475e-3
+    assert e["ratio_se"] == pytest.approx(math.sqrt(1.475e-3 / 3) / 2)
+    assert (e["diff_mean"], e["diff_se"]) == (pytest.approx(-3.75), pytest.approx(np.std([-1, -10, 0, -4], ddof=1) / 2))
+    lo, hi = e["ratio_interval"]
+    assert 0.95 <= lo < 0.985 < hi <= 1.0
+    assert e["verdict"] == "unsure: the mean is above 97 %, the interval spans it"
+    assert bench_train.seed_stats(dense, 0.99 * dense)["verdict"] == "met: the interval lies above 97 %"
+    assert bench_train.seed_stats(dense, 0.9 * dense)["verdict"] == "not met: the interval lies below 97 %"
+    assert bench_train.seed_stats(dense[:1], dense[:1])["verdict"] == "unsure: one seed (above 97 %)"

@@ -11,6 +11,10 @@ Parts (``--part``, repeatable; default speed, pendulum, kernels):
 * mujoco    HalfCheetah-v5 / Hopper-v5 at ``--steps`` env steps (the issue's budget is 300k: hours on
             a CPU), dense vs RLx2 SAC at the paper's sparsities: return, % of dense, compression,
             analytic FLOPs reduction, wall-clock.
+* seeds     the mujoco results of every seed of one setting (the files ``--part mujoco`` wrote for
+            the same --algo, sparsities and --sparse-set): per-seed % of dense, the ratio of the
+            mean returns with a 95 % bootstrap interval over seeds, the mean per-seed ratio with its
+            standard error, and the verdict against the issue's 97 %; trains nothing.
 * kernels   dense vs CSR sparse matmul at the densities Erdős–Rényi gives the hidden layers, and
             Adam implementations: the measurements behind the trainer's kernel choices.
 
@@ -27,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-PARTS = ("speed", "pendulum", "mujoco", "kernels")
+PARTS = ("speed", "pendulum", "mujoco", "seeds", "kernels")
+TARGET = 0.97  # the issue's target: RLx2 keeps >= 97 % of the dense return
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -42,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mujoco: the preset config/train_<env>_<algo>.yaml (paper sparsities)")
     parser.add_argument("--variants", default="dense,rlx2",
                         help="mujoco: which variants to run (runs finished with the same config are reused, so "
-                             "separate processes can train them in parallel, then one run writes the table)")
+                             "separate processes can train them in parallel, then one run writes the table); "
+                             "seeds: the sparse ones among them are summarised against dense")
     parser.add_argument("--seed", type=int, default=0,
                         help="mujoco: the runs' seed (default 0); another seed writes train_mujoco[_algo]..._s<seed>.*")
     parser.add_argument("--actor-sparsity", type=float, default=None,
@@ -270,7 +276,7 @@ def _mujoco(args) -> tuple[dict, str]:
     steps = args.steps
     results: dict = {"steps": steps, "seed": args.seed}
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    envs = _envs(args)
     # Bad input fails here, before hours of training: every config, and the recorded dense scores.
     if args.dense_from and "dense" in variants:
         raise SystemExit(f"--dense-from {args.dense_from}: dense is also in --variants {args.variants}; "
@@ -357,6 +363,146 @@ def draw_mujoco(results: dict, out: Path) -> Path:
             ax.axhline(0.97 * dense["score"], color="gray", ls=":", lw=1, label="97 % of the dense score")
         ax.set(title=f"{env_id}, seed {results.get('seed', 0)} (score: mean of the last 3 evaluations)",
                xlabel="environment steps", ylabel="deterministic evaluation return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _seed_files(args) -> list[tuple[int, Path]]:
+    """(seed, path) of every mujoco result of this setting: <name>.json is seed 0, <name>_s<N>.json seed N."""
+    import re
+
+    from lowrl_ros.bench.record import RESULTS_DIR
+
+    base = _mujoco_name(args)
+    found = []
+    for path in Path(RESULTS_DIR).glob(f"{base}*.json"):
+        m = re.fullmatch(re.escape(base) + r"(?:_s(\d+))?\.json", path.name)
+        if m:
+            found.append((int(m.group(1) or 0), path))
+    return sorted(found)
+
+
+def _seeds(args) -> tuple[dict, str]:
+    """Summarise, per env and sparse variant, every seed's ``--part mujoco`` result of one setting."""
+    base = _mujoco_name(args)
+    files = _seed_files(args)
+    if not files:
+        from lowrl_ros.bench.record import RESULTS_DIR
+
+        raise SystemExit(f"lowrl bench train --part seeds: no {RESULTS_DIR}/{base}[_s<N>].json; "
+                         "run --part mujoco with the same --algo, sparsities and --sparse-set first")
+    sparse = [v.strip() for v in args.variants.split(",") if v.strip() and v.strip() != "dense"]
+    if not sparse:
+        raise SystemExit(f"lowrl bench train --part seeds: --variants {args.variants} names no sparse variant")
+    results: dict = {"steps": args.steps, "target_percent": 100 * TARGET, "files": [str(p) for _, p in files]}
+    lines = [f"{args.algo.upper()}, {args.steps} env steps per run; each seed's score is the mean of its last 3 "
+             f"evaluations (`{base}[_s<N>].json`, written by `--part mujoco`). Target: >= {100 * TARGET:.0f} % "
+             "of the dense return. The ratio of mean returns carries the verdict; its 95 % interval is a "
+             "bootstrap over seeds (10000 resamples of whole seeds, dense and sparse kept paired).\n"]
+    table = ["| env | variant | seeds | dense mean | sparse mean | ratio of means | 95 % interval | "
+             "mean per-seed ratio ± s.e. | sparse − dense ± s.e. | compression | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    per_seed_lines, skipped = [], []
+    for env_id in _envs(args):
+        for variant in sparse:
+            seeds, dense, ours, compression = [], [], [], []
+            for seed, path in files:
+                res = json.loads(path.read_text()).get("results", {})
+                d, v = res.get(f"{env_id}/dense"), res.get(f"{env_id}/{variant}")
+                why = ("it is not a mujoco result" if "steps" not in res else
+                       f"{res['steps']} steps, not {args.steps}" if res["steps"] != args.steps else
+                       f"it says seed {res.get('seed', 0)}" if res.get("seed", 0) != seed else
+                       "no dense score (train dense, then --variants dense,VARIANT)" if d is None else
+                       f"no {variant} entry" if v is None else None)
+                if why:
+                    if d is not None or v is not None or "steps" not in res:
+                        skipped.append(f"{path.name} ({env_id}, {variant}): {why}")
+                    continue
+                seeds.append(seed)
+                dense.append(float(d["score"]))
+                ours.append(float(v["score"]))
+                compression.append(float(v.get("compression", math.nan)))
+            if not seeds:
+                continue
+            stats = seed_stats(np.array(dense), np.array(ours))
+            stats.update(seeds=seeds, dense=dense, sparse=ours, min_compression=min(compression))
+            results[f"{env_id}/{variant}"] = stats
+            lo, hi = stats["ratio_interval"]
+            table.append(
+                f"| {env_id} | {variant} | {len(seeds)} | {stats['dense_mean']:.1f} | {stats['sparse_mean']:.1f} | "
+                f"**{100 * stats['ratio_of_means']:.1f} %** | {100 * lo:.1f}–{100 * hi:.1f} % | "
+                f"{100 * stats['mean_ratio']:.1f} ± {100 * stats['ratio_se']:.1f} % | "
+                f"{stats['diff_mean']:+.1f} ± {stats['diff_se']:.1f} | {min(compression):.2f}x | {stats['verdict']} |")
+            per_seed_lines.append(f"- {env_id} {variant}: " + ", ".join(
+                f"s{s} {o:.1f}/{d:.1f} = {100 * o / d:.1f} %" if d > 0 else f"s{s} {o:.1f}/{d:.1f}"
+                for s, d, o in zip(seeds, dense, ours)))
+    if len(table) == 2:
+        raise SystemExit(f"lowrl bench train --part seeds: none of {len(files)} {base}* file(s) holds both dense "
+                         f"and {'/'.join(sparse)} for {args.envs} at {args.steps} steps"
+                         + ("; " + "; ".join(skipped) if skipped else ""))
+    lines += table + ["", "Per seed (sparse/dense):"] + per_seed_lines
+    if skipped:
+        results["skipped"] = skipped
+        lines += ["", "Skipped:"] + [f"- {s}" for s in skipped]
+    return results, "\n".join(lines)
+
+
+def seed_stats(dense: np.ndarray, sparse: np.ndarray, resamples: int = 10_000) -> dict:
+    """Paired per-seed scores -> ratio of means, its bootstrap 95 % interval, mean per-seed ratio ± s.e.,
+    mean difference ± s.e., and the verdict against TARGET: met or not met only where the interval
+    lies wholly on one side, else unsure."""
+    n = len(dense)
+    ratio = float(sparse.mean() / dense.mean()) if dense.mean() > 0 else math.nan
+    per_seed = sparse[dense > 0] / dense[dense > 0]
+    se = lambda x: float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan  # noqa: E731
+    idx = np.random.default_rng(0).integers(0, n, (resamples, n))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boot = sparse[idx].mean(1) / dense[idx].mean(1)
+    lo, hi = (float(q) for q in np.percentile(boot, [2.5, 97.5])) if n > 1 else (math.nan, math.nan)
+    t = f"{100 * TARGET:.0f} %"
+    if math.isnan(ratio):
+        verdict = "no ratio: the dense mean is <= 0"
+    elif n < 2:
+        verdict = f"unsure: one seed ({'above' if ratio >= TARGET else 'below'} {t})"
+    elif lo >= TARGET:
+        verdict = f"met: the interval lies above {t}"
+    elif hi < TARGET:
+        verdict = f"not met: the interval lies below {t}"
+    else:
+        verdict = f"unsure: the mean is {'above' if ratio >= TARGET else 'below'} {t}, the interval spans it"
+    return {"n": n, "dense_mean": float(dense.mean()), "sparse_mean": float(sparse.mean()),
+            "ratio_of_means": ratio, "ratio_interval": [lo, hi],
+            "mean_ratio": float(per_seed.mean()) if len(per_seed) else math.nan, "ratio_se": se(per_seed),
+            "diff_mean": float((sparse - dense).mean()), "diff_se": se(sparse - dense), "verdict": verdict}
+
+
+def draw_seeds(results: dict, out: Path) -> Path:
+    """One panel per env and sparse variant: each seed's % of dense, the ratio of means with its
+    bootstrap interval shaded, and the target dotted; returns ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted(k for k, v in results.items() if isinstance(v, dict) and "ratio_of_means" in v)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        e = results[key]
+        pct = [100 * o / d if d > 0 else math.nan for d, o in zip(e["dense"], e["sparse"])]
+        ax.plot(e["seeds"], pct, "o", label="one seed's sparse / dense")
+        if not math.isnan(e["ratio_of_means"]):
+            ax.axhline(100 * e["ratio_of_means"], color="C1", label=f"ratio of means {100 * e['ratio_of_means']:.1f} %")
+        lo, hi = e["ratio_interval"]
+        if not (math.isnan(lo) or math.isnan(e["ratio_of_means"])):
+            ax.axhspan(100 * lo, 100 * hi, color="C1", alpha=0.15, label="95 % bootstrap interval")
+        ax.axhline(100 * TARGET, color="gray", ls=":", label=f"target {100 * TARGET:.0f} %")
+        ax.set(title=f"{key}: {e['verdict'].split(':')[0]}", xlabel="seed", ylabel="% of the dense return",
+               xticks=e["seeds"])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -472,32 +618,49 @@ def _kernels(args) -> tuple[dict, str]:
 
 
 def _result_name(part: str, args: argparse.Namespace) -> str:
-    """bench_results/ file name: mujoco runs off the presets' seed, sparsities or fields get their own."""
+    """bench_results/ file name: mujoco runs off the presets' seed, sparsities or fields get their own;
+    a seeds summary is named by its setting and envs."""
+    if part == "mujoco":
+        return _mujoco_name(args) + (f"_s{args.seed}" if args.seed else "")
+    if part == "seeds":
+        return _mujoco_name(args) + "_seeds_" + "_".join(e.split("-")[0].lower() for e in _envs(args))
+    return f"train_{part}"
+
+
+def _mujoco_name(args: argparse.Namespace) -> str:
+    """The mujoco result name of a setting (algo, sparsities, --sparse-set), before its seed suffix."""
     from lowrl_ros.core.train.config import parse_overrides
 
-    if part != "mujoco":
-        return f"train_{part}"
     name = "train_mujoco" + (f"_{args.algo}" if args.algo != "sac" else "")
     name += "".join(f"_{tag}{v:g}" for tag, v in (("a", args.actor_sparsity), ("c", args.critic_sparsity))
                     if v is not None)
-    name += "".join(f"_{k}{v}" for k, v in sorted(parse_overrides(args.sparse_set, "--sparse-set").items()))
-    return name + (f"_s{args.seed}" if args.seed else "")
+    try:
+        overrides = parse_overrides(args.sparse_set, "--sparse-set")
+    except ValueError as exc:
+        raise SystemExit(f"lowrl bench train: {exc}") from None
+    return name + "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
+
+
+def _envs(args: argparse.Namespace) -> list[str]:
+    return [e.strip() for e in args.envs.split(",") if e.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench.record import write_result
 
     parts = args.part or ["speed", "pendulum", "kernels"]
-    fns = {"speed": _speed, "pendulum": _pendulum, "mujoco": _mujoco, "kernels": _kernels}
+    fns = {"speed": _speed, "pendulum": _pendulum, "mujoco": _mujoco, "seeds": _seeds, "kernels": _kernels}
+    drawings = {"mujoco": ("Learning curves", draw_mujoco), "seeds": ("Per-seed ratios", draw_seeds)}
     for part in parts:
         print(f"== lowrl bench train: {part}", flush=True)
         results, markdown = fns[part](args)
         name = _result_name(part, args)
-        if part == "mujoco":
+        if part in drawings:
             from lowrl_ros.bench.record import RESULTS_DIR
 
-            png = draw_mujoco(results, RESULTS_DIR / f"{name}.png")
-            markdown += f"\n\nLearning curves: {png.name}"
+            what, draw = drawings[part]
+            png = draw(results, RESULTS_DIR / f"{name}.png")
+            markdown += f"\n\n{what}: {png.name}"
         path = write_result(name, results, markdown)
         print(markdown)
         print(f"results: {path}", flush=True)
