@@ -342,14 +342,9 @@ def _mujoco(args) -> tuple[dict, str]:
 def draw_mujoco(results: dict, out: Path) -> Path:
     """Each env's evaluation curves (one panel per env), a recorded dense score as a line, and 97 % of
     dense (the issue's target) dotted; returns ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     envs = sorted({k.split("/")[0] for k, v in results.items() if isinstance(v, dict)})
-    fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4.4), squeeze=False)
-    for ax, env_id in zip(axes[0], envs):
+    fig, axes = _panels(len(envs), 6.5, 4.4)
+    for ax, env_id in zip(axes, envs):
         for key, e in sorted(results.items()):
             if not (isinstance(e, dict) and key.startswith(env_id + "/")):
                 continue
@@ -363,6 +358,25 @@ def draw_mujoco(results: dict, out: Path) -> Path:
             ax.axhline(0.97 * dense["score"], color="gray", ls=":", lw=1, label="97 % of the dense score")
         ax.set(title=f"{env_id}, seed {results.get('seed', 0)} (score: mean of the last 3 evaluations)",
                xlabel="environment steps", ylabel="deterministic evaluation return")
+    return _save(fig, axes, out)
+
+
+def _panels(n: int, width: float, height: float):
+    """A figure of ``n`` side-by-side panels (matplotlib without a display) and the list of its axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _save(fig, axes, out: Path) -> Path:
+    """Grid and legend on each panel, then the figure written to ``out`` and closed; returns ``out``."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -484,14 +498,9 @@ def seed_stats(dense: np.ndarray, sparse: np.ndarray, resamples: int = 10_000) -
 def draw_seeds(results: dict, out: Path) -> Path:
     """One panel per env and sparse variant: each seed's % of dense, the ratio of means with its
     bootstrap interval shaded, and the target dotted; returns ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     keys = sorted(k for k, v in results.items() if isinstance(v, dict) and "ratio_of_means" in v)
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    fig, axes = _panels(len(keys), 5.5, 4.2)
+    for ax, key in zip(axes, keys):
         e = results[key]
         pct = [100 * o / d if d > 0 else math.nan for d, o in zip(e["dense"], e["sparse"])]
         ax.plot(e["seeds"], pct, "o", label="one seed's sparse / dense")
@@ -503,13 +512,7 @@ def draw_seeds(results: dict, out: Path) -> Path:
         ax.axhline(100 * TARGET, color="gray", ls=":", label=f"target {100 * TARGET:.0f} %")
         ax.set(title=f"{key}: {e['verdict'].split(':')[0]}", xlabel="seed", ylabel="% of the dense return",
                xticks=e["seeds"])
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, axes, out)
 
 
 def _recorded_dense(path: Path, env_id: str, steps: int, seed: int) -> float:
