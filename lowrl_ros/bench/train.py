@@ -355,7 +355,8 @@ def draw_mujoco(results: dict, out: Path) -> Path:
                 ax.axhline(e["score"], color="k", lw=1, label=f"{variant} (recorded): score {e['score']:.0f}")
         dense = results.get(f"{env_id}/dense")
         if isinstance(dense, dict) and dense.get("score", 0) > 0:
-            ax.axhline(0.97 * dense["score"], color="gray", ls=":", lw=1, label="97 % of the dense score")
+            ax.axhline(TARGET * dense["score"], color="gray", ls=":", lw=1,
+                       label=f"{100 * TARGET:.0f} % of the dense score")
         ax.set(title=f"{env_id}, seed {results.get('seed', 0)} (score: mean of the last 3 evaluations)",
                xlabel="environment steps", ylabel="deterministic evaluation return")
     return _save(fig, axes, out)
@@ -386,13 +387,12 @@ def _save(fig, axes, out: Path) -> Path:
     return out
 
 
-def _seed_files(args) -> list[tuple[int, Path]]:
-    """(seed, path) of every mujoco result of this setting: <name>.json is seed 0, <name>_s<N>.json seed N."""
+def _seed_files(base: str) -> list[tuple[int, Path]]:
+    """(seed, path) of every mujoco result named ``base``: <base>.json is seed 0, <base>_s<N>.json seed N."""
     import re
 
     from lowrl_ros.bench.record import RESULTS_DIR
 
-    base = _mujoco_name(args)
     found = []
     for path in Path(RESULTS_DIR).glob(f"{base}*.json"):
         m = re.fullmatch(re.escape(base) + r"(?:_s(\d+))?\.json", path.name)
@@ -404,7 +404,7 @@ def _seed_files(args) -> list[tuple[int, Path]]:
 def _seeds(args) -> tuple[dict, str]:
     """Summarise, per env and sparse variant, every seed's ``--part mujoco`` result of one setting."""
     base = _mujoco_name(args)
-    files = _seed_files(args)
+    files = _seed_files(base)
     if not files:
         from lowrl_ros.bench.record import RESULTS_DIR
 
@@ -422,11 +422,11 @@ def _seeds(args) -> tuple[dict, str]:
              "mean per-seed ratio ± s.e. | sparse − dense ± s.e. | compression | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     per_seed_lines, skipped = [], []
+    loaded = [(seed, path, json.loads(path.read_text()).get("results", {})) for seed, path in files]
     for env_id in _envs(args):
         for variant in sparse:
             seeds, dense, ours, compression = [], [], [], []
-            for seed, path in files:
-                res = json.loads(path.read_text()).get("results", {})
+            for seed, path, res in loaded:
                 d, v = res.get(f"{env_id}/dense"), res.get(f"{env_id}/{variant}")
                 why = ("it is not a mujoco result" if "steps" not in res else
                        f"{res['steps']} steps, not {args.steps}" if res["steps"] != args.steps else
@@ -451,7 +451,7 @@ def _seeds(args) -> tuple[dict, str]:
                 f"| {env_id} | {variant} | {len(seeds)} | {stats['dense_mean']:.1f} | {stats['sparse_mean']:.1f} | "
                 f"**{100 * stats['ratio_of_means']:.1f} %** | {100 * lo:.1f}–{100 * hi:.1f} % | "
                 f"{100 * stats['mean_ratio']:.1f} ± {100 * stats['ratio_se']:.1f} % | "
-                f"{stats['diff_mean']:+.1f} ± {stats['diff_se']:.1f} | {min(compression):.2f}x | {stats['verdict']} |")
+                f"{stats['diff_mean']:+.1f} ± {stats['diff_se']:.1f} | {stats['min_compression']:.2f}x | {stats['verdict']} |")
             per_seed_lines.append(f"- {env_id} {variant}: " + ", ".join(
                 f"s{s} {o:.1f}/{d:.1f} = {100 * o / d:.1f} %" if d > 0 else f"s{s} {o:.1f}/{d:.1f}"
                 for s, d, o in zip(seeds, dense, ours)))
