@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def gap_from_yaml(path: Path):
-    from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 
     params = next(iter(yaml.safe_load(path.read_text()).values()))["ros__parameters"]
     return RealityGapConfig(**{k.split(".", 1)[1]: v for k, v in params.items() if k.startswith("gap.")})
@@ -49,11 +49,11 @@ def main() -> int:
 
     torch.set_num_threads(1)
     from lowrl_ros.bench.sim2real import gap_returns
-    from lowrl_ros.core.finetune import write_kit
-    from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.core.finetune.learner import write_kit
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
     from lowrl_ros.core.train.config import TrainConfig
     from lowrl_ros.core.train.export import export_actor
-    from lowrl_ros.core.train.loop import Trainer
+    from lowrl_ros.core.train.trainer import Trainer
 
     cfg_path = ROOT / "config" / "train_pendulum_sac.yaml"
     cfg = TrainConfig.from_yaml(cfg_path, seed=args.seed, progress=False)

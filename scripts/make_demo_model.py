@@ -83,7 +83,8 @@ def distill_lite(teacher_path: Path, out: Path, hidden: list[int], seed: int, ep
     import gymnasium as gym
     import torch
 
-    from lowrl_ros.core.artifact import MlpWeights, load_artifact, save_artifact
+    from lowrl_ros.core.runtime.artifact import MlpWeights, save_artifact
+    from lowrl_ros.core.runtime.engines import load_artifact
 
     teacher = load_artifact(teacher_path)
     c = teacher.contract
@@ -143,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from stable_baselines3 import SAC
 
-    from lowrl_ros.commands.import_sb3 import import_sb3
-    from lowrl_ros.core.artifact import load_artifact
-    from lowrl_ros.core.bundle import load_bundle, save_bundle
+    from lowrl_ros.core.compress.sb3 import import_sb3
+    from lowrl_ros.core.runtime.engines import load_artifact
+    from lowrl_ros.core.runtime.bundle import load_bundle, save_bundle
 
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rebuild the graphs of artifacts and bundles with this version's exporter, weights kept bit for bit.
 
-Artifacts written before the U8U8 fix (lowrl_ros/core/onnx_graph.py) give wrong int8 actions under
+Artifacts written before the U8U8 fix (lowrl_ros/core/runtime/onnx_graph.py) give wrong int8 actions under
 ONNX Runtime on x86 CPUs without VNNI, and the loader refuses them. This rewrites each file in place
 (atomically); contract, version and stored weights are unchanged, and it checks that they are.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lowrl_ros.core.artifact import parse_artifact, read_artifact_bytes, reexport_artifact  # noqa: E402
-from lowrl_ros.core.bundle import MANIFEST, is_bundle_file, load_bundle, save_bundle  # noqa: E402
+from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes, reexport_artifact  # noqa: E402
+from lowrl_ros.core.runtime.bundle import MANIFEST, is_bundle_file, load_bundle, save_bundle  # noqa: E402
 
 
 def _same_weights(a: Path, b: Path) -> None:

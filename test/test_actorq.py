@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from lowrl_ros.core.actorq import ActorQConfig, ActorQLearner, StaleVersionError, VersionGate, run_actorq
+from lowrl_ros.core.train.actorq import ActorQConfig, ActorQLearner, StaleVersionError, VersionGate, run_actorq
 
 TINY = dict(hidden=32, depth=2, batch_size=32, total_steps=600, warmup_steps=200, refresh_every=50,
             chunk_steps=25, eval_interval=600, eval_episodes=1, num_actors=2, seed=3)

@@ -8,17 +8,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from lowrl_ros.core.artifact import (
-    METADATA_KEY,
-    ArtifactError,
-    MlpWeights,
-    PolicyContract,
-    load_artifact,
-    load_weights,
-    prune_by_magnitude,
-    reference_action,
-    save_artifact,
-)
+from lowrl_ros.core.runtime.artifact import METADATA_KEY, ArtifactError, MlpWeights, PolicyContract, load_weights, prune_by_magnitude, reference_action, save_artifact
+from lowrl_ros.core.runtime.engines import load_artifact
 
 
 def make_weights(dims=(5, 32, 32, 2), seed=0, hidden="relu", output="tanh") -> MlpWeights:

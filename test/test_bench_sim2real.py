@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lowrl_ros.bench.sim2real import BENCH_GAP, _config_tag, fine_tune
-from lowrl_ros.core.reality_gap import RealityGapConfig
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.train.config import TrainConfig
 
 PRESET = Path(__file__).resolve().parents[1] / "config" / "train_pendulum_sac.yaml"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lowrl_ros.core.budget import BudgetConfig
+from lowrl_ros.core.budget.monitor import BudgetConfig
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 
@@ -63,7 +63,7 @@ def test_diagnostic_aggregator_groups_everything_under_lowrl():
 
 
 def test_diagnostic_names_of_the_monitor_fall_into_the_budget_group():
-    from lowrl_ros.core.budget import BudgetMonitor
+    from lowrl_ros.core.budget.monitor import BudgetMonitor
     from lowrl_ros.ros.budget_monitor_node import DIAG_PREFIX
 
     names = [f"{DIAG_PREFIX}/{s.name}" for s in BudgetMonitor(BudgetConfig()).judge_all(0.0, {})]

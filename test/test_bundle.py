@@ -7,8 +7,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from lowrl_ros.core.artifact import ArtifactError, prune_by_magnitude, save_artifact
-from lowrl_ros.core.bundle import load_bundle, save_bundle
+from lowrl_ros.core.runtime.artifact import ArtifactError, prune_by_magnitude, save_artifact
+from lowrl_ros.core.runtime.bundle import load_bundle, save_bundle
 from test_artifact import make_contract, make_weights
 
 
@@ -109,7 +109,7 @@ MODELS = __import__("pathlib").Path(__file__).resolve().parents[1] / "models"
 def test_shipped_demo_models_load_and_balance():
     """The shipped models validate, agree on their contract, and the DEPLOYED int8 policies swing up Pendulum."""
     gym = pytest.importorskip("gymnasium")
-    from lowrl_ros.core.artifact import load_artifact
+    from lowrl_ros.core.runtime.engines import load_artifact
 
     single = load_artifact(MODELS / "pendulum_sac_int8.onnx")
     bundle = load_bundle(MODELS / "pendulum_sac.lowrl")

@@ -28,9 +28,9 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray  # noqa: E402
 
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.bundle_receiver import ReceiverConfig  # noqa: E402
-from lowrl_ros.core.bundle_stream import encode_bundle  # noqa: E402
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
+from lowrl_ros.core.stream.receiver import ReceiverConfig  # noqa: E402
+from lowrl_ros.core.stream.protocol import encode_bundle  # noqa: E402
 from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
 from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402

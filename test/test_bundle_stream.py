@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from lowrl_ros.core.bundle_stream import (BundleRejected, decode_bundle, encode_bundle, load_key,
+from lowrl_ros.core.stream.protocol import (BundleRejected, decode_bundle, encode_bundle, load_key,
                                           read_header)
 
 KEY = bytes(range(32))
@@ -127,7 +127,7 @@ def test_key_file_rules(tmp_path):
 
 # ---- unsigned (insecure) messages, status replies -------------------------------------------------
 def test_unsigned_message_needs_an_insecure_robot():
-    from lowrl_ros.core.bundle_stream import UNSIGNED_HMAC, is_signed
+    from lowrl_ros.core.stream.protocol import UNSIGNED_HMAC, is_signed
 
     msg = encode_bundle(BUNDLE, 2, None, chunk_size=4096)
     assert not is_signed(msg) and msg[70:102] == UNSIGNED_HMAC
@@ -146,7 +146,7 @@ def test_unsigned_message_needs_an_insecure_robot():
 
 
 def test_status_reply_round_trip_and_resend_codes():
-    from lowrl_ros.core.bundle_stream import BundleStatus
+    from lowrl_ros.core.stream.protocol import BundleStatus
 
     msg = encode_bundle(BUNDLE, 3, KEY, chunk_size=1000)
     pos, _, length = list(_chunks(msg))[1]
@@ -166,7 +166,7 @@ def test_status_reply_round_trip_and_resend_codes():
 def _policy(path, action=0.5, *, version=1, obs=("a", "b", "c"), low=-2.0, int8=False):
     import numpy as np
 
-    from lowrl_ros.core.artifact import MlpWeights, PolicyContract, save_artifact
+    from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
 
     rng = np.random.default_rng(version)
     w1 = rng.normal(size=(8, len(obs))).astype(np.float32)
@@ -196,17 +196,17 @@ def nan_weights(src, dst):
 
 @pytest.fixture
 def receiver(tmp_path):
-    from lowrl_ros.core.bundle_receiver import BundleReceiver, ReceiverConfig
+    from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
 
     running = _policy(tmp_path / "run.onnx", version=1)
-    from lowrl_ros.core.bundle import load_bundle
+    from lowrl_ros.core.runtime.bundle import load_bundle
 
     return BundleReceiver(ReceiverConfig(receive_dir=str(tmp_path / "rx"), engine="numpy", keep=2), KEY), \
         load_bundle(running, engine="numpy")
 
 
 def test_receiver_accepts_a_good_bundle_into_a_versioned_file(receiver, tmp_path):
-    from lowrl_ros.core.bundle import save_bundle
+    from lowrl_ros.core.runtime.bundle import save_bundle
 
     rx, running = receiver
     tiers = {"full": _policy(tmp_path / "f.onnx", -1.0, version=2, int8=True)}
@@ -254,7 +254,7 @@ def test_receiver_rejects_with_a_code_and_leaves_no_file(receiver, tmp_path, cas
 
 # ---- the sender: versions only go up, re-sends are bounded -----------------------------------------
 def test_stream_config_validation():
-    from lowrl_ros.core.bundle_stream import StreamConfig
+    from lowrl_ros.core.stream.sender import StreamConfig
 
     with pytest.raises(ValueError, match="key_file"):
         StreamConfig(bundle_path="x.lowrl")
@@ -268,7 +268,8 @@ def test_stream_config_validation():
 def test_sender_publishes_newest_refuses_older_and_bounds_resends(tmp_path):
     import os as _os
 
-    from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, StreamConfig
+    from lowrl_ros.core.stream.protocol import BundleStatus
+    from lowrl_ros.core.stream.sender import BundleSender, StreamConfig
 
     d = tmp_path / "releases"
     sender = BundleSender(StreamConfig(watch_dir=str(d), pattern="*.onnx", key_file="k", max_resends=2), KEY)

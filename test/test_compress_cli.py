@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from lowrl_ros.commands.distill import config_from
-from lowrl_ros.core.bundle import load_bundle
-from lowrl_ros.core.distill import DistillConfig
-from lowrl_ros.core.evaluate import evaluate
-from lowrl_ros.core.release import ReleaseConfig
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.compress.distill import DistillConfig
+from lowrl_ros.core.sim.evaluate import evaluate
+from lowrl_ros.core.compress.release import ReleaseConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LOWRL = [sys.executable, "-m", "lowrl_ros.cli"]

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lowrl_ros.core.control import ControlConfig
-from lowrl_ros.core.obs_adapter import ObsAdapterConfig
-from lowrl_ros.core.sim_robot import SimRobotConfig
+from lowrl_ros.core.runtime.control import ControlConfig
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
+from lowrl_ros.core.sim.sim_robot import SimRobotConfig
 from lowrl_ros.launcher import parse_launch
 
 ROOT = Path(__file__).resolve().parent.parent

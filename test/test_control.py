@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from lowrl_ros.core.control import ControlConfig, LatencyWindow, PolicyController, TickSchedule
-from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.core.runtime.control import ControlConfig, LatencyWindow, PolicyController, TickSchedule
+from lowrl_ros.core.runtime.tiers import ComputeTier
 
 
 class FakeClock:

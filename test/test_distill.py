@@ -1,4 +1,4 @@
-"""Distillation (lowrl_ros.core.distill): a sparse int8 student, evaluated deployed, keeps the teacher's return.
+"""Distillation (lowrl_ros.core.compress.distill): a sparse int8 student, evaluated deployed, keeps the teacher's return.
 
 Teacher: the shipped models/pendulum_sac_int8.onnx (SB3 SAC 256x256; its weights dequantised to
 fp32 are the teacher). The student is scored through load_artifact of its int8 file in Pendulum-v1.
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from lowrl_ros.core import distill as d
-from lowrl_ros.core.artifact import load_artifact, parse_artifact, read_artifact_bytes
-from lowrl_ros.core.evaluate import evaluate
-from lowrl_ros.core.quantize import dequantize, quantize_per_channel
+from lowrl_ros.core.compress import distill as d
+from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.sim.evaluate import evaluate
+from lowrl_ros.core.compress.quantize import dequantize, quantize_per_channel
 
 TEACHER = "models/pendulum_sac_int8.onnx"
 

@@ -7,16 +7,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from lowrl_ros.core.artifact import (
-    MlpWeights,
-    PolicyContract,
-    load_artifact,
-    parse_artifact,
-    prune_by_magnitude,
-    reference_action,
-    save_artifact,
-)
-from lowrl_ros.core.engines import NumpyEngine, Policy, probe_observations
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, parse_artifact, prune_by_magnitude, reference_action, save_artifact
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.runtime.engines import NumpyEngine, Policy, probe_observations
 from test_artifact import make_contract, make_weights
 
 DIMS = (5, 64, 64, 2)

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from lowrl_ros.cli import main as lowrl
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, prune_by_magnitude, save_artifact
-from lowrl_ros.core.bundle import load_bundle
-from lowrl_ros.core.export_c import check_name, export_c
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, prune_by_magnitude, save_artifact
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.compress.export_c import check_name, export_c
 
 GCC = shutil.which("gcc")
 needs_gcc = pytest.mark.skipif(GCC is None, reason="gcc is not installed: install gcc to compile the C export")

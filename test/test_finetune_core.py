@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from lowrl_ros.core.artifact import load_artifact, parse_artifact, read_artifact_bytes
-from lowrl_ros.core.finetune import (
+from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.finetune.learner import (
     FineTuneConfig, FineTuner, VersionRecord, VersionTracker, load_kit, write_kit,
 )
 from lowrl_ros.core.train.checkpoint import load_checkpoint
 from lowrl_ros.core.train.config import TrainConfig
 from lowrl_ros.core.train.export import export_actor
-from lowrl_ros.core.train.loop import Trainer
-from lowrl_ros.core.transition_log import Transition, TransitionLogWriter, read_log
+from lowrl_ros.core.train.trainer import Trainer
+from lowrl_ros.core.finetune.transition_log import Transition, TransitionLogWriter, read_log
 
 TINY = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,
             mask_interval=20, buffer_min=150, buffer_check_size=64, buffer_check_interval=100, checkpoint_interval=0,
@@ -159,7 +160,7 @@ def test_bc_weight_pulls_the_actor_toward_the_recorded_actions(kit_dir, tmp_path
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_agents_bc_term_moves_the_action_toward_the_batch_action(algo):
-    from lowrl_ros.core.train.loop import make_agent
+    from lowrl_ros.core.train.trainer import make_agent
     from lowrl_ros.core.train.replay import Batch
 
     cfg = TrainConfig(**{**TINY, "algo": algo, "variant": "dense", "lr": 1e-3,

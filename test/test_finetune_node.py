@@ -28,8 +28,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64, Float64MultiArray, UInt8  # noqa: E402
 
-from lowrl_ros.core.finetune import FineTuneConfig  # noqa: E402
-from lowrl_ros.core.transition_log import TransitionLogConfig, read_log  # noqa: E402
+from lowrl_ros.core.finetune.learner import FineTuneConfig  # noqa: E402
+from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, read_log  # noqa: E402
 from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode  # noqa: E402
 from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402

@@ -8,8 +8,9 @@ gym = pytest.importorskip("gymnasium")
 sb3 = pytest.importorskip("stable_baselines3")
 
 from lowrl_ros.cli import main as lowrl_main  # noqa: E402
-from lowrl_ros.commands.import_sb3 import import_sb3  # noqa: E402
-from lowrl_ros.core.artifact import load_artifact, load_weights  # noqa: E402
+from lowrl_ros.core.compress.sb3 import import_sb3  # noqa: E402
+from lowrl_ros.core.runtime.artifact import load_weights
+from lowrl_ros.core.runtime.engines import load_artifact
 
 
 class BoxEnv(gym.Env):

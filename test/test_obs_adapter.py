@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 
 PENDULUM = ("pendulum_joint.cos_position", "pendulum_joint.sin_position", "pendulum_joint.velocity")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowrl_ros.core.bundle import load_bundle
-from lowrl_ros.core.finetune import FineTuneConfig, load_kit
-from lowrl_ros.core.offboard import (
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.finetune.learner import FineTuneConfig, load_kit
+from lowrl_ros.core.finetune.offboard import (
     EpisodeJudge, OffboardLearner, decode_transitions, encode_transitions, row_width,
 )
-from lowrl_ros.core.transition_log import Transition, decode_float64_multiarray, encode_transition, read_log
+from lowrl_ros.core.finetune.transition_log import Transition, decode_float64_multiarray, encode_transition, read_log
 
 from test_finetune_core import pendulum_transitions
 

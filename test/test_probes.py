@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lowrl_ros.bench.budget import MemoryHog
-from lowrl_ros.core.budget import BudgetConfig, Reading
-from lowrl_ros.core.probes import (
+from lowrl_ros.core.budget.monitor import BudgetConfig, Reading
+from lowrl_ros.core.budget.probes import (
     EstimatedTemperatureProbe,
     FileTemperatureProbe,
     ProbeSet,
@@ -113,7 +113,7 @@ def test_cpu_load_agrees_with_psutil_under_load():
 
     import psutil
 
-    from lowrl_ros.core.probes import CpuLoadProbe
+    from lowrl_ros.core.budget.probes import CpuLoadProbe
 
     probe, stop = CpuLoadProbe(), threading.Event()
     psutil.cpu_percent(interval=None)
@@ -166,7 +166,7 @@ def test_source_none_is_stale_with_the_reason():
 def test_available_memory_agrees_with_psutil():
     import psutil
 
-    from lowrl_ros.core.probes import AvailableMemoryProbe
+    from lowrl_ros.core.budget.probes import AvailableMemoryProbe
 
     ours = AvailableMemoryProbe().read().value
     assert ours == pytest.approx(psutil.virtual_memory().available / 1e6, rel=0.05)

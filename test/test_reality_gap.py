@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from lowrl_ros.core.reality_gap import RealityGapConfig, RealityGapWrapper, make_gapped_env
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig, RealityGapWrapper, make_gapped_env
 
 STEPS = 40
 
@@ -143,7 +143,7 @@ def test_describe_names_the_changed_fields():
 
 
 def test_command_line_gap_items_are_parsed_and_checked():
-    from lowrl_ros.core.reality_gap import parse_gap_items
+    from lowrl_ros.core.sim.reality_gap import parse_gap_items
 
     assert parse_gap_items(["joint_offset=0.3", "action_delay_steps=2"]) == {"joint_offset": 0.3,
                                                                             "action_delay_steps": 2}

@@ -1,4 +1,4 @@
-"""Release gates (lowrl_ros.core.release): each stops a deliberately broken model, and nothing is written.
+"""Release gates (lowrl_ros.core.compress.release): each stops a deliberately broken model, and nothing is written.
 
 The candidate is the shipped Pendulum teacher itself (models/pendulum_sac_int8.onnx, dequantised):
 it passes every gate, so each broken variant fails exactly the gate it was broken for. Real ONNX
@@ -11,10 +11,10 @@ import json
 import numpy as np
 import pytest
 
-from lowrl_ros.core.artifact import MlpWeights
-from lowrl_ros.core.bundle import load_bundle
-from lowrl_ros.core.distill import load_teacher, state_from_weights, torch_action_fn
-from lowrl_ros.core.release import Candidate, ReleaseConfig, release
+from lowrl_ros.core.runtime.artifact import MlpWeights
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.compress.distill import load_teacher, state_from_weights, torch_action_fn
+from lowrl_ros.core.compress.release import Candidate, ReleaseConfig, release
 
 TEACHER = "models/pendulum_sac_int8.onnx"
 FAST = dict(eval_episodes=3, probe_count=128, probe_episodes=1)

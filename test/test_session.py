@@ -21,7 +21,7 @@ rclpy = pytest.importorskip("rclpy")
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
-from lowrl_ros.core.session_report import read_session, version_returns, write_session_report  # noqa: E402
+from lowrl_ros.core.sim.session_report import read_session, version_returns, write_session_report  # noqa: E402
 from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
 from lowrl_ros.ros.finetune_node import FineTuneNode  # noqa: E402
 from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
@@ -147,7 +147,7 @@ def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_pa
 
     import numpy as np
 
-    from lowrl_ros.core.session_report import swap_windows
+    from lowrl_ros.core.sim.session_report import swap_windows
 
     session = tmp_path / "session"
     out = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "demo", "--seconds", "120", "--quiet",

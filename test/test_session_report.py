@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from lowrl_ros.core.session_report import (
+from lowrl_ros.core.sim.session_report import (
     EPISODE_FIELDS, EPISODES_CSV, LATENCY_CSV, LATENCY_FIELDS, POLICY_STATS_CSV, STATS_CSV_FIELDS, SWAP_FIELDS,
     SWAPS_CSV, TIER_FIELDS, TIERS_CSV, CsvLog, is_session_dir, read_session, summarize, swap_windows,
     version_returns, write_session_info, write_session_report,

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from lowrl_ros.core.sim_robot import SimRobot, SimRobotConfig
+from lowrl_ros.core.sim.sim_robot import SimRobot, SimRobotConfig
 
 
 def test_pendulum_joint_state_matches_the_env_observation():
@@ -85,7 +85,7 @@ def test_sim_robot_node_publishes_joints_and_ignores_malformed_commands(ros_cont
 
 
 def test_gap_reaches_the_robot_and_noise_is_on_the_measurement():
-    from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 
     plain = SimRobot(SimRobotConfig(seed=2))
     noisy = SimRobot(SimRobotConfig(seed=2), RealityGapConfig(obs_noise_std=0.05))
@@ -112,7 +112,7 @@ def test_lockstep_node_steps_once_per_command_and_logs_episodes(ros_context, tmp
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64, Float64MultiArray
 
-    from lowrl_ros.core.session_report import read_session
+    from lowrl_ros.core.sim.session_report import read_session
     from lowrl_ros.ros.qos import CONTROL, STATS
     from lowrl_ros.ros.sim_robot_node import SimRobotNode
     from rosutil import spin_until
@@ -157,7 +157,7 @@ def test_session_parameter_files_are_declared_and_valid(ros_context):
 
     import yaml
 
-    from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
     from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode
     from lowrl_ros.ros.sim_robot_node import GAP_PREFIX, SimRobotNode
 
@@ -178,6 +178,6 @@ def test_session_parameter_files_are_declared_and_valid(ros_context):
         finally:
             node.destroy_node()
     ft = yaml.safe_load((root / "sim_to_real" / "finetune_node.yaml").read_text())["finetune_node"]["ros__parameters"]
-    from lowrl_ros.core.finetune import FineTuneConfig
+    from lowrl_ros.core.finetune.learner import FineTuneConfig
 
     FineTuneConfig(**ft)  # only FineTuneConfig fields, valid values

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lowrl_ros.core.train.config import TrainConfig
-from lowrl_ros.core.train.loop import Trainer
+from lowrl_ros.core.train.trainer import Trainer
 
 PRESET = Path(__file__).resolve().parents[1] / "config" / "train_pendulum_sac.yaml"
 

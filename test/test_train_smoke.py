@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from lowrl_ros.core.train.config import VARIANTS, TrainConfig
-from lowrl_ros.core.train.loop import Trainer
+from lowrl_ros.core.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=150, eval_episodes=1,
@@ -147,7 +147,7 @@ def test_presets_are_valid_configs():
 def test_cli_train_report_and_export(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     from lowrl_ros.cli import main
-    from lowrl_ros.core.artifact import load_artifact
+    from lowrl_ros.core.runtime.engines import load_artifact
 
     run_dir = tmp_path / "run"
     argv = ["train", "--config", str(REPO / "config" / "train_pendulum_sac.yaml"), "--run-dir", str(run_dir)]

@@ -22,9 +22,9 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_msgs.msg import String, UInt8MultiArray  # noqa: E402
 
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.bundle_stream import (BundleStatus, StreamConfig, decode_bundle, is_signed,  # noqa: E402
-                                          read_header)
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
+from lowrl_ros.core.stream.protocol import BundleStatus, decode_bundle, is_signed, read_header  # noqa: E402
+from lowrl_ros.core.stream.sender import StreamConfig  # noqa: E402
 from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
 from lowrl_ros.ros.qos import LATCHED, STATS  # noqa: E402
 from lowrl_ros.ros.trainer_node import TrainerNode  # noqa: E402

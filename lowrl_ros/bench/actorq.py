@@ -5,7 +5,7 @@ Two parts, each a ratio against the fp32 baseline measured in the same run, inte
 1. collection alone (in this process, no learner): env.step + Policy.act of an fp32 and an int8
    artifact of the same weights (ORT engine, as the actors run it), in alternating rounds; env
    steps/s. This isolates what quantized actors buy.
-2. training end to end (lowrl_ros.core.actorq): an fp32 learner with ``--num-actors`` actor
+2. training end to end (lowrl_ros.core.train.actorq): an fp32 learner with ``--num-actors`` actor
    processes running fp32 or int8 snapshots; env steps/s (overall, and per actor counting only its
    own acting + stepping time), wall-clock to ``--target-return`` of the *deployed* snapshot,
    bytes per broadcast, CPU-seconds of the learner and every actor (psutil), and energy: codecarbon
@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from lowrl_ros.core.actorq import ActorQConfig
+from lowrl_ros.core.train.actorq import ActorQConfig
 
 WIDTHS = {"256": (256, 2), "3x1024": (1024, 3)}
 ENERGY_LABEL = "estimate: no RAPL/energy counters on this machine (codecarbon models CPU power from TDP x load)"
 
 
 def _weights(obs_dim: int, act_dim: int, hidden: int, depth: int, seed: int):
-    from lowrl_ros.core.artifact import MlpWeights
+    from lowrl_ros.core.runtime.artifact import MlpWeights
 
     rng = np.random.default_rng(seed)
     sizes = [obs_dim] + [hidden] * depth + [act_dim]
@@ -49,7 +49,8 @@ def bench_collect(env_id: str, hidden: int, depth: int, steps: int, rounds: int,
     """Interleaved env.step + act rounds for fp32 and int8 artifacts of the same weights."""
     import gymnasium as gym
 
-    from lowrl_ros.core.artifact import PolicyContract, load_artifact, save_artifact
+    from lowrl_ros.core.runtime.artifact import PolicyContract, save_artifact
+    from lowrl_ros.core.runtime.engines import load_artifact
 
     env = gym.make(env_id)
     space = env.action_space
@@ -93,7 +94,7 @@ def _tracker():
 
 def bench_train(cfg: ActorQConfig) -> dict[str, Any]:
     """One end-to-end ActorQ run with energy estimated around it."""
-    from lowrl_ros.core.actorq import run_actorq
+    from lowrl_ros.core.train.actorq import run_actorq
     from lowrl_ros.core.train.progress import ProgressLine
 
     tracker, why = _tracker()

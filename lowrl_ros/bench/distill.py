@@ -1,6 +1,6 @@
 """Deployed int8 sparse students vs their teacher: return kept and size, per environment.
 
-For each ENV=TEACHER case the teacher is distilled (BC + DAgger, lowrl_ros.core.distill) into the
+For each ENV=TEACHER case the teacher is distilled (BC + DAgger, lowrl_ros.core.compress.distill) into the
 given students; each student is scored as its int8 artifact through ``load_artifact`` on the same
 seeded episodes as the teacher (fp32). Sizes: ``torch.save`` of the teacher's fp32 actor
 state_dict vs the bytes of the student's artifact file. Targets (issue 5): keeps >= 97% of the
@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def quantization_analysis(student, teacher, env_id: str, seed: int) -> dict[str, float]:
     """Action error (fraction of the range) of dynamic vs static int8 activations on held-out states."""
-    from lowrl_ros.core.distill import collect_teacher_states
-    from lowrl_ros.core.quantize import calibrate_activation_ranges, int8_forward
+    from lowrl_ros.core.compress.distill import collect_teacher_states
+    from lowrl_ros.core.compress.quantize import calibrate_activation_ranges, int8_forward
 
     c = teacher.contract
     calib = collect_teacher_states(teacher, env_id, 3, 0.2, seed + 1)
@@ -77,7 +77,7 @@ def quantization_analysis(student, teacher, env_id: str, seed: int) -> dict[str,
 
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench.record import RESULTS_DIR, write_result
-    from lowrl_ros.core.distill import DistillConfig, distill, load_teacher
+    from lowrl_ros.core.compress.distill import DistillConfig, distill, load_teacher
 
     out_dir = args.out or RESULTS_DIR
     results, rows, qat_rows = {}, [], []

@@ -97,14 +97,9 @@ def _time_rounds(variants: dict, obs: np.ndarray, calls: int, rounds: int, label
 
 
 def bench_net(name: str, hidden: list[int], calls: int, rounds: int, tmp: Path, seed: int) -> list[dict]:
-    from lowrl_ros.commands.import_sb3 import sb3_actor
-    from lowrl_ros.core.artifact import (
-        PolicyContract,
-        load_artifact,
-        prune_by_magnitude,
-        reference_action,
-        save_artifact,
-    )
+    from lowrl_ros.core.compress.sb3 import sb3_actor
+    from lowrl_ros.core.runtime.artifact import PolicyContract, prune_by_magnitude, reference_action, save_artifact
+    from lowrl_ros.core.runtime.engines import load_artifact
 
     model = _sb3_model(hidden, seed)
     weights = sb3_actor(model, "sac")

@@ -88,7 +88,7 @@ def idle_wake_cost(policy_path: str, calls: int = 300) -> dict[str, float]:
     several times a warm one (caches, frequency, vCPU scheduling), which is what the policy node's
     own latency figures show. Measured here so the two are seen side by side.
     """
-    from lowrl_ros.core.bundle import load_bundle
+    from lowrl_ros.core.runtime.bundle import load_bundle
 
     policy = load_bundle(policy_path).policies["full"]
     obs = np.zeros(policy.contract.obs_dim)
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     from std_msgs.msg import Float64MultiArray
 
     from lowrl_ros.bench.record import RESULTS_DIR, write_result
-    from lowrl_ros.core.policy_stats import PolicyStats
+    from lowrl_ros.core.runtime.policy_stats import PolicyStats
     from lowrl_ros.launcher import PACKAGE, package_share
     from lowrl_ros.ros.spinning import make_executor
     from lowrl_ros.ros.qos import CONTROL, STATS

@@ -3,8 +3,8 @@
 For each environment and seed:
 
 1. the sim policy: a `lowrl train` run (config/train_*.yaml, this seed; cached under
-   ``--runs-dir`` and reused), its int8 actor and a fine-tune kit (lowrl_ros.core.finetune);
-2. its return in simulation and on the gapped robot (lowrl_ros.core.reality_gap: mass +30 %,
+   ``--runs-dir`` and reused), its int8 actor and a fine-tune kit (lowrl_ros.core.finetune.learner);
+2. its return in simulation and on the gapped robot (lowrl_ros.core.sim.reality_gap: mass +30 %,
    actuator gain −20 %, observation noise, one step of action delay; Pendulum-v1 also a 0.3 rad
    encoder zero offset, see ENV_GAP), over the same seeded episodes;
 3. ``--robot-steps`` K steps on the gapped robot, in lockstep and in-process, with the fine-tuner's
@@ -105,7 +105,7 @@ def _train_set(args: argparse.Namespace) -> dict[str, str]:
 
 def _gaps(args: argparse.Namespace) -> dict:
     """Each env's gap: BENCH_GAP, then ENV_GAP's additions, then --gap FIELD=VALUE (ValueError if bad)."""
-    from lowrl_ros.core.reality_gap import RealityGapConfig, parse_gap_items
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig, parse_gap_items
 
     changes = parse_gap_items(args.gap)
     return {env_id: RealityGapConfig(**{**BENCH_GAP, **ENV_GAP.get(env_id, {}), **changes}) for env_id in args.envs}
@@ -118,9 +118,9 @@ def _config_tag(cfg) -> str:
 
 def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     """Train (or reuse) the sim policy; return its run directory (checkpoint.pt, actor_int8.onnx, kit/)."""
-    from lowrl_ros.core.finetune import write_kit
+    from lowrl_ros.core.finetune.learner import write_kit
     from lowrl_ros.core.train.export import export_actor
-    from lowrl_ros.core.train.loop import Trainer
+    from lowrl_ros.core.train.trainer import Trainer
 
     cfg = _sim_config(env_id, seed, args)
     run_dir = args.runs_dir / f"{env_id}-s{seed}-{cfg.total_steps}-{_config_tag(cfg)}"
@@ -159,9 +159,9 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
     The trainer's environments are replaced by gapped ones before it runs (its ``env`` and
     ``eval_env`` attributes), so this is the same algorithm, config and step budget as the sim policy.
     """
-    from lowrl_ros.core.reality_gap import make_gapped_env
+    from lowrl_ros.core.sim.reality_gap import make_gapped_env
     from lowrl_ros.core.train.export import export_actor
-    from lowrl_ros.core.train.loop import Trainer
+    from lowrl_ros.core.train.trainer import Trainer
 
     cfg = _oracle_config(env_id, seed, args)
     tag = "-".join(f"{k}{v:g}" for k, v in sorted(gap.to_dict().items()) if v != getattr(type(gap)(), k))
@@ -177,8 +177,8 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
 
 def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) -> list[float]:
     """Returns of the artifact at ``path`` over seeded episodes of ``env_id`` with ``gap``."""
-    from lowrl_ros.core.artifact import load_artifact
-    from lowrl_ros.core.reality_gap import make_gapped_env
+    from lowrl_ros.core.runtime.engines import load_artifact
+    from lowrl_ros.core.sim.reality_gap import make_gapped_env
 
     policy = load_artifact(path, engine="numpy")
     env = make_gapped_env(env_id, gap)
@@ -216,9 +216,9 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     import psutil
     import torch
 
-    from lowrl_ros.core.artifact import load_artifact
-    from lowrl_ros.core.finetune import FineTuneConfig, FineTuner, load_kit
-    from lowrl_ros.core.reality_gap import make_gapped_env
+    from lowrl_ros.core.runtime.engines import load_artifact
+    from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner, load_kit
+    from lowrl_ros.core.sim.reality_gap import make_gapped_env
 
     # A fresh directory per call: FineTuner resumes one that holds a learner, and two calls in the
     # same second once shared a time-stamped name (the second resumed the first's update count).
@@ -289,11 +289,11 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
 
 def run(args: argparse.Namespace) -> int:
     if args.lr is None:
-        from lowrl_ros.core.finetune import FineTuneConfig
+        from lowrl_ros.core.finetune.learner import FineTuneConfig
 
         args.lr = FineTuneConfig.lr
     from lowrl_ros.bench.record import write_result
-    from lowrl_ros.core.reality_gap import RealityGapConfig
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 
     try:
         gaps = _gaps(args)

@@ -2,7 +2,7 @@
 
 What a typical ROS 2 RL deployment does: a plain rclpy node that turns each JointState into a
 tensor and calls a torch MLP in eager mode. It reads the same artifact (dequantised weights,
-lowrl_ros.core.artifact.load_weights) and the same observation adapter as the policy node, so the
+lowrl_ros.core.runtime.artifact.load_weights) and the same observation adapter as the policy node, so the
 two differ only in the runtime. torch is fine here: this file is not part of the on-robot runtime.
 
 Run: ``python -m lowrl_ros.bench.torch_policy_node --ros-args -p policy_path:=... -p command_topic:=...``
@@ -21,7 +21,7 @@ def build_torch_policy(path: str):
     """(torch module, contract) from an artifact: normalise -> MLP -> tanh rescale -> clamp."""
     import torch
 
-    from lowrl_ros.core.artifact import load_weights
+    from lowrl_ros.core.runtime.artifact import load_weights
 
     weights, contract = load_weights(path)
     layers: list[torch.nn.Module] = []
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
-    from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError
+    from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError
     from lowrl_ros.ros.spinning import make_executor
     from lowrl_ros.ros.qos import CONTROL
 

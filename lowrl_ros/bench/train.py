@@ -80,7 +80,7 @@ def _speed(args) -> tuple[dict, str]:
     from stable_baselines3 import SAC, TD3
 
     from lowrl_ros.core.train.config import TrainConfig
-    from lowrl_ros.core.train.loop import make_agent
+    from lowrl_ros.core.train.trainer import make_agent
     from lowrl_ros.core.train.replay import ReplayBuffer
 
     env_id = "HalfCheetah-v5"
@@ -183,7 +183,7 @@ def _sb3_to_target(seed: int, max_steps: int, target: float, threads: int, **hpa
 
 def _ours_to_target(preset: str, seed: int, max_steps: int, target: float, threads: int, runs: Path) -> dict:
     from lowrl_ros.core.train.config import TrainConfig
-    from lowrl_ros.core.train.loop import Trainer
+    from lowrl_ros.core.train.trainer import Trainer
 
     cfg = TrainConfig.from_yaml(REPO / "config" / preset, seed=seed, total_steps=max_steps, stop_return=target,
                                 progress=False, threads=threads, eval_episodes=5, eval_interval=1000)
@@ -271,7 +271,7 @@ def _mujoco_run(args, env_id: str, variant: str, sparse_set: dict):
 
 def _mujoco(args) -> tuple[dict, str]:
     from lowrl_ros.core.train.config import parse_overrides
-    from lowrl_ros.core.train.loop import Trainer
+    from lowrl_ros.core.train.trainer import Trainer
 
     steps = args.steps
     results: dict = {"steps": steps, "seed": args.seed}

@@ -19,8 +19,8 @@ from lowrl_ros.commands.distill import add_config_flags, config_from, read_prese
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from lowrl_ros.core.distill import DistillConfig
-    from lowrl_ros.core.release import ReleaseConfig
+    from lowrl_ros.core.compress.distill import DistillConfig
+    from lowrl_ros.core.compress.release import ReleaseConfig
 
     parser.add_argument("source", help="`lowrl distill` output dir, or a teacher (artifact, run dir, SB3 zip)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="bundle to write (.lowrl)")
@@ -39,9 +39,9 @@ def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
     """(teacher, candidates) from a `lowrl distill` output directory."""
     import torch
 
-    from lowrl_ros.core.artifact import load_weights
-    from lowrl_ros.core.distill import load_teacher, torch_action_fn
-    from lowrl_ros.core.release import Candidate
+    from lowrl_ros.core.runtime.artifact import load_weights
+    from lowrl_ros.core.compress.distill import load_teacher, torch_action_fn
+    from lowrl_ros.core.compress.release import Candidate
 
     manifest = students_dir / "distill.json"
     try:
@@ -61,8 +61,8 @@ def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from lowrl_ros.core.distill import DistillConfig, distill, load_teacher, torch_action_fn
-        from lowrl_ros.core.release import Candidate, ReleaseConfig, release
+        from lowrl_ros.core.compress.distill import DistillConfig, distill, load_teacher, torch_action_fn
+        from lowrl_ros.core.compress.release import Candidate, ReleaseConfig, release
     except ImportError as exc:
         print(f"lowrl compress: needs torch (an off-board extra): {exc}", file=sys.stderr)
         return 2

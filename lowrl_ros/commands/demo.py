@@ -8,7 +8,7 @@ fine-tuner;
 each its own process, talking over DDS, for ``--seconds``. A recorder node in this process
 listens to the episode returns, the per-inference latency, the policy node's stats and the
 compute tier, and writes them into the session directory beside the sim robot's episodes.csv;
-at the end the session report (lowrl_ros/core/session_report.py) is written there and its
+at the end the session report (lowrl_ros/core/sim/session_report.py) is written there and its
 summary printed. Nothing in the summary is computed anywhere but from those messages and files.
 
 By default the robot starts with the shipped sim policy models/pendulum_rlx2/actor_int8.onnx (RLx2
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=90.0, help="how long to run (default 90)")
     parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the shipped "
                         "models/pendulum_rlx2/actor_int8.onnx, with its kit)")
-    parser.add_argument("--kit", default=None, help="fine-tune kit of --policy (lowrl_ros.core.finetune.write_kit); "
+    parser.add_argument("--kit", default=None, help="fine-tune kit of --policy (lowrl_ros.core.finetune.learner.write_kit); "
                         "without it the session runs without the fine-tuner")
     parser.add_argument("--no-finetune", action="store_true", help="run the session without the fine-tuner")
     parser.add_argument("--session-dir", type=Path, default=None,
@@ -80,8 +80,8 @@ class Recorder:
         self.stats: list[float] | None = None
         self.tiers: list[int] = []  # from the budget monitor, when the launch file runs one
         self._logs: dict[str, object] = {}
-        if session_dir is not None:  # the session report's inputs (lowrl_ros/core/session_report.py)
-            from lowrl_ros.core import session_report as sr
+        if session_dir is not None:  # the session report's inputs (lowrl_ros/core/sim/session_report.py)
+            from lowrl_ros.core.sim import session_report as sr
 
             self._logs = {"latency": sr.CsvLog(session_dir / sr.LATENCY_CSV, sr.LATENCY_FIELDS),
                           "stats": sr.CsvLog(session_dir / sr.POLICY_STATS_CSV, sr.STATS_CSV_FIELDS),
@@ -141,8 +141,8 @@ class Recorder:
 
 
 def summary(rec: Recorder, seconds: float) -> str:
-    from lowrl_ros.core.policy_stats import PolicyStats
-    from lowrl_ros.core.tiers import ComputeTier
+    from lowrl_ros.core.runtime.policy_stats import PolicyStats
+    from lowrl_ros.core.runtime.tiers import ComputeTier
 
     lines = [f"lowrl demo: Pendulum-v1 sim robot (with a reality gap) + policy node over ROS 2, {seconds:.0f} s"]
     if rec.returns:
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["policy_path"] = str(Path(args.policy).resolve())
     if args.kit:
         overrides["kit_path"] = str(Path(args.kit).resolve())
-    from lowrl_ros.core.reality_gap import parse_gap_items
+    from lowrl_ros.core.sim.reality_gap import parse_gap_items
 
     try:
         nodes = parse_launch(package_share(PACKAGE) / "launch" / "sim_to_real.launch.yaml", overrides)
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
     make_session_key(session / "bundle.key")
     (session / "releases").mkdir(exist_ok=True)  # the trainer node streams what is released here
-    from lowrl_ros.core.session_report import write_session_info, write_session_report
+    from lowrl_ros.core.sim.session_report import write_session_info, write_session_report
 
     policy = dict(next(n for n in nodes if n.executable == "policy_node").params)["policy_path"]
     write_session_info(session, {"policy_path": policy, "finetune": finetune, "started_unix": time.time()})

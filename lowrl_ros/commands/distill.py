@@ -63,7 +63,7 @@ def read_preset(path: str | None, section: str) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from lowrl_ros.core.distill import DistillConfig
+    from lowrl_ros.core.compress.distill import DistillConfig
 
     parser.add_argument("teacher", help="teacher: artifact .onnx, `lowrl train` run dir, or SB3 SAC/TD3 .zip")
     parser.add_argument("-o", "--output", type=Path, required=True, help="output directory for the students")
@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from lowrl_ros.core.distill import DistillConfig, distill, load_teacher
+        from lowrl_ros.core.compress.distill import DistillConfig, distill, load_teacher
     except ImportError as exc:
         print(f"lowrl distill: needs torch (an off-board extra): {exc}", file=sys.stderr)
         return 2

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from lowrl_ros.core.artifact import ArtifactError
-from lowrl_ros.core.evaluate import EVAL_SEED, evaluate
+from lowrl_ros.core.runtime.artifact import ArtifactError
+from lowrl_ros.core.sim.evaluate import EVAL_SEED, evaluate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowrl_ros.core.bundle import load_bundle
+    from lowrl_ros.core.runtime.bundle import load_bundle
 
     try:
         bundle = load_bundle(args.artifact, engine=args.engine)

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lowrl_ros.core.export_c import export_c
+from lowrl_ros.core.compress.export_c import export_c
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

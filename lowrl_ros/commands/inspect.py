@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from lowrl_ros.core.artifact import ArtifactError, parse_artifact
-from lowrl_ros.core.bundle import load_bundle
+from lowrl_ros.core.runtime.artifact import ArtifactError, parse_artifact
+from lowrl_ros.core.runtime.bundle import load_bundle
 
 
 def describe(path: Path, engine: str = "auto") -> dict:
@@ -46,7 +46,7 @@ def _tier_bytes(path: Path, name: str, bundle) -> bytes:
     import io
     import zipfile
 
-    from lowrl_ros.core.bundle import MANIFEST, is_bundle_file
+    from lowrl_ros.core.runtime.bundle import MANIFEST, is_bundle_file
 
     data = path.read_bytes()
     if not is_bundle_file(data):

@@ -12,7 +12,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from lowrl_ros.core.profile import ProfileConfig, ProfileReport, load_budget, profile
+from lowrl_ros.core.budget.profile import ProfileConfig, ProfileReport, load_budget, profile
 
 EXIT = {"PASS": 0, "WARN": 1, "FAIL": 3}
 _HELP = {
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if args.rss_limit_mb is not None:
             overrides["policy_rss_limit_mb"] = args.rss_limit_mb
         if overrides:
-            from lowrl_ros.core.budget import BudgetConfig
+            from lowrl_ros.core.budget.monitor import BudgetConfig
 
             budget = BudgetConfig.from_mapping({**{f.name: getattr(budget, f.name) for f in fields(budget)},
                                                 **overrides})

@@ -51,7 +51,7 @@ def build_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = build_config(args)
-        from lowrl_ros.core.train.loop import Trainer
+        from lowrl_ros.core.train.trainer import Trainer
 
         run_dir = Path(args.run_dir or f"runs/{cfg.env_id}-{cfg.algo}-{cfg.variant}-s{cfg.seed}")
         trainer = Trainer(cfg, run_dir, resume=args.resume)

@@ -1,7 +1,7 @@
 """budget_monitor_node: enforce the robot computer's budget by picking the policy's compute tier.
 
-Samples its probes (lowrl_ros.core.probes) at ``sample_rate_hz``, reads the policy node's
-``/lowrl/policy/stats``, decides with lowrl_ros.core.budget.BudgetMonitor, and publishes
+Samples its probes (lowrl_ros.core.budget.probes) at ``sample_rate_hz``, reads the policy node's
+``/lowrl/policy/stats``, decides with lowrl_ros.core.budget.monitor.BudgetMonitor, and publishes
 
 - ``/lowrl/compute_tier`` std_msgs/UInt8 (ComputeTier), LATCHED QoS: on every change and every
   ``publish_period_s``, so a restarted policy node gets the current tier at once;
@@ -30,9 +30,9 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, UInt8
 
-from lowrl_ros.core.budget import Assessment, BudgetConfig, BudgetMonitor, Severity
-from lowrl_ros.core.probes import ProbeSet
-from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.core.budget.monitor import Assessment, BudgetConfig, BudgetMonitor, Severity
+from lowrl_ros.core.budget.probes import ProbeSet
+from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED, STATS
 

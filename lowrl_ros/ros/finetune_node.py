@@ -6,7 +6,7 @@ reward (``/lowrl/reward``, std_msgs/Float64), episode ends (``/lowrl/episode_ret
 per finished episode), the compute tier (``/lowrl/compute_tier``, latched) and the policy node's
 diagnostics (``/diagnostics``: which version it runs, and whether a swap was rejected).
 
-Out: transitions on disk (lowrl_ros/core/transition_log.py: MCAP + write-ahead log); new policy
+Out: transitions on disk (lowrl_ros/core/finetune/transition_log.py: MCAP + write-ahead log); new policy
 versions to the policy node by setting its ``policy_path`` parameter through
 ``/<policy_node>/set_parameters`` (so the policy node's own validation, warm-up and atomic swap
 are used); ``/diagnostics`` under ``lowrl/finetune/{log,learner,versions}``.
@@ -17,7 +17,7 @@ FULL, and pauses when the process's resident memory passes ``memory_cap_mb``. Th
 This process imports torch (it trains); the policy node and budget monitor never import it.
 
 With ``learner: offboard`` the node records exactly as above but learns nothing: it streams every
-transition on ``transitions_topic`` (lowrl_ros/core/offboard.py has the format) to trainer_node,
+transition on ``transitions_topic`` (lowrl_ros/core/finetune/offboard.py has the format) to trainer_node,
 which fine-tunes off-board and sends versions back as signed bundles (docs/finetune.md).
 """
 from __future__ import annotations
@@ -44,11 +44,11 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 
-from lowrl_ros.core.finetune import FineTuneConfig, FineTuner, load_kit
-from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
-from lowrl_ros.core.tiers import ComputeTier
-from lowrl_ros.core.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
-from lowrl_ros.ros.params import descriptor
+from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner, load_kit
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
+from lowrl_ros.ros.params import FINETUNE_RANGES, descriptor
 from lowrl_ros.ros.spinning import make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED
@@ -72,15 +72,6 @@ def _desc(text: str, **kwargs) -> ParameterDescriptor:
     return descriptor(text, **{"read_only": True, **kwargs})
 
 
-_FT_RANGES: dict[str, dict[str, Any]] = {
-    "lr": dict(floats=(1e-7, 1.0)), "batch_size": dict(ints=(1, 4096)), "buffer_size": dict(ints=(1, 10_000_000)),
-    "min_transitions": dict(ints=(1, 10_000_000)), "updates_per_transition": dict(floats=(1e-3, 100.0)),
-    "version_every_updates": dict(ints=(1, 10_000_000)), "eval_episodes": dict(ints=(1, 1000)),
-    "rollback_margin": dict(floats=(0.0, 1e9)), "min_return": dict(dynamic=True), "seed": dict(ints=(0, 2**31 - 1)),
-    "threads": dict(ints=(1, 64)), "memory_cap_mb": dict(floats=(64.0, 1e6)), "nice": dict(ints=(0, 19)),
-    "updates_per_slice": dict(ints=(1, 10_000)), "critic_warmup_updates": dict(ints=(0, 10_000_000)),
-    "bc_weight": dict(floats=(0.0, 1e6)), "judge_baseline": {},
-}
 _LOG_RANGES: dict[str, dict[str, Any]] = {
     "segment_transitions": dict(ints=(1, 10_000_000)), "segment_seconds": dict(floats=(0.01, 86400.0)),
     "chunk_bytes": dict(ints=(256, 64 * 1024 * 1024)), "compression": {},
@@ -120,7 +111,7 @@ class FineTuneNode(Node):
         p("transitions_topic", "/lowrl/transitions", _desc("offboard: where transitions are streamed"))
         defaults = FineTuneConfig()
         for f in dataclasses.fields(FineTuneConfig):
-            p(f.name, getattr(defaults, f.name), _desc(f"FineTuneConfig.{f.name}", **_FT_RANGES[f.name]))
+            p(f.name, getattr(defaults, f.name), _desc(f"FineTuneConfig.{f.name}", **FINETUNE_RANGES[f.name]))
         log_defaults = TransitionLogConfig()
         for f in dataclasses.fields(TransitionLogConfig):
             p(LOG_PREFIX + f.name, getattr(log_defaults, f.name),
@@ -136,7 +127,7 @@ class FineTuneNode(Node):
                 raise ValueError(f"{name} {get(name)!r} is unknown; use one of {', '.join(allowed)}")
         if not get("kit_path"):
             raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
-                             "(written by lowrl_ros.core.finetune.write_kit from a lowrl train run)")
+                             "(written by lowrl_ros.core.finetune.learner.write_kit from a lowrl train run)")
         kit = load_kit(get("kit_path"))
         self.adapter = None  # checked before anything touches the disk
         obs_dim = kit.obs_dim
@@ -331,7 +322,7 @@ class FineTuneNode(Node):
             return
         from std_msgs.msg import MultiArrayDimension
 
-        from lowrl_ros.core.offboard import column_names, encode_transitions
+        from lowrl_ros.core.finetune.offboard import column_names, encode_transitions
 
         rows = encode_transitions(self._outbox, self._next_index)
         self._next_index += len(self._outbox)

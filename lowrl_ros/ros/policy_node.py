@@ -10,11 +10,11 @@ Out: ``/<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_comman
 ``/diagnostics``, ``/lowrl/policy/latency_us`` (per inference), ``/lowrl/policy/stats`` (10 Hz),
 ``/lowrl/policy_bundle/status`` (std_msgs/String, JSON: accepted or the rejection code).
 
-A received bundle goes through :class:`lowrl_ros.core.bundle_receiver.BundleReceiver` on the same
+A received bundle goes through :class:`lowrl_ros.core.stream.receiver.BundleReceiver` on the same
 worker thread as a ``policy_path`` hot swap, then through the same atomic swap between ticks.
 
 The decisions (safety, watchdog, soft start, decimation, tiers) live in
-:class:`lowrl_ros.core.control.PolicyController`; this node converts messages, owns the timers and
+:class:`lowrl_ros.core.runtime.control.PolicyController`; this node converts messages, owns the timers and
 the hot-swap worker, and turns every exception at a callback boundary into the safe action and an
 ERROR diagnostic, so bad input never takes it down.
 """
@@ -34,13 +34,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import (Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String, UInt8,
                           UInt8MultiArray)
 
-from lowrl_ros.core.bundle import load_bundle
-from lowrl_ros.core.bundle_receiver import BundleReceiver, ReceiverConfig
-from lowrl_ros.core.bundle_stream import BundleRejected, BundleStatus, load_key, read_header
-from lowrl_ros.core.control import ControlConfig, PolicyController, TickSchedule
-from lowrl_ros.core.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
-from lowrl_ros.core.policy_stats import STATS_FIELDS, PolicyStats
-from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
+from lowrl_ros.core.stream.protocol import BundleRejected, BundleStatus, load_key, read_header
+from lowrl_ros.core.runtime.control import ControlConfig, PolicyController, TickSchedule
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
+from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs

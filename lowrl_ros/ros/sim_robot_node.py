@@ -14,7 +14,7 @@ Each step publishes the reward (`/lowrl/reward`, std_msgs/Float64) before the ne
 each finished episode its return (`/lowrl/episode_return`, std_msgs/Float64, what the fine-tuner
 reads) and `/lowrl/episode` (std_msgs/Float64MultiArray ``[episode index, return, length,
 terminated (1/0)]``, index from 1). The robot may differ from the simulation by a reality gap
-(parameters ``gap.*``, lowrl_ros/core/reality_gap.py). With ``session_dir`` set it appends each
+(parameters ``gap.*``, lowrl_ros/core/sim/reality_gap.py). With ``session_dir`` set it appends each
 episode to ``session_dir/episodes.csv`` with the policy version that ran it (read from the policy
 node's ``lowrl/policy/policy`` diagnostic; used for the session log only).
 
@@ -35,9 +35,9 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 
-from lowrl_ros.core.reality_gap import RealityGapConfig
-from lowrl_ros.core.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
-from lowrl_ros.core.sim_robot import MODES, SimRobot, SimRobotConfig
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+from lowrl_ros.core.sim.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
+from lowrl_ros.core.sim.sim_robot import MODES, SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, STATS
 from lowrl_ros.ros.params import descriptor as _descriptor
@@ -51,7 +51,7 @@ _GAP_RANGES = {"mass_scale": (0.05, 20.0), "friction_scale": (0.05, 20.0), "adde
 
 
 class SimRobotNode(Node):
-    """Wraps :class:`lowrl_ros.core.sim_robot.SimRobot` in topics and a timer."""
+    """Wraps :class:`lowrl_ros.core.sim.sim_robot.SimRobot` in topics and a timer."""
 
     def __init__(self, node_name: str = "sim_robot", **kwargs) -> None:
         super().__init__(node_name, **kwargs)

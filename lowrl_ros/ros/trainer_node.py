@@ -1,7 +1,7 @@
 """trainer_node: streams policy bundles from the off-board computer to the robot (rclpy Node).
 
 Out: ``/lowrl/policy_bundle`` (std_msgs/UInt8MultiArray, latched: reliable + transient_local,
-depth 1; one message = one whole signed bundle version, lowrl_ros/core/bundle_stream.py), so a
+depth 1; one message = one whole signed bundle version, lowrl_ros/core/stream/protocol.py), so a
 robot that (re)starts later still gets the newest version at once; ``/diagnostics``
 (``lowrl/trainer/stream``, ``lowrl/trainer/robot``, ``lowrl/trainer/security``).
 In: ``/lowrl/policy_bundle/status`` (std_msgs/String, JSON ``BundleStatus``): the robot's answer;
@@ -18,7 +18,7 @@ logged at start and an ERROR diagnostic is published every period.
 
 Off-board fine-tuning (``finetune_kit`` set): the node also takes the robot's transitions from
 ``transitions_topic`` (finetune_node with ``learner: offboard`` streams them;
-lowrl_ros/core/offboard.py), learns from them with the fine-tuner's core in a worker thread,
+lowrl_ros/core/finetune/offboard.py), learns from them with the fine-tuner's core in a worker thread,
 keeps every transition received and its learner under ``finetune_work_dir`` (a restart resumes),
 and releases each new version (and a rollback, as a newer version carrying the best weights) as a
 bundle into ``watch_dir``, from where the stream above sends it; a version the robot rejects trips
@@ -38,9 +38,10 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
-from lowrl_ros.core.bundle_stream import BundleSender, BundleStatus, SendEvent, StreamConfig, load_key
+from lowrl_ros.core.stream.protocol import BundleStatus, load_key
+from lowrl_ros.core.stream.sender import BundleSender, SendEvent, StreamConfig
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.params import descriptor
+from lowrl_ros.ros.params import FINETUNE_RANGES, descriptor
 from lowrl_ros.ros.spinning import run_node
 from lowrl_ros.ros.qos import LATCHED
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
@@ -108,9 +109,8 @@ class TrainerNode(Node):
 
     # ---- off-board fine-tuning ----------------------------------------------------------------
     def _start_learner(self, config: StreamConfig) -> None:
-        from lowrl_ros.core.finetune import FineTuneConfig, load_kit  # torch: only in this mode
-        from lowrl_ros.core.offboard import OffboardLearner
-        from lowrl_ros.ros.finetune_node import _FT_RANGES
+        from lowrl_ros.core.finetune.learner import FineTuneConfig, load_kit  # torch: only in this mode
+        from lowrl_ros.core.finetune.offboard import OffboardLearner
 
         if not config.watch_dir:
             raise ValueError("finetune_kit needs watch_dir: the directory new versions are released into and "
@@ -118,7 +118,7 @@ class TrainerNode(Node):
         defaults = FineTuneConfig()
         for f in dataclasses.fields(FineTuneConfig):
             self.declare_parameter(f"finetune.{f.name}", getattr(defaults, f.name),
-                                   _desc(f"FineTuneConfig.{f.name}", **_FT_RANGES[f.name]))
+                                   _desc(f"FineTuneConfig.{f.name}", **FINETUNE_RANGES[f.name]))
         ft = FineTuneConfig(**{f.name: self.get_parameter(f"finetune.{f.name}").value
                                for f in dataclasses.fields(FineTuneConfig)})
         kit = load_kit(self.get_parameter("finetune_kit").value)
@@ -140,7 +140,7 @@ class TrainerNode(Node):
                                f"{self.learner.resumed} resumed from disk; versions into {config.watch_dir}")
 
     def _on_transitions(self, msg: Float64MultiArray) -> None:
-        from lowrl_ros.core.offboard import decode_transitions
+        from lowrl_ros.core.finetune.offboard import decode_transitions
 
         try:
             self._inbox.append(("batch",) + decode_transitions(msg.data, *self._kit_dims))

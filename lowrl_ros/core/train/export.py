@@ -1,4 +1,4 @@
-"""Export a trained actor to the project's policy artifact (lowrl_ros.core.artifact).
+"""Export a trained actor to the project's policy artifact (lowrl_ros.core.runtime.artifact).
 
 The deployed action is the deterministic one: SAC's tanh(mean) (the log-std rows of the output
 layer are dropped) or TD3's tanh output, rescaled from [-1, 1] to the environment's bounds, which
@@ -17,7 +17,7 @@ from lowrl_ros.core.train.agent import OffPolicyAgent
 
 def actor_weights(agent: OffPolicyAgent):
     """The deterministic actor as ``MlpWeights`` (normalised obs → pre-tanh action)."""
-    from lowrl_ros.core.artifact import MlpWeights
+    from lowrl_ros.core.runtime.artifact import MlpWeights
 
     net = agent.actor_net
     layers = []
@@ -30,7 +30,7 @@ def actor_weights(agent: OffPolicyAgent):
 
 def actor_contract(agent: OffPolicyAgent, env, provenance: dict[str, str]):
     """The I/O contract of a gymnasium environment's observation and action spaces."""
-    from lowrl_ros.core.artifact import PolicyContract
+    from lowrl_ros.core.runtime.artifact import PolicyContract
 
     space = env.action_space
     dt = float(getattr(env.unwrapped, "dt", 0.0) or 0.05)  # MuJoCo envs expose dt; Pendulum's is 0.05 s
@@ -45,7 +45,7 @@ def actor_contract(agent: OffPolicyAgent, env, provenance: dict[str, str]):
 
 def export_actor(agent: OffPolicyAgent, env, run_dir: str | Path, steps: int) -> tuple[Path, Path]:
     """Write ``actor.onnx`` (fp32) and ``actor_int8.onnx`` into ``run_dir``; return both paths."""
-    from lowrl_ros.core.artifact import save_artifact
+    from lowrl_ros.core.runtime.artifact import save_artifact
 
     cfg = agent.cfg
     weights = actor_weights(agent)

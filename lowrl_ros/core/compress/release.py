@@ -30,10 +30,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, reference_action, save_artifact
-from lowrl_ros.core.bundle import load_bundle, save_bundle
-from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
-from lowrl_ros.core.quantize import clip_outliers
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, reference_action, save_artifact
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.runtime.bundle import load_bundle, save_bundle
+from lowrl_ros.core.sim.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
+from lowrl_ros.core.compress.quantize import clip_outliers
 
 
 @dataclass(frozen=True)

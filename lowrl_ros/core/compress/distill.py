@@ -31,10 +31,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_artifact, reference_action, save_artifact
-from lowrl_ros.core.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
-from lowrl_ros.core.quantize import clip_outliers, fake_quantize
-from lowrl_ros.core.teacher import Teacher, collect_teacher_states, load_teacher, normalise  # noqa: F401
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, reference_action, save_artifact
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.sim.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
+from lowrl_ros.core.compress.quantize import clip_outliers, fake_quantize
+from lowrl_ros.core.compress.teacher import Teacher, collect_teacher_states, load_teacher, normalise  # noqa: F401
 from lowrl_ros.core.train.networks import FusedMLP
 from lowrl_ros.core.train.sparse import METHODS, SparseMasker
 

@@ -10,7 +10,7 @@ the same validation and hot-swap as any bundle. No ROS here: the wire format and
 Wire format of ``/lowrl/transitions`` (std_msgs/Float64MultiArray, reliable): a batch of rows,
 ``layout.dim[0]`` = (``"transitions"``, rows, rows * width), ``layout.dim[1]`` = (the row's fields
 with their sizes, width, width). A row is exactly a record of the robot's transition log
-(lowrl_ros/core/transition_log.py: obs, action, reward, next_obs, terminated, truncated,
+(lowrl_ros/core/finetune/transition_log.py: obs, action, reward, next_obs, terminated, truncated,
 policy_version, stamp; same topic name, same field order) followed by ``index``, e.g. the label
 ``obs:3;action:1;reward:1;next_obs:3;terminated:1;truncated:1;policy_version:1;stamp:1;index:1``.
 ``index`` counts the robot's transitions from 0 at each start of its node and never repeats within
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from lowrl_ros.core.transition_log import Transition, transition_label
+from lowrl_ros.core.finetune.transition_log import Transition, transition_label
 
 def row_width(obs_dim: int, act_dim: int) -> int:
     return 2 * obs_dim + act_dim + 6  # reward, terminated, truncated, policy_version, stamp, index
@@ -123,8 +123,8 @@ class OffboardLearner:
 
     def __init__(self, kit, config, work_dir: str | Path, release_dir: str | Path, base_path: str = "",
                  base_version: int | None = None, log_config=None) -> None:
-        from lowrl_ros.core.finetune import FineTuner
-        from lowrl_ros.core.transition_log import TransitionLogConfig, TransitionLogWriter, read_log
+        from lowrl_ros.core.finetune.learner import FineTuner
+        from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, TransitionLogWriter, read_log
 
         self.work_dir, self.release_dir = Path(work_dir), Path(release_dir)
         self.release_dir.mkdir(parents=True, exist_ok=True)
@@ -182,7 +182,7 @@ class OffboardLearner:
         return [self._release(record)]
 
     def _release(self, record) -> Path:
-        from lowrl_ros.core.bundle import save_bundle
+        from lowrl_ros.core.runtime.bundle import save_bundle
 
         path = save_bundle(self.release_dir / f"v{record.version:06d}.lowrl", {"full": record.path})
         self.released.append(record.version)

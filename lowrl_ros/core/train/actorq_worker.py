@@ -72,7 +72,7 @@ def actor_main(actor_id: int, spec: dict[str, Any], snapshots, out, stop) -> Non
 def _run(actor_id: int, spec: dict[str, Any], snapshots, out, stop) -> None:
     import gymnasium as gym
 
-    from lowrl_ros.core.artifact import load_artifact
+    from lowrl_ros.core.runtime.engines import load_artifact
 
     env = gym.make(spec["env_id"])
     rng = np.random.default_rng(spec["seed"] * 1000 + actor_id)

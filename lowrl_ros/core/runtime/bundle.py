@@ -19,8 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lowrl_ros.core.artifact import ArtifactError, parse_artifact, read_artifact_bytes
-from lowrl_ros.core.engines import Policy, build_policy
+from lowrl_ros.core.runtime.artifact import ArtifactError, parse_artifact, read_artifact_bytes
+from lowrl_ros.core.runtime.engines import Policy, build_policy
 
 BUNDLE_FORMAT = "lowrl.bundle"
 BUNDLE_FORMAT_VERSION = 1

@@ -12,8 +12,8 @@ Two engines run a validated artifact:
   activation. Layers sparse enough get a gather kernel (take, multiply, add.reduceat) when it
   measures faster than the dense matvec on this machine.
 
-At 256 wide, per-call overhead dominates (DESIGN.md), which is why both engines avoid allocation
-and framework dispatch. ``engine="auto"`` builds both, checks they agree on probe observations, times
+At 256 wide, per-call overhead dominates (docs/architecture.md, "Measured baselines"), which is why
+both engines avoid allocation and framework dispatch. ``engine="auto"`` builds both, checks they agree on probe observations, times
 them interleaved, and keeps the faster; ``Policy.engine_choice_reason`` says why.
 """
 from __future__ import annotations
@@ -25,8 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrl_ros.core.artifact import ArtifactError, ParsedArtifact, PolicyContract
-from lowrl_ros.core.onnx_graph import IN_NAME, OUT_NAME
+from lowrl_ros.core.runtime.artifact import (
+    ArtifactError,
+    ParsedArtifact,
+    PolicyContract,
+    parse_artifact,
+    read_artifact_bytes,
+)
+from lowrl_ros.core.runtime.onnx_graph import IN_NAME, OUT_NAME
 
 ENGINES = ("auto", "ort", "numpy")
 _isfinite = math.isfinite
@@ -353,3 +359,16 @@ def _check_agree(parsed: ParsedArtifact, a: Policy, b: Policy, probes: np.ndarra
                 f"by {diff.max():.4g} > {tol.max():.4g}); the graph was edited, is corrupt or was written by an "
                 "older lowrl_ros: re-export it (scripts/reexport_models.py FILE keeps its weights)"
             )
+
+
+def load_artifact(path: str | Path, engine: str = "auto"):
+    """Validate an artifact and return a ready, warmed-up :class:`Policy`.
+
+    Args:
+        path: the ``.onnx`` artifact.
+        engine: "ort" (ONNX Runtime), "numpy" (this package's kernels) or "auto" (both are built,
+            checked against each other and timed; the faster one serves ``act``; the reason is in
+            ``policy.engine_choice_reason``).
+    """
+    parsed = parse_artifact(read_artifact_bytes(path), str(path))
+    return build_policy(parsed, engine, path=Path(path))

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract, load_weights, reference_action
-from lowrl_ros.core.evaluate import rollout_states
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, load_weights, reference_action
+from lowrl_ros.core.sim.evaluate import rollout_states
 
 
 @dataclass
@@ -82,7 +82,7 @@ def load_teacher(source: str | Path, env_id: str | None = None) -> Teacher:
         raise ValueError(f"teacher {path}: no such file or directory; give an artifact (.onnx), a run directory "
                          "or an SB3 model zip")
     if path.suffix == ".zip":
-        from lowrl_ros.commands.import_sb3 import load_sb3, sb3_actor, sb3_contract
+        from lowrl_ros.core.compress.sb3 import load_sb3, sb3_actor, sb3_contract
 
         model, algo = load_sb3(path)
         weights = sb3_actor(model, algo)

@@ -1,7 +1,7 @@
 """The budget monitor's configuration and decision, without ROS and without torch.
 
 A robot's computer has a control deadline, a memory ceiling and a temperature it must not pass.
-``BudgetMonitor.step`` turns one sample of readings (from ``lowrl_ros.core.probes`` and the policy
+``BudgetMonitor.step`` turns one sample of readings (from ``lowrl_ros.core.budget.probes`` and the policy
 node's statistics) into one ``SignalStatus`` per signal and the compute tier the policy should run.
 
 Limits. Every signal has a hard limit; its warn level sits a headroom margin (default 25 %) inside
@@ -43,7 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
-from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.core.runtime.tiers import ComputeTier
 
 TEMPERATURE_SOURCES = ("auto", "file", "estimated", "none")
 
@@ -335,7 +335,7 @@ class Assessment:
 
 @dataclass
 class PolicyReport:
-    """The fields of the policy node's stats the monitor uses (lowrl_ros.core.policy_stats)."""
+    """The fields of the policy node's stats the monitor uses (lowrl_ros.core.runtime.policy_stats)."""
 
     window_p99_us: float
     deadline_misses: float
@@ -381,7 +381,7 @@ class BudgetMonitor:
 
     def on_policy_stats(self, now: float, values: Sequence[float]) -> None:
         """Take one /lowrl/policy/stats message (values in STATS_FIELDS order)."""
-        from lowrl_ros.core.policy_stats import PolicyStats  # tiny, ROS-free
+        from lowrl_ros.core.runtime.policy_stats import PolicyStats  # tiny, ROS-free
 
         s = PolicyStats.from_list(values)
         self._policy = PolicyReport(s.window_p99_us, s.deadline_misses, s.ticks, s.deadline_us, s.tier, s.pid, now)

@@ -25,14 +25,14 @@ from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
-from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.core.runtime.tiers import ComputeTier
 
 MODES = ("event", "fixed_rate")
 SAFE_ACTIONS = ("zero", "hold", "default_pose")
 
 
 class PolicyLike(Protocol):
-    """What the controller needs of a policy (lowrl_ros.core.artifact's Policy fits)."""
+    """What the controller needs of a policy (lowrl_ros.core.runtime.artifact's Policy fits)."""
 
     contract: object
 
@@ -40,7 +40,7 @@ class PolicyLike(Protocol):
 
 
 class BundleLike(Protocol):
-    """What the controller needs of a bundle (lowrl_ros.core.bundle.PolicyBundle fits)."""
+    """What the controller needs of a bundle (lowrl_ros.core.runtime.bundle.PolicyBundle fits)."""
 
     policies: Mapping[str, PolicyLike]
     version: int

@@ -1,4 +1,4 @@
-"""Compute tiers, ordered from most to least expensive (DESIGN.md, "Compute tiers").
+"""Compute tiers, ordered from most to least expensive (docs/architecture.md, "Compute tiers").
 
 On the wire the tier is a std_msgs/UInt8 on `/lowrl/compute_tier` carrying the enum value, so
 rqt_plot can draw it and `ros2 topic echo` stays readable with this table.

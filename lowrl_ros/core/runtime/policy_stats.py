@@ -2,7 +2,8 @@
 
 On the wire: std_msgs/Float64MultiArray on ``/lowrl/policy/stats`` (10 Hz), values in the order of
 ``STATS_FIELDS``; ``layout.dim[0].label`` carries the names joined by commas so a human reading
-``ros2 topic echo`` sees them. Standard message types only (DESIGN.md), hence a fixed order here.
+``ros2 topic echo`` sees them. Standard message types only (docs/architecture.md, "Nodes and topics"),
+hence a fixed order here.
 """
 from __future__ import annotations
 

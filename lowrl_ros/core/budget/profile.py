@@ -13,7 +13,7 @@ final deployment format, and keep 20-30 % headroom):
 - bytes on disk (of each tier and of the whole file) and multiply-adds per call (the serving
   engine's, plus dense and non-zero counts).
 
-Limits come from the budget monitor's own :class:`lowrl_ros.core.budget.BudgetConfig` (the same
+Limits come from the budget monitor's own :class:`lowrl_ros.core.budget.monitor.BudgetConfig` (the same
 YAML file the robot uses): latency against ``latency_p99_limit_us`` (0 = the policy's control
 period, as on the robot), memory against ``policy_rss_limit_mb``; a value past the hard limit is a
 FAIL, a value past the warn level ``BudgetConfig.warn_level`` (the ``headroom`` inside it) a WARN.
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from lowrl_ros.core.budget import BudgetConfig
+from lowrl_ros.core.budget.monitor import BudgetConfig
 
 VERDICTS = ("PASS", "WARN", "FAIL")
 BUDGET_NODE = "budget_monitor"
@@ -49,8 +49,8 @@ out = {"mode": mode}
 if mode in ("runtime", "policy"):
     import numpy as np
     import onnxruntime
-    from lowrl_ros.core.bundle import load_bundle
-    from lowrl_ros.core.engines import probe_observations
+    from lowrl_ros.core.runtime.bundle import load_bundle
+    from lowrl_ros.core.runtime.engines import probe_observations
 if mode == "policy":
     bundle = load_bundle(path, engine=engine)
     for name, policy in bundle.policies.items():
@@ -219,7 +219,7 @@ def judge(name: str, value: float, unit: str, hard: float | None, headroom_warn:
 
 def time_policy(policy, calls: int, warmup: int) -> dict[str, float]:
     """Per-call latency of ``policy.act_into`` in µs: p50, p90, p99, max, mean over ``calls`` calls."""
-    from lowrl_ros.core.engines import probe_observations
+    from lowrl_ros.core.runtime.engines import probe_observations
 
     obs = probe_observations(policy.contract, 64, seed=1)
     out = np.zeros(policy.contract.action_dim)
@@ -267,10 +267,10 @@ def profile(path: str | Path, budget: BudgetConfig, config: ProfileConfig | None
         budget_source: where the budget came from, recorded in the report.
 
     Raises:
-        lowrl_ros.core.artifact.ArtifactError: the file does not load.
+        lowrl_ros.core.runtime.artifact.ArtifactError: the file does not load.
         RuntimeError: a measuring subprocess failed.
     """
-    from lowrl_ros.core.bundle import load_bundle
+    from lowrl_ros.core.runtime.bundle import load_bundle
 
     cfg = config or ProfileConfig()
     path = Path(path)

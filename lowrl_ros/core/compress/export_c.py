@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrl_ros.core.artifact import ArtifactError, ParsedArtifact, parse_artifact, read_artifact_bytes
-from lowrl_ros.core.onnx_graph import StoredLayer
+from lowrl_ros.core.runtime.artifact import ArtifactError, ParsedArtifact, parse_artifact, read_artifact_bytes
+from lowrl_ros.core.runtime.onnx_graph import StoredLayer
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
 _C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
@@ -239,7 +239,7 @@ static void NAME_csr_i8_PT_CT(const PT *ptr, const CT *col, const int8_t *val, c
 def _header_comment(parsed: ParsedArtifact, name: str, plans: list[CLayerPlan]) -> str:
     c = parsed.contract
     lines = [
-        f"{name}: policy exported by `lowrl export-c` (lowrl_ros.core.export_c); do not edit.",
+        f"{name}: policy exported by `lowrl export-c` (lowrl_ros.core.compress.export_c); do not edit.",
         f"source artifact sha256: {parsed.sha256}",
         f"version {c.version}, parent {c.parent_version}, tier {c.tier}, env {c.env_id}, "
         f"control period {c.control_period_s} s",

@@ -1,6 +1,6 @@
 """The policy artifact: one ONNX file with the I/O contract in its metadata (no torch, no ROS).
 
-An artifact is what reaches a robot (DESIGN.md, "Policy artifacts"): a standard ONNX model any
+An artifact is what reaches a robot (docs/architecture.md, "Policy artifacts"): a standard ONNX model any
 ONNX runtime can run (normalisation, MLP, rescaling and clamping are all inside the graph), int8
 weights where quantized, zero weights stored compactly, and a JSON document under the metadata key
 ``lowrl.contract`` carrying the contract (observation/action names and order, scaling, limits,
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from lowrl_ros.core import onnx_graph
-from lowrl_ros.core.onnx_graph import StoredLayer
+from lowrl_ros.core.runtime import onnx_graph
+from lowrl_ros.core.runtime.onnx_graph import StoredLayer
 
 METADATA_KEY = "lowrl.contract"
 FORMAT = "lowrl.policy"
@@ -488,17 +488,3 @@ def load_weights(path: str | Path) -> tuple[MlpWeights, PolicyContract]:
     parsed = parse_artifact(read_artifact_bytes(path), str(path))
     return parsed.weights(), parsed.contract
 
-
-def load_artifact(path: str | Path, engine: str = "auto"):
-    """Validate an artifact and return a ready, warmed-up :class:`lowrl_ros.core.engines.Policy`.
-
-    Args:
-        path: the ``.onnx`` artifact.
-        engine: "ort" (ONNX Runtime), "numpy" (this package's kernels) or "auto" (both are built,
-            checked against each other and timed; the faster one serves ``act``; the reason is in
-            ``policy.engine_choice_reason``).
-    """
-    from lowrl_ros.core import engines  # engines imports this module; deferred to avoid a cycle
-
-    parsed = parse_artifact(read_artifact_bytes(path), str(path))
-    return engines.build_policy(parsed, engine, path=Path(path))

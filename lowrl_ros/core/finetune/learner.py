@@ -52,13 +52,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from lowrl_ros.core.artifact import PolicyContract, load_weights, save_artifact
+from lowrl_ros.core.runtime.artifact import PolicyContract, load_weights, save_artifact
 from lowrl_ros.core.train.checkpoint import load_checkpoint
 from lowrl_ros.core.train.config import TrainConfig
 from lowrl_ros.core.train.export import actor_weights
-from lowrl_ros.core.train.loop import make_agent
+from lowrl_ros.core.train.trainer import make_agent
 from lowrl_ros.core.train.replay import ReplayBuffer
-from lowrl_ros.core.transition_log import TransitionBatch
+from lowrl_ros.core.finetune.transition_log import TransitionBatch
 
 KIT_FORMAT = "lowrl.finetune_kit"
 KIT_FORMAT_VERSION = 1
@@ -129,7 +129,7 @@ def load_kit(kit_dir: str | Path) -> FineTuneKit:
     meta_path, agent_path = kit_dir / "kit.json", kit_dir / "agent.pt"
     if not meta_path.is_file() or not agent_path.is_file():
         raise ValueError(f"{kit_dir} is not a fine-tune kit (needs kit.json and agent.pt); write one with "
-                         "lowrl_ros.core.finetune.write_kit(RUN_DIR, KIT_DIR)")
+                         "lowrl_ros.core.finetune.learner.write_kit(RUN_DIR, KIT_DIR)")
     meta = json.loads(meta_path.read_text())
     if meta.get("format") != KIT_FORMAT or meta.get("format_version") != KIT_FORMAT_VERSION:
         raise ValueError(f"{meta_path}: format {meta.get('format')!r} v{meta.get('format_version')!r} is not "

@@ -13,7 +13,7 @@ One env step per tick: the simulation advances by the env's own dt per tick, wha
 rate, so at 100 Hz Pendulum-v1 (dt 0.05 s) runs 5x faster than its physical time.
 
 The robot may differ from the simulation the policy was trained in: a
-:class:`lowrl_ros.core.reality_gap.RealityGapConfig` (mass, friction, damping, actuator gain,
+:class:`lowrl_ros.core.sim.reality_gap.RealityGapConfig` (mass, friction, damping, actuator gain,
 action delay inside the env; observation noise on the published joint positions and velocities).
 
 Modes (``SimRobotConfig.mode``): ``realtime`` steps on a wall-clock timer with the newest command;
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowrl_ros.core.reality_gap import RealityGapConfig, RealityGapWrapper
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig, RealityGapWrapper
 
 SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5")
 MODES = ("realtime", "lockstep")

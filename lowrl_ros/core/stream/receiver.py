@@ -1,7 +1,8 @@
 """The robot's end of bundle streaming: from received bytes to a validated, warmed-up bundle (no ROS, no torch).
 
-One call, :meth:`BundleReceiver.receive`, runs every check of DESIGN.md's "the robot validates
-(signature, checksum, contract, finite weights, parity on a probe set)", cheapest first:
+One call, :meth:`BundleReceiver.receive`, runs every check of docs/architecture.md ("Policy
+artifacts"): "the robot validates (signature, checksum, contract, finite weights, parity on a probe
+set)", cheapest first:
 
 1. ``decode_bundle``: signature, version newer than the running one, chunk CRCs, SHA-256;
 2. the bytes go to a temporary file in ``receive_dir`` (fsync'd), so nothing half-written is
@@ -33,10 +34,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lowrl_ros.core.artifact import ArtifactError, PolicyContract, parse_artifact, reference_action
-from lowrl_ros.core.bundle import MANIFEST, PolicyBundle, is_bundle_file, load_bundle
-from lowrl_ros.core.bundle_stream import BundleHeader, BundleRejected, decode_bundle, read_header
-from lowrl_ros.core.engines import probe_observations
+from lowrl_ros.core.runtime.artifact import ArtifactError, PolicyContract, parse_artifact, reference_action
+from lowrl_ros.core.runtime.bundle import MANIFEST, PolicyBundle, is_bundle_file, load_bundle
+from lowrl_ros.core.stream.protocol import BundleHeader, BundleRejected, decode_bundle, read_header
+from lowrl_ros.core.runtime.engines import probe_observations
 
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 

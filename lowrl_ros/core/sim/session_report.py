@@ -28,8 +28,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from lowrl_ros.core.policy_stats import STATS_FIELDS
-from lowrl_ros.core.tiers import ComputeTier
+from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS
+from lowrl_ros.core.runtime.tiers import ComputeTier
 
 SESSION_JSON = "session.json"
 EPISODES_CSV = "episodes.csv"

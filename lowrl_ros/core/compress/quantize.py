@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowrl_ros.core.artifact import MlpWeights, PolicyContract
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract
 
 QMAX = 127  # symmetric int8: [-127, 127]; -128 is left out so the range is symmetric
 

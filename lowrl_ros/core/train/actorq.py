@@ -237,7 +237,7 @@ class ActorQLearner:
     def __init__(self, cfg: ActorQConfig, progress: Callable[[int, dict], None] | None = None) -> None:
         import torch
 
-        from lowrl_ros.core.train.loop import make_env
+        from lowrl_ros.core.train.trainer import make_env
         from lowrl_ros.core.train.replay import ReplayBuffer
 
         self.cfg = cfg
@@ -258,7 +258,8 @@ class ActorQLearner:
     # --- snapshots ----------------------------------------------------------------------------
     def make_snapshot(self, version: int) -> bytes:
         """The learner's actor as artifact bytes of ``version`` (int8 or fp32 per the config)."""
-        from lowrl_ros.core.artifact import load_artifact, save_artifact
+        from lowrl_ros.core.runtime.artifact import save_artifact
+        from lowrl_ros.core.runtime.engines import load_artifact
         from lowrl_ros.core.train.export import actor_contract, actor_weights
 
         contract = actor_contract(self.agent, self.env, {"tool": "lowrl actorq", "algo": self.cfg.algo,
@@ -311,7 +312,7 @@ class ActorQLearner:
         """Start the actors, learn until total_steps / target / time limit, stop them, report."""
         import psutil
 
-        from lowrl_ros.core.actorq_worker import actor_main
+        from lowrl_ros.core.train.actorq_worker import actor_main
 
         cfg, res = self.cfg, self.result
         ctx = mp.get_context("spawn")
@@ -434,7 +435,7 @@ class ActorQLearner:
             except queue.Empty:
                 if not all(p.is_alive() for p in procs):
                     raise RuntimeError("an actor process died while starting; run one actor in the "
-                                       "foreground (lowrl_ros.core.actorq_worker.actor_main) to see why") from None
+                                       "foreground (lowrl_ros.core.train.actorq_worker.actor_main) to see why") from None
                 continue
             if msg[0] == "error":
                 raise RuntimeError(f"actor {msg[1]} failed:\n{msg[2]}")

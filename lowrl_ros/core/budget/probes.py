@@ -26,7 +26,7 @@ from typing import Callable
 
 import psutil
 
-from lowrl_ros.core.budget import BudgetConfig, Reading
+from lowrl_ros.core.budget.monitor import BudgetConfig, Reading
 
 MB = 1e6
 # Sensor names that are the CPU/SoC (psutil keys, thermal zone types), preferred over others.

@@ -1,0 +1,2 @@
+"""OFF-BOARD and tests: the simulated robot with a reality gap, policy evaluation, and session reports.
+Imports runtime, gymnasium, mujoco and matplotlib (docs/architecture.md)."""
