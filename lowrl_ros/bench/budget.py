@@ -115,9 +115,9 @@ class MemoryHog:
         self.stop()
 
 
-# --- a policy-shaped process for when engineer B's policy node is not there -------------------
+# --- a policy-shaped process whose per-tick cost is inference (docs/budget.md, "Benchmark: `lowrl bench budget`")
 STAND_IN_CODE = textwrap.dedent("""\
-    # Stand-in for policy_node (engineer B's): real MLP inference in numpy at a control period,
+    # Stand-in for policy_node: real MLP inference in numpy at a control period,
     # tiers applied (full: `work` forward passes; lite: a quarter; decimated: lite every 4th tick,
     # the last action held in between; safe: zeros), stats on /lowrl/policy/stats per the contract.
     # A tick misses its deadline when its inference takes longer than the deadline.
@@ -202,7 +202,7 @@ class StandInPolicy:
 
 
 class PolicyNodeProcess:
-    """Engineer B's policy_node (lowrl_ros/ros/policy_node.py) as a real process: fixed rate,
+    """The project's policy_node (lowrl_ros/ros/policy_node.py) as a real process: fixed rate,
     observations on /lowrl/observation (the caller publishes them), commands on
     ``/<controller>/commands``, safe action zero. Optionally pinned to a core and niced."""
 
@@ -245,7 +245,7 @@ def policy_node_available() -> bool:
 
 def start_policy(kind: str, *, period_ms: float, commands_ns: str, core: int | None = None, nice: int = 0,
                  work: int = 4) -> "PolicyNodeProcess | StandInPolicy":
-    """``kind`` "policy_node" (B's node) or "stand-in"; commands on ``/<commands_ns>/commands``."""
+    """``kind`` "policy_node" or "stand-in" (docs/budget.md, "Benchmark"); commands on ``/<commands_ns>/commands``."""
     if kind == "policy_node":
         return PolicyNodeProcess(period_ms=period_ms, controller=commands_ns, core=core, nice=nice)
     return StandInPolicy(period_ms=period_ms, deadline_ms=period_ms / 2, work=work, core=core, nice=nice,

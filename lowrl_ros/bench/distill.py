@@ -3,10 +3,11 @@
 For each ENV=TEACHER case the teacher is distilled (BC + DAgger, lowrl_ros.core.compress.distill) into the
 given students; each student is scored as its int8 artifact through ``load_artifact`` on the same
 seeded episodes as the teacher (fp32). Sizes: ``torch.save`` of the teacher's fp32 actor
-state_dict vs the bytes of the student's artifact file. Targets (issue 5): keeps >= 97% of the
-teacher's return, >= 40x smaller. It also measures, on held-out states, the action error of the
-int8 graph with dynamic activations (what the artifact runs) against static activations
-calibrated on teacher rollouts (what a static graph would add). No timings: nothing here is a speed.
+state_dict vs the bytes of the student's artifact file. Targets: keeps >= 97% of the teacher's
+return, >= 40x smaller (docs/compression.md, "Benchmark: `lowrl bench distill`"). It also measures,
+on held-out states, the action error of the int8 graph with dynamic activations (what the artifact
+runs) against static activations calibrated on teacher rollouts (what a static graph would add).
+No timings: nothing here is a speed.
 
     lowrl bench distill                                  # Pendulum-v1 (shipped teacher) + InvertedPendulum-v5
     lowrl bench distill --case Pendulum-v1=models/pendulum_sac_int8.onnx --eval-episodes 5   # quick look

@@ -17,8 +17,8 @@ Reported: gap recovered % = (after − before) / (sim − before); resident memo
 during fine-tuning (torch + learner + the simulated robot + the int8 policy: an upper bound of the
 fine-tuner process, which has no simulator); bytes per update = the
 size of one new version's artifact (what reaches the policy node) against an fp32 dense
-state_dict of the same actor. Targets (issue 6): ≥ 50 % recovered within 10k robot steps;
-≥ 10× fewer bytes per update.
+state_dict of the same actor. Targets: ≥ 50 % recovered within 10k robot steps; ≥ 10× fewer bytes per
+update. How to read it: docs/sim_to_real.md, "Benchmark: `lowrl bench sim2real`".
 """
 from __future__ import annotations
 

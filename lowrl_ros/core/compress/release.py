@@ -1,6 +1,6 @@
 """Release: gate distilled students and write the policy bundle only when every gate passes.
 
-Three gates stand between a student and the robot (issue 5, section 3), each measured, each
+Three gates stand between a student and the robot (docs/compression.md, `lowrl compress`), each measured, each
 with a report that says what failed and what to do:
 
 1. parity: the fp32 ONNX artifact computes what the torch student computes (max |Δaction| on a
