@@ -299,6 +299,27 @@ def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tm
             n.destroy_node()
 
 
+def test_enabled_clears_a_safety_pause_only_once_the_change_is_accepted(ros_context, kit, tmp_path):
+    """On-set callbacks only validate (any of them may still refuse); the pause is cleared post-set."""
+    from rcl_interfaces.msg import SetParametersResult
+
+    kit_dir, base = kit
+    node = FineTuneNode(context=ros_context, parameter_overrides=[
+        Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, base_policy_path=str(base)).items()])
+    try:
+        node.session.pause("safety: a test trip")
+        # A validator that runs after the node's own on-set callbacks (rclpy runs the newest first) refuses.
+        node._on_set_parameters_callbacks.append(lambda params: SetParametersResult(successful=False, reason="no"))
+        assert not node.set_parameters([Parameter("enabled", value=True)])[0].successful
+        assert node.paused_reason == "safety: a test trip"  # refused: nothing changed
+        node._on_set_parameters_callbacks.pop()
+        assert node.set_parameters([Parameter("enabled", value=True)])[0].successful
+        assert node.paused_reason == ""
+    finally:
+        node.close()
+        node.destroy_node()
+
+
 def test_memory_cap_pauses_learning_with_a_diagnostic(ros_context, kit, tmp_path):
     kit_dir, base = kit
     # 64 MB is below what any torch process holds: learning must pause, recording must go on.

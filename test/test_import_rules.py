@@ -42,6 +42,15 @@ d = tempfile.mkdtemp(); w = t.TransitionLogWriter(d)
 w.append(t.Transition(np.zeros(2), np.zeros(1), 0.0, np.zeros(2), False, False, 1, 0.0)); w.close()
 t.read_log(d)
 """
+# The episode rule, the version tracker, the wire rows and the learn gate, run (the recorder and the gate use them).
+JUDGE = """
+import lowrl_ros.core.finetune.versions as v, lowrl_ros.core.finetune.wire as wire, lowrl_ros.core.finetune.status as s
+tr = t.Transition(np.zeros(2), np.zeros(1), -1.0, np.zeros(2), False, True, 1, 0.0)
+j = v.EpisodeJudge(); assert j.add(0, tr) == (1, -1.0)
+wire.decode_transitions(wire.encode_transitions([tr], 0), 2, 1)
+k = v.VersionTracker(1, 10.0); k.add(v.VersionRecord(1, None, 'a.onnx')); k.on_episode(1, -1.0)
+s.finetune_status(s.FineTuneFacts(state=s.learn_gate(s.LearnGate(), '', True)))
+"""
 
 # (case id, modules imported, code run after the imports, modules that must stay out of sys.modules)
 CASES = [
@@ -51,7 +60,8 @@ CASES = [
     ("budget", ["lowrl_ros.core.budget.monitor", "lowrl_ros.core.budget.probes", "lowrl_ros.core.budget.profile"],
      "", ROBOT_FORBIDDEN),
     ("stream", ["lowrl_ros.core.stream.protocol", "lowrl_ros.core.stream.receiver"], "", ROBOT_FORBIDDEN),
-    ("finetune.transition_log", ["lowrl_ros.core.finetune.transition_log"], WRITE_LOG, ROBOT_FORBIDDEN),
+    ("finetune, torch-free", ["lowrl_ros.core.finetune." + m for m in ("transition_log", "versions", "wire", "status")],
+     WRITE_LOG + JUDGE, ROBOT_FORBIDDEN),
     ("ros.policy_node", ["lowrl_ros.ros.policy_node"], RUN_ARTIFACT, HEAVY),
     ("ros.budget_monitor_node", ["lowrl_ros.ros.budget_monitor_node"], "", HEAVY),
     # Off-board modules that run where torch may be absent (numpy-only int8 actors, gates, export).

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from lowrl_ros.core.runtime.bundle import load_bundle
-from lowrl_ros.core.finetune.learner import FineTuneConfig, load_kit
-from lowrl_ros.core.finetune.offboard import (
-    EpisodeJudge, OffboardLearner, decode_transitions, encode_transitions, row_width,
-)
+from lowrl_ros.core.finetune.kit import load_kit
+from lowrl_ros.core.finetune.learner import FineTuneConfig
+from lowrl_ros.core.finetune.offboard import OffboardLearner
+from lowrl_ros.core.finetune.versions import EpisodeJudge
+from lowrl_ros.core.finetune.wire import decode_transitions, encode_transitions, row_width
 from lowrl_ros.core.finetune.transition_log import Transition, decode_float64_multiarray, encode_transition, read_log
 
 from test_finetune_core import pendulum_transitions

@@ -3,13 +3,13 @@
 For each environment and seed:
 
 1. the sim policy: a `lowrl train` run (config/train_*.yaml, this seed; cached under
-   ``--runs-dir`` and reused), its int8 actor and a fine-tune kit (lowrl_ros.core.finetune.learner);
+   ``--runs-dir`` and reused), its int8 actor and a fine-tune kit (lowrl_ros.core.finetune.kit);
 2. its return in simulation and on the gapped robot (lowrl_ros.core.sim.reality_gap: mass +30 %,
    actuator gain −20 %, observation noise, one step of action delay; Pendulum-v1 also a 0.3 rad
    encoder zero offset, see ENV_GAP), over the same seeded episodes;
 3. ``--robot-steps`` K steps on the gapped robot, in lockstep and in-process, with the fine-tuner's
-   own core (``FineTuner``: updates, int8 versions every N updates, judging and rollback exactly as
-   finetune_node uses them; the ROS transport is what test/test_session.py and `lowrl demo` run):
+   own loop (``FineTuneSession``: updates, int8 versions every N updates, judging and rollback exactly
+   as finetune_node uses them; the ROS transport is what test/test_session.py and `lowrl demo` run):
    the robot always acts with the version deployed at that moment (the int8 artifact, numpy engine);
 4. the best version's return on the gapped robot, same episodes as in 2.
 
@@ -118,7 +118,7 @@ def _config_tag(cfg) -> str:
 
 def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     """Train (or reuse) the sim policy; return its run directory (checkpoint.pt, actor_int8.onnx, kit/)."""
-    from lowrl_ros.core.finetune.learner import write_kit
+    from lowrl_ros.core.finetune.kit import write_kit
     from lowrl_ros.core.train.export import export_actor
     from lowrl_ros.core.train.trainer import Trainer
 
@@ -195,49 +195,44 @@ def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) ->
     return out
 
 
-def _add_for_nstep(tuner, obs, action, reward: float, next_obs, terminated: bool, truncated: bool) -> None:
-    """Add a transition the way FineTuner.add does, but keep truncated ones as n-step cuts.
-
-    In-process the truncated step's next observation is the true last state (not the next
-    episode's first, as on a robot), so it can be trained on and must end the n-step sum.
-    """
-    c = tuner.kit.contract
-    norm = lambda o: (np.asarray(o, np.float64) - np.asarray(c.obs_offset)) * np.asarray(c.obs_scale)  # noqa: E731
-    low, high = np.asarray(c.action_low), np.asarray(c.action_high)
-    a = np.clip(2.0 * (np.asarray(action, np.float64) - low) / (high - low) - 1.0, -1.0, 1.0)
-    tuner.buffer.add(norm(obs), a, reward, norm(next_obs), terminated, truncated, a)
-    tuner.transitions_seen += 1
-
-
 def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float | None = None,
               judge_episodes: int = 2, nstep: int = 1, explore_std: float = 0.0, critic_warmup: int = 0,
               updates_per_step: int = 1, **config) -> dict:
-    """K lockstep robot steps with the fine-tuner's core; returns the versions, the best, memory and sizes."""
+    """K lockstep robot steps with the fine-tuner's loop (FineTuneSession); returns the versions, the best,
+    memory and sizes."""
     import psutil
     import torch
 
     from lowrl_ros.core.runtime.engines import load_artifact
-    from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner, load_kit
+    from lowrl_ros.core.finetune.kit import load_kit
+    from lowrl_ros.core.finetune.learner import FineTuneConfig
+    from lowrl_ros.core.finetune.session import FineTuneSession, Rollback, VersionMade
+    from lowrl_ros.core.finetune.transition_log import Transition
+    from lowrl_ros.core.finetune.versions import EpisodeJudge
     from lowrl_ros.core.sim.reality_gap import make_gapped_env
 
     # A fresh directory per call: FineTuner resumes one that holds a learner, and two calls in the
     # same second once shared a time-stamped name (the second resumed the first's update count).
     out_dir = Path(tempfile.mkdtemp(prefix=f"finetune-{steps}-{time.strftime('%Y%m%dT%H%M%S')}-", dir=run_dir))
-    kit = load_kit(run_dir / "kit")
     base = str(run_dir / "actor_int8.onnx")
-    tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
-                                          seed=seed, lr=FineTuneConfig.lr if lr is None else lr, critic_warmup_updates=critic_warmup,
-                                          updates_per_transition=updates_per_step,
-                                          **{"rollback_margin": 150.0 if env_id == "Pendulum-v1" else 300.0,
-                                             **config}),
-                      out_dir, base_path=base)
+    config = FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes, seed=seed,
+                            lr=FineTuneConfig.lr if lr is None else lr, critic_warmup_updates=critic_warmup,
+                            updates_per_transition=updates_per_step,
+                            **{"rollback_margin": 150.0 if env_id == "Pendulum-v1" else 300.0, **config})
+    # In-process the truncated step's next observation is the true last state (on a robot it is the
+    # next episode's first), so n-step runs keep truncations as cuts of the n-step sum. Versions are
+    # deployed between episodes: in lockstep every episode runs one version, start to end.
+    session = FineTuneSession(load_kit(run_dir / "kit"), config, out_dir, base_path=base, nstep=nstep,
+                              train_on_truncated=nstep > 1, versions_between_episodes=True)
+    tuner = session.tuner
     proc = psutil.Process()
+    judge = EpisodeJudge()
     deployed = tuner.tracker.current
     policy = load_artifact(base, engine="numpy")
     env = make_gapped_env(env_id, gap)
     obs, _ = env.reset(seed=seed + 50_000)  # robot episodes apart from the evaluation seeds
-    start_obs = obs
-    ep_return, episode_version, rss_max, returns = 0.0, deployed, 0.0, []
+    judge.begin(deployed, obs)
+    ep_return, rss_max, returns = 0.0, 0.0, []
     started = time.perf_counter()
     explore = np.random.default_rng(seed + 77)
     half = (np.asarray(policy.contract.action_high) - np.asarray(policy.contract.action_low)) / 2.0
@@ -248,30 +243,22 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
                              policy.contract.action_low, policy.contract.action_high)
         nxt, r, term, trunc, _ = env.step(action.astype(np.float32))
         ep_return += float(r)
-        if nstep == 1:
-            tuner.add(obs, action, float(r), nxt, bool(term), bool(trunc))
-            tuner.update(updates_per_step)  # the node's update-to-data cap
-        else:
-            _add_for_nstep(tuner, obs, action, float(r), nxt, bool(term), bool(trunc))
-            for _ in range(updates_per_step if tuner.can_update() else 0):
-                cfg = tuner.agent_config
-                tuner.agent.update(tuner.buffer.sample(cfg.batch_size, tuner.rng, nstep, cfg.gamma),
-                                   bc_weight=tuner.config.bc_weight)
-                tuner.updates += 1
+        session.add(Transition(obs, action, float(r), nxt, bool(term), bool(trunc), deployed, 0.0))
+        session.step(updates_per_step)  # under the update-to-data cap, as on the robot
         obs = nxt
         if term or trunc:
             returns.append((step + 1, deployed, ep_return))
-            # Judged only when one version ran the whole episode (the node's rule).
-            decision = tuner.on_episode(deployed, ep_return, start_obs) if episode_version == deployed else None
-            if decision is not None and decision.action == "rollback":
-                deployed = decision.target.version
-                policy = load_artifact(decision.target.path, engine="numpy")
-            if tuner.version_due():
-                record = tuner.make_version()
-                deployed = record.version
-                policy = load_artifact(record.path, engine="numpy")  # validated load, as the policy node does
+            episode = judge.end(ep_return, deployed)
+            events = session.episode_ended(episode.version, episode.ret, episode.start_obs) if episode else []
+            for event in events:
+                record = event.record if isinstance(event, VersionMade) else \
+                    event.target if isinstance(event, Rollback) else None
+                if record is not None:
+                    deployed = record.version
+                    policy = load_artifact(record.path, engine="numpy")  # validated load, as the policy node does
             obs, _ = env.reset()
-            start_obs, ep_return, episode_version = obs, 0.0, deployed
+            judge.begin(deployed, obs)
+            ep_return = 0.0
             rss_max = max(rss_max, proc.memory_info().rss / 2**20)
     wall = time.perf_counter() - started
     tracker = tuner.tracker

@@ -36,18 +36,22 @@ from typing import Any
 import numpy as np
 import psutil
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import (Parameter, ParameterDescriptor, ParameterType,
-                                ParameterValue, SetParametersResult)
+from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 
-from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner, load_kit
+from lowrl_ros.core.finetune.kit import load_kit
+from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner
+from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
+from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
+from lowrl_ros.core.finetune.versions import EpisodeJudge
+from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
+from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter
 from lowrl_ros.ros.params import FINETUNE_RANGES, descriptor
 from lowrl_ros.ros.spinning import make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
@@ -116,7 +120,7 @@ class FineTuneNode(Node):
         for f in dataclasses.fields(TransitionLogConfig):
             p(LOG_PREFIX + f.name, getattr(log_defaults, f.name),
               _desc(f"TransitionLogConfig.{f.name}", **_LOG_RANGES[f.name]))
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.add_post_set_parameters_callback(self._on_parameters_set)
 
         get = self._get
         self.config = FineTuneConfig(**{f.name: get(f.name) for f in dataclasses.fields(FineTuneConfig)})
@@ -127,7 +131,7 @@ class FineTuneNode(Node):
                 raise ValueError(f"{name} {get(name)!r} is unknown; use one of {', '.join(allowed)}")
         if not get("kit_path"):
             raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
-                             "(written by lowrl_ros.core.finetune.learner.write_kit from a lowrl train run)")
+                             "(written by lowrl_ros.core.finetune.kit.write_kit from a lowrl train run)")
         kit = load_kit(get("kit_path"))
         self.adapter = None  # checked before anything touches the disk
         obs_dim = kit.obs_dim
@@ -146,19 +150,18 @@ class FineTuneNode(Node):
         self.offboard = get("learner") == "offboard"
         self.resumed = 0
         self.resumed_from_wal = self.writer.repaired
+        self.session: FineTuneSession | None = None
         self.tuner: FineTuner | None = None
         if not self.offboard:  # off-board, the trainer node keeps its own log and buffer
-            batch, report = read_log(log_dir, max_transitions=self.config.buffer_size)  # a buffer's worth
-            self.tuner = FineTuner(kit, self.config, self.work_dir, base_path=get("base_policy_path"),
-                                   base_version=get("base_version") or None)
-            seen = self.tuner.transitions_seen
-            self.tuner.add_batch(batch)
-            self.tuner.transitions_seen = max(seen, len(batch))  # the log holds every transition counted before
-            self.resumed = len(batch)
-        if self.resumed:
-            self.get_logger().info(f"resumed: {len(batch)} transitions from {report.segments} segments "
-                                   f"({self.writer.repaired} rebuilt from a crash's write-ahead log), "
-                                   f"learner at {self.tuner.updates} updates, running v{self.tuner.tracker.current}")
+            self.session = FineTuneSession(kit, self.config, self.work_dir, base_path=get("base_policy_path"),
+                                           base_version=get("base_version") or None)
+            self.tuner = self.session.tuner
+            report = self.session.resume(log_dir)
+            self.resumed = report.transitions
+            if self.resumed:
+                self.get_logger().info(f"resumed: {report.transitions} transitions from {report.segments} segments "
+                                       f"({self.writer.repaired} rebuilt from a crash's write-ahead log), "
+                                       f"learner at {report.updates} updates, running v{report.running}")
 
         # Executor-thread state.
         self.assembler = TransitionAssembler()
@@ -168,7 +171,7 @@ class FineTuneNode(Node):
         self.received: collections.Counter = collections.Counter()  # messages per input, for diagnostics
         self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
         self.running_version = 0  # what the policy node reports running (0: not heard yet)
-        self._episode_version: int | None = None
+        self.judge = EpisodeJudge()  # which episodes count: their version ran all of them
         # The first observation of the episode under way (its start state values the episode for the
         # version scores): the first one sent after the last episode end, by DDS source timestamp,
         # whichever of the two topics arrives here first.
@@ -180,8 +183,6 @@ class FineTuneNode(Node):
         self._swaps: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self.state = "starting"
-        self.paused_reason = ""
-        self.last_decision = "none"
         self.rss_mb = 0.0
         self.worker_error = ""
 
@@ -222,11 +223,19 @@ class FineTuneNode(Node):
     def _get(self, name: str) -> Any:
         return self.get_parameter(name).value
 
-    def _on_set_parameters(self, params) -> SetParametersResult:
+    @property
+    def paused_reason(self) -> str:
+        return self.session.paused_reason if self.session is not None else ""
+
+    @property
+    def last_decision(self) -> str:
+        return self.session.last_decision if self.session is not None else "none"
+
+    def _on_parameters_set(self, params) -> None:
+        """Post-set: the change is accepted (on-set callbacks only validate, and any of them may refuse it)."""
         for prm in params:
-            if prm.name == "enabled" and prm.value:
-                self.paused_reason = ""  # an operator re-enabling clears a safety pause
-        return SetParametersResult(successful=True)
+            if prm.name == "enabled" and prm.value and self.session is not None:
+                self.session.clear_pause()  # an operator re-enabling clears a safety pause
 
     def _guarded(self, fn):
         """Wrap a timer callback (no arguments: rclpy passes TimerInfo to one that takes any)."""
@@ -294,12 +303,13 @@ class FineTuneNode(Node):
     def _episode_ended(self, ret: float, kind: str, sent: float) -> None:
         self.received["episode"] += 1
         self.assembler.episode_end(kind, sent)
-        # An episode counts for a version only if that version ran all of it (as far as we know).
-        version, self._episode_version = self._episode_version, self.running_version or None
         start = self._episode_start[1]
         self._episode_start = (sent, next((o for t, o in self._recent_obs if t > sent), None))
-        if version is not None and version == self.running_version and math.isfinite(ret):
-            self._to_learner.append(("episode", version, ret, start))
+        # An episode counts for a version only if that version ran all of it (as far as we know).
+        episode = self.judge.end(ret, self.running_version, start_obs=start)
+        self.judge.begin(self.running_version)
+        if episode is not None:
+            self._to_learner.append(("episode", episode))
 
     def _bad(self, reason: str) -> None:
         self.bad_inputs += 1
@@ -321,8 +331,6 @@ class FineTuneNode(Node):
         if not self._outbox:
             return
         from std_msgs.msg import MultiArrayDimension
-
-        from lowrl_ros.core.finetune.offboard import column_names, encode_transitions
 
         rows = encode_transitions(self._outbox, self._next_index)
         self._next_index += len(self._outbox)
@@ -355,7 +363,7 @@ class FineTuneNode(Node):
                 path = status.message[len("rejected "):].split(":", 1)[0]
                 version = self._requested.pop(path, None)
                 if version is not None:
-                    self._to_learner.append(("trip", f"the policy node rejected v{version}: {status.message}"))
+                    self._to_learner.append(("rejected", version, status.message))
             if "version" in values:
                 try:
                     self.running_version = int(values["version"])
@@ -379,7 +387,7 @@ class FineTuneNode(Node):
             path, version, why = self._swaps[-1]  # newest wins
             self._swaps.clear()
         self._requested[path] = version
-        self._episode_version = None  # the episode under way will have run two versions: not judged
+        self.judge.spoil()  # the episode under way will have run two versions: not judged
         req = SetParameters.Request(parameters=[Parameter(
             name="policy_path", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path))])
         future = self._set_params.call_async(req)
@@ -394,7 +402,7 @@ class FineTuneNode(Node):
             return
         if not result.successful:
             self.get_logger().error(f"the policy node refused v{version}: {result.reason}")
-            self._to_learner.append(("trip", f"policy node refused v{version}: {result.reason}"))
+            self._to_learner.append(("rejected", version, f"refused: {result.reason}"))
 
     # ---- learning (worker thread) -----------------------------------------------------------
     def _work(self) -> None:
@@ -403,28 +411,27 @@ class FineTuneNode(Node):
         except OSError as exc:
             self.get_logger().warning(f"could not lower the learner's priority: {exc}")
         proc = psutil.Process()
-        tuner = self.tuner
         while not self._stop.is_set():
             try:
                 self._drain()
-                self.state = self._learn_state(proc)
-                if self.state != "learning":
+                self.rss_mb = proc.memory_info().rss / 2**20
+                gate = LearnGate(enabled=self._get("enabled"), tier=self.tier, rss_mb=self.rss_mb,
+                                 memory_cap_mb=self.config.memory_cap_mb)
+                events = self.session.step(self.config.updates_per_slice, gate)
+                self.state = self.session.state
+                self._carry(events)
+                if self.state == PAUSED_MEMORY:
+                    gc.collect()
+                    self.get_logger().warning(f"resident memory {self.rss_mb:.0f} MB is above memory_cap_mb="
+                                              f"{self.config.memory_cap_mb:.0f}: learning paused; lower buffer_size "
+                                              "or batch_size, or raise the cap", throttle_duration_sec=10.0)
+                if self.state != LEARNING:
                     self._stop.wait(0.1)
-                    continue
-                if tuner.update(self.config.updates_per_slice) == 0:
+                elif self.session.last_updates == 0:
                     self._stop.wait(0.02)
-                    continue
-                if not tuner.weights_finite():
-                    self._decide(tuner.on_safety_trip("the learner's weights became non-finite"))
-                elif tuner.version_due():
-                    record = tuner.make_version()
-                    self.last_decision = f"v{record.version} made after {record.updates} updates"
-                    with self._lock:
-                        self._swaps.append((record.path, record.version,
-                                            f"new version, parent v{record.parent_version}"))
             except Exception as exc:  # noqa: BLE001 - the learner failing must not stop recording
                 self.worker_error = f"{type(exc).__name__}: {exc}"
-                self.paused_reason = f"learner error: {self.worker_error}"
+                self.session.pause(f"learner error: {self.worker_error}")
                 self.get_logger().error(f"learner paused: {self.worker_error}")
                 self._stop.wait(1.0)
 
@@ -434,75 +441,45 @@ class FineTuneNode(Node):
         for _ in range(len(self._to_learner)):
             item = self._to_learner.popleft()
             if item[0] == "transition":
-                t = item[1]
-                self.tuner.add(t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated)
+                self.session.add(item[1])
             elif item[0] == "episode":
-                self._decide(self.tuner.on_episode(item[1], item[2], item[3]))
-            else:
-                self._decide(self.tuner.on_safety_trip(item[1]))
+                episode = item[1]
+                self._carry(self.session.episode_ended(episode.version, episode.ret, episode.start_obs))
+            else:  # ("rejected", version, reason)
+                self._carry(self.session.on_rejected(item[1], item[2], by="the policy node"))
 
-    def _decide(self, decision) -> None:
-        if decision.reason:
-            self.last_decision = decision.reason
-            self.get_logger().info(decision.reason)
-        if decision.action == "rollback":
-            self.get_logger().warning(f"rolling back to v{decision.target.version}: {decision.reason}")
-            with self._lock:
-                self._swaps.append((decision.target.path, decision.target.version, "rollback"))
-        elif decision.action == "pause":
-            self.paused_reason = decision.reason
-            self.get_logger().error(f"learning paused: {decision.reason}; set enabled:=true to resume")
-
-    def _learn_state(self, proc: psutil.Process) -> str:
-        self.rss_mb = proc.memory_info().rss / 2**20
-        if not self._get("enabled"):
-            return "disabled"
-        if self.paused_reason:
-            return "paused_safety"
-        if self.tier != ComputeTier.FULL:
-            return "waiting_for_full_tier"
-        if self.rss_mb > self.config.memory_cap_mb:
-            gc.collect()
-            self.get_logger().warning(f"resident memory {self.rss_mb:.0f} MB is above memory_cap_mb="
-                                      f"{self.config.memory_cap_mb:.0f}: learning paused; lower buffer_size or "
-                                      "batch_size, or raise the cap", throttle_duration_sec=10.0)
-            return "paused_memory"
-        if not self.tuner.can_update():
-            return "waiting_for_data"
-        return "learning"
+    def _carry(self, events: list[Event]) -> None:
+        """Carry the session's events to the robot: versions and rollbacks become swap requests."""
+        for event in events:
+            if isinstance(event, VersionMade):
+                record = event.record
+                with self._lock:
+                    self._swaps.append((record.path, record.version, f"new version, parent v{record.parent_version}"))
+                continue
+            self.get_logger().info(event.reason)
+            if isinstance(event, Rollback):
+                self.get_logger().warning(f"rolling back to v{event.target.version}: {event.reason}")
+                with self._lock:
+                    self._swaps.append((event.target.path, event.target.version, "rollback"))
+            elif isinstance(event, Paused):
+                self.get_logger().error(f"learning paused: {event.reason}; set enabled:=true to resume")
 
     # ---- reporting ---------------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
         t = self.tuner
-        log_level = WARN if self.assembler.incomplete or self.writer.dropped_segments else OK
-        learn_level = {"paused_safety": ERROR, "paused_memory": WARN}.get(self.state, OK)
-        log_status = diag.status(
-            f"{DIAG_PREFIX}/log", log_level, f"{self.recorded} transitions recorded",
-            {"recorded": self.recorded, "resumed": self.resumed, "rebuilt_from_wal": self.resumed_from_wal,
-             "incomplete_steps": self.assembler.incomplete, "bad_inputs": self.bad_inputs,
-             "callback_errors": self.callback_errors, "dropped_segments": self.writer.dropped_segments,
-             "dir": str(self.writer.directory), **{f"received_{k}": v for k, v in sorted(self.received.items())}})
-        if t is None:  # off-board learning: this node records and streams
-            statuses = [log_status, diag.status(
-                f"{DIAG_PREFIX}/learner", OK, f"off-board: {self.streamed} transitions streamed",
-                {"state": self.state, "streamed": self.streamed, "topic": self._get("transitions_topic"),
-                 "running_version": self.running_version})]
-            self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
-            return
-        tracker = t.tracker
-        statuses = [
-            log_status,
-            diag.status(f"{DIAG_PREFIX}/learner", learn_level,
-                        self.paused_reason or self.state,
-                        {"state": self.state, "updates": t.updates, "buffer": len(t.buffer),
-                         "transitions_seen": t.transitions_seen, "backlog": len(self._to_learner),
-                         "rss_mb": round(self.rss_mb, 1),
-                         "memory_cap_mb": self.config.memory_cap_mb,
-                         "tier": self.tier.label if self.tier is not None else "unknown"}),
-            diag.status(f"{DIAG_PREFIX}/versions", OK, self.last_decision,
-                        {"running": self.running_version, "current": tracker.current, "best": tracker.best,
-                         "next": tracker.next_version}),
-        ]
+        facts = FineTuneFacts(
+            recorded=self.recorded, resumed=self.resumed, rebuilt_from_wal=self.resumed_from_wal,
+            incomplete_steps=self.assembler.incomplete, bad_inputs=self.bad_inputs,
+            callback_errors=self.callback_errors, dropped_segments=self.writer.dropped_segments,
+            log_dir=str(self.writer.directory), received=dict(self.received), offboard=t is None,
+            streamed=self.streamed, transitions_topic=self._get("transitions_topic"), state=self.state,
+            paused_reason=self.paused_reason, running_version=self.running_version, last_decision=self.last_decision,
+            rss_mb=self.rss_mb, memory_cap_mb=self.config.memory_cap_mb, backlog=len(self._to_learner),
+            tier=self.tier.label if self.tier is not None else "unknown")
+        if t is not None:
+            facts.updates, facts.buffer, facts.transitions_seen = t.updates, len(t.buffer), t.transitions_seen
+            facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
+        statuses = [diag.status(e.name, e.level, e.message, e.values) for e in finetune_status(facts, DIAG_PREFIX)]
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
 
     def close(self) -> None:
@@ -514,9 +491,9 @@ class FineTuneNode(Node):
         if self.offboard:
             self._stream_transitions()
         self.writer.close()
-        if self.tuner is not None and not self._worker.is_alive():
+        if self.session is not None and not self._worker.is_alive():
             self._drain()
-            self.tuner.save()
+            self.session.close()
 
 
 def _sent(info) -> float:

@@ -38,6 +38,7 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
+from lowrl_ros.core.finetune.wire import decode_transitions
 from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.sender import BundleSender, SendEvent, StreamConfig
 from lowrl_ros.ros import diagnostics as diag
@@ -109,7 +110,8 @@ class TrainerNode(Node):
 
     # ---- off-board fine-tuning ----------------------------------------------------------------
     def _start_learner(self, config: StreamConfig) -> None:
-        from lowrl_ros.core.finetune.learner import FineTuneConfig, load_kit  # torch: only in this mode
+        from lowrl_ros.core.finetune.kit import load_kit  # torch: only in this mode
+        from lowrl_ros.core.finetune.learner import FineTuneConfig
         from lowrl_ros.core.finetune.offboard import OffboardLearner
 
         if not config.watch_dir:
@@ -140,8 +142,6 @@ class TrainerNode(Node):
                                f"{self.learner.resumed} resumed from disk; versions into {config.watch_dir}")
 
     def _on_transitions(self, msg: Float64MultiArray) -> None:
-        from lowrl_ros.core.finetune.offboard import decode_transitions
-
         try:
             self._inbox.append(("batch",) + decode_transitions(msg.data, *self._kit_dims))
         except ValueError as exc:
@@ -163,7 +163,7 @@ class TrainerNode(Node):
                 released += stepped
                 for path in released:
                     self.get_logger().info(f"released {path.name}: {learner.last_decision}")
-                if not released and not learner.tuner.can_update():
+                if not released and not learner.session.can_learn():
                     self._stop.wait(0.05)
             except Exception as exc:  # noqa: BLE001 - learning failing must not stop the stream
                 self.learner_error = f"{type(exc).__name__}: {exc}"

@@ -1,42 +1,13 @@
-"""On-robot fine-tuning: the fine-tune kit, the learner, versions, and the rollback rule (no ROS).
+"""On-robot fine-tuning: the learner, FineTuner, and its settings, FineTuneConfig (no ROS).
 
-The one on-robot module that imports torch (the fine-tuner process runs under a memory cap; the
-policy node and the budget monitor never import this). It reuses the trainer's SAC/TD3 agents,
-replay buffer and masks (lowrl_ros/core/train/) instead of re-implementing them.
-
-Fine-tune kit (a directory, see docs/finetune.md)::
-
-    kit.json   {"format": "lowrl.finetune_kit", "format_version": 1, "train_config": {...TrainConfig},
-                "obs_dim", "action_dim", "contract": {...PolicyContract of the deployed actor}}
-    agent.pt   fp32 actor, twin critics and their targets, the RLx2 masks (SAC: log alpha) —
-               no optimizer state (fine-tuning starts Adam afresh at its own learning rate)
+The fine-tuner's torch side (the fine-tuner process runs under a memory cap; the policy node and
+the budget monitor never import this). It reuses the trainer's SAC/TD3 agents, replay buffer and
+masks (lowrl_ros/core/train/) instead of re-implementing them. The kit is in kit.py, the versions,
+the rollback rule and the episode rule in versions.py (torch-free), the loop in session.py.
 
 Fine-tuning keeps every mask fixed (the agent is rebuilt with the "static" method: masked weights
 stay exactly zero, no drop/grow on the robot), so each published version has the sparsity the
 deployed policy was compressed to.
-
-Versions and rollback (:class:`VersionTracker`): every ``version_every_updates`` updates the actor
-is quantized to an int8 artifact with ``version = highest + 1`` and ``parent_version = running``.
-A version is judged once it has run ``eval_episodes`` episodes, and re-scored with every later
-one (a version that did well on lucky first episodes loses its place when later ones fail): the
-best judged version is kept; a running version whose score falls more than ``rollback_margin``
-below the best one's, or a
-safety trip (non-finite weights, a rejected swap, a return below ``min_return``), rolls back to the
-best version (its artifact is re-deployed and the learner restarts from its fp32 weights).
-
-A version's score is its mean return, adjusted for where its episodes started
-(``judge_baseline``): an episode's return depends on its start state as much as on the policy
-(Pendulum: 0 to -600 from the start angle alone), so a few episodes of a new version are mostly
-a draw of start states. The kit's critic, frozen when fine-tuning starts, values each episode's
-first observation, b = Q_kit(s0, pi_kit(s0)); the score is the regression-adjusted mean
-
-    score_v = mean_v(R) - c * (mean_v(b) - mean_all(b))
-
-with c the within-version Theil-Sen slope of R on b over every episode recorded (0 until
-``_MIN_BASELINE_EPISODES`` episodes carry a baseline, and never negative). Unbiased for the
-version's expected return at any fixed c, and with the return's spread cut to sqrt(1 - rho^2) of
-it: on the gapped Pendulum-v1 the kit critic's b correlates with R at rho = 0.91-0.93 (100
-episodes each, three sim policies), the per-episode spread falls from 142-153 to 53-63.
 """
 from __future__ import annotations
 
@@ -44,107 +15,23 @@ import copy
 import dataclasses
 import json
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from lowrl_ros.core.runtime.artifact import PolicyContract, load_weights, save_artifact
-from lowrl_ros.core.train.checkpoint import load_checkpoint
-from lowrl_ros.core.train.config import TrainConfig
+from lowrl_ros.core.runtime.artifact import save_artifact
 from lowrl_ros.core.train.export import actor_weights
 from lowrl_ros.core.train.trainer import make_agent
 from lowrl_ros.core.train.replay import ReplayBuffer
+from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit
+from lowrl_ros.core.finetune.kit import load_kit, write_kit  # noqa: F401 - the kit's old import path (docs, scripts)
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
+from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
 
-KIT_FORMAT = "lowrl.finetune_kit"
-KIT_FORMAT_VERSION = 1
-_AGENT_KEYS = ("actor", "critic", "critic_target", "actor_target", "actor_masker", "critic_masker", "log_alpha")
-
-
-# ---- kit ------------------------------------------------------------------------------------
-@dataclass
-class FineTuneKit:
-    """What the robot needs to continue training a deployed policy."""
-
-    train_config: TrainConfig
-    contract: PolicyContract
-    agent_state: dict[str, Any]
-    path: Path | None = None
-
-    @property
-    def obs_dim(self) -> int:
-        return self.contract.obs_dim
-
-    @property
-    def action_dim(self) -> int:
-        return self.contract.action_dim
-
-
-def write_kit_from_agent(agent, contract: PolicyContract, kit_dir: str | Path) -> Path:
-    """Write a kit for ``agent`` (an OffPolicyAgent) whose deployed actor has ``contract``."""
-    kit_dir = Path(kit_dir)
-    kit_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v for k, v in agent.state_dict().items() if k in _AGENT_KEYS}
-    tmp = kit_dir / "agent.pt.tmp"
-    torch.save(state, tmp)
-    tmp.replace(kit_dir / "agent.pt")
-    meta = {"format": KIT_FORMAT, "format_version": KIT_FORMAT_VERSION,
-            "train_config": agent.cfg.to_dict(), "obs_dim": agent.obs_dim, "action_dim": agent.act_dim,
-            "contract": contract.to_dict()}
-    tmp = kit_dir / "kit.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, default=float))
-    tmp.replace(kit_dir / "kit.json")  # written last: a kit.json means the kit is whole
-    return kit_dir
-
-
-def write_kit(run_dir: str | Path, kit_dir: str | Path, artifact: str | Path | None = None) -> Path:
-    """Write a fine-tune kit from a `lowrl train` run directory.
-
-    Args:
-        run_dir: holds ``checkpoint.pt`` and ``actor.onnx`` (what `lowrl train` writes).
-        kit_dir: destination directory (created).
-        artifact: the deployed artifact whose contract (version, scaling) the kit carries;
-            default ``run_dir/actor.onnx``.
-    """
-    run_dir = Path(run_dir)
-    artifact = Path(artifact) if artifact else run_dir / "actor.onnx"
-    if not artifact.is_file():
-        raise ValueError(f"{artifact} does not exist; give the artifact the robot runs (lowrl train writes "
-                         "RUN_DIR/actor.onnx)")
-    state = load_checkpoint(run_dir)
-    cfg = TrainConfig.from_dict(state["config"])
-    _, contract = load_weights(artifact)
-    agent = make_agent(cfg, contract.obs_dim, contract.action_dim)
-    agent.load_state_dict(state["agent"])
-    return write_kit_from_agent(agent, contract, kit_dir)
-
-
-def load_kit(kit_dir: str | Path) -> FineTuneKit:
-    """Load and check a kit directory; ValueError saying what is wrong and how to fix it."""
-    kit_dir = Path(kit_dir)
-    meta_path, agent_path = kit_dir / "kit.json", kit_dir / "agent.pt"
-    if not meta_path.is_file() or not agent_path.is_file():
-        raise ValueError(f"{kit_dir} is not a fine-tune kit (needs kit.json and agent.pt); write one with "
-                         "lowrl_ros.core.finetune.learner.write_kit(RUN_DIR, KIT_DIR)")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format") != KIT_FORMAT or meta.get("format_version") != KIT_FORMAT_VERSION:
-        raise ValueError(f"{meta_path}: format {meta.get('format')!r} v{meta.get('format_version')!r} is not "
-                         f"{KIT_FORMAT} v{KIT_FORMAT_VERSION}; re-write the kit with this version of lowrl_ros")
-    cfg = TrainConfig.from_dict(meta["train_config"])
-    contract = PolicyContract.from_dict(meta["contract"])
-    if (contract.obs_dim, contract.action_dim) != (meta["obs_dim"], meta["action_dim"]):
-        raise ValueError(f"{meta_path}: the contract is {contract.obs_dim}->{contract.action_dim} but the kit says "
-                         f"{meta['obs_dim']}->{meta['action_dim']}; re-write the kit")
-    # weights_only=False: tensors plus plain ints; the kit is our own file, checked by the trainer's HMAC stream.
-    state = torch.load(agent_path, map_location="cpu", weights_only=False)
-    missing = [k for k in ("actor", "critic", "critic_target") if k not in state]
-    if missing:
-        raise ValueError(f"{agent_path} lacks {missing}; re-write the kit")
-    return FineTuneKit(cfg, contract, state, kit_dir)
+_KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
 
 
 # ---- config ---------------------------------------------------------------------------------
@@ -220,195 +107,6 @@ class FineTuneConfig:
         need(0 <= self.nice <= 19, f"nice={self.nice} must be in 0..19 (10: below the control path)")
 
 
-# ---- versions and the rollback rule ---------------------------------------------------------
-@dataclass
-class VersionRecord:
-    """One policy version the fine-tuner knows (the base, or one it made)."""
-
-    version: int
-    parent_version: int | None
-    path: str
-    updates: int = 0  # learner updates when it was made
-    created: float = field(default_factory=time.time)
-    returns: list[float] = field(default_factory=list)  # episodes run while it was deployed
-    status: str = "candidate"  # candidate -> good | rejected
-    # The start-state value b of each episode in ``returns`` (nan where none was given).
-    baselines: list[float] = field(default_factory=list)
-
-    def score(self, n: int, slope: float = 0.0, mean_baseline: float = 0.0) -> float | None:
-        """Mean return of all its episodes once it has ``n``, regression-adjusted by ``slope``.
-
-        The adjustment (see the module docstring) applies only when each episode has a baseline.
-        """
-        if len(self.returns) < n:
-            return None
-        ret = float(np.mean(self.returns))
-        b = self.baselines
-        if slope > 0.0 and len(b) == len(self.returns) and all(math.isfinite(x) for x in b):
-            ret -= slope * (float(np.mean(b)) - mean_baseline)
-        return ret
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the tracker tells the caller to do after an event."""
-
-    action: str  # "none" | "rollback" | "pause"
-    target: VersionRecord | None = None
-    reason: str = ""
-
-
-_MIN_BASELINE_EPISODES = 6  # episodes with a baseline before the score adjustment is fitted
-# A judged version takes the best's place only when its score is higher by this many standard errors
-# of the difference: with 3-5 episodes a version and ~10 versions a run, the highest score is often
-# the luckiest, not the best. Chosen by replaying the rules on six fine-tuning runs' versions
-# (scripts/selection_study.py, docs/finetune.md): 2 kept the large gains and lost <= 1.6 on average
-# where no version was better; 1 lost up to 11, plain first-3-episode means up to 57.
-PROMOTE_Z = 2.0
-_KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
-_FIT_EPISODES = 64  # at most this many (the latest) episodes of a version enter the fit: O(64^2) pairs each
-
-
-class VersionTracker:
-    """Keeps the best version by return and decides rollbacks (no torch; plain numbers).
-
-    Args:
-        eval_episodes: episodes a version runs before it is judged.
-        rollback_margin: a judged version more than this below the best one rolls back.
-        min_return: an episode below this trips a rollback at once (nan: off).
-    """
-
-    def __init__(self, eval_episodes: int, rollback_margin: float, min_return: float = math.nan) -> None:
-        self.eval_episodes = int(eval_episodes)
-        self.rollback_margin = float(rollback_margin)
-        self.min_return = float(min_return)
-        self.versions: dict[int, VersionRecord] = {}
-        self.current: int | None = None
-        self.best: int | None = None
-
-    def add(self, record: VersionRecord, *, deployed: bool = True) -> None:
-        self.versions[record.version] = record
-        if deployed:
-            self.current = record.version
-
-    @property
-    def next_version(self) -> int:
-        return max(self.versions) + 1 if self.versions else 1
-
-    def judged(self) -> bool:
-        """True when the running version has its score (a new one may replace it)."""
-        rec = self.versions.get(self.current)
-        return rec is not None and rec.status != "candidate"
-
-    def baseline_fit(self) -> tuple[float, float]:
-        """(slope c, mean baseline) of the score adjustment, from every episode that has a baseline.
-
-        c is the Theil-Sen slope of return on baseline within versions: the median of
-        (R_i - R_j) / (b_i - b_j) over pairs of episodes of the same version, so better versions do
-        not tilt it and a failed swing-up (an outlier return) does not throw it (least squares gave
-        1.2-4.1 where 100 episodes say 1.7-1.9 on the gapped Pendulum-v1; Theil-Sen 1.7-2.0).
-        0 with fewer than ``_MIN_BASELINE_EPISODES`` such episodes, and never negative.
-        """
-        slopes, baselines = [], []
-        for rec in self.versions.values():
-            n = min(len(rec.returns), len(rec.baselines))
-            r, b = np.asarray(rec.returns[:n], dtype=np.float64), np.asarray(rec.baselines[:n], dtype=np.float64)
-            ok = np.isfinite(b)
-            r, b = r[ok][-_FIT_EPISODES:], b[ok][-_FIT_EPISODES:]  # a long-running version: its latest
-            baselines.append(b)
-            i, j = np.triu_indices(len(b), k=1)
-            db = b[i] - b[j]
-            keep = np.abs(db) > 1e-9
-            slopes.append((r[i] - r[j])[keep] / db[keep])
-        baselines_all = np.concatenate(baselines) if baselines else np.empty(0)
-        slopes_all = np.concatenate(slopes) if slopes else np.empty(0)
-        if baselines_all.size == 0:
-            return 0.0, 0.0
-        mean_b = float(baselines_all.mean())
-        if baselines_all.size < _MIN_BASELINE_EPISODES or slopes_all.size == 0:
-            return 0.0, mean_b
-        return max(0.0, float(np.median(slopes_all))), mean_b
-
-    def _difference_se(self, a: int, b: int, fit: tuple[float, float]) -> float:
-        """Standard error of score(a) - score(b): the pooled within-version spread of the
-        (adjusted) returns, sqrt(1/n_a + 1/n_b); 0 while there are too few episodes to tell."""
-        slope = fit[0]
-        squares, count, groups = 0.0, 0, 0
-        for rec in self.versions.values():
-            x = np.asarray(rec.returns, dtype=np.float64)
-            base = np.asarray(rec.baselines[:len(x)], dtype=np.float64)
-            if slope > 0.0 and len(base) == len(x) and np.isfinite(base).all():
-                x = x - slope * base
-            if len(x):
-                squares += float(((x - x.mean()) ** 2).sum())
-                count, groups = count + len(x), groups + 1
-        if count - groups < 2:
-            return 0.0
-        sigma = math.sqrt(squares / (count - groups))
-        return sigma * math.sqrt(1.0 / len(self.versions[a].returns) + 1.0 / len(self.versions[b].returns))
-
-    def score(self, rec: VersionRecord) -> float | None:
-        """``rec``'s score: the mean of its returns (once it has ``eval_episodes``), adjusted (module docstring)."""
-        return rec.score(self.eval_episodes, *self.baseline_fit())
-
-    def on_episode(self, version: int, ret: float, baseline: float = math.nan) -> Decision:
-        """Count an episode's return (and its start state's baseline value) for ``version``.
-
-        Ignored unless ``version`` is the running one."""
-        rec = self.versions.get(version)
-        if rec is None or version != self.current or not math.isfinite(ret):
-            return Decision("none")
-        rec.baselines.extend([math.nan] * (len(rec.returns) - len(rec.baselines)))  # records of old files
-        rec.returns.append(float(ret))
-        rec.baselines.append(float(baseline) if math.isfinite(baseline) else math.nan)
-        if not math.isnan(self.min_return) and ret < self.min_return:
-            return self.on_safety_trip(f"episode return {ret:.1f} below min_return {self.min_return:.1f}")
-        fit = self.baseline_fit()
-        score = rec.score(self.eval_episodes, *fit)
-        if score is None:
-            return Decision("none")
-        judged_now = rec.status == "candidate"
-        rec.status = "good"
-        # Every episode of the running version is more evidence: re-rank the judged versions, so a
-        # version judged well on lucky first episodes loses its place when its later ones fail.
-        before = self.best
-        scores = {r.version: r.score(self.eval_episodes, *fit) for r in self.versions.values() if r.status == "good"}
-        scores = {v: x for v, x in scores.items() if x is not None}
-        top = max(scores, key=scores.get)
-        if before not in scores or scores[top] - scores[before] > PROMOTE_Z * self._difference_se(top, before, fit):
-            self.best = top  # the best changes hands only on evidence (the winner's curse of noisy scores)
-        best = self.versions[self.best]
-        if best is rec:
-            if judged_now or before != version:
-                return Decision("none", rec, f"v{version} is the best so far ({score:.1f})")
-            return Decision("none")
-        if score < scores[self.best] - self.rollback_margin:
-            rec.status = "rejected"
-            self.current = best.version
-            return Decision("rollback", best, f"v{version} returned {score:.1f}, more than {self.rollback_margin:g} "
-                                              f"below v{best.version}'s {scores[self.best]:.1f}")
-        if judged_now or before != self.best:  # within the margin: kept running, not the best
-            return Decision("none", rec, f"v{version} returned {score:.1f} (best v{best.version}: "
-                                         f"{scores[self.best]:.1f})")
-        return Decision("none")
-
-    def on_safety_trip(self, reason: str) -> Decision:
-        """A safety limit tripped on the running version: roll back to the best, or pause if it is the best."""
-        rec = self.versions.get(self.current)
-        if rec is not None and self.best is not None and rec.version != self.best:
-            rec.status = "rejected"
-            self.current = self.best
-            return Decision("rollback", self.versions[self.best], f"safety: {reason}")
-        return Decision("pause", rec, f"safety: {reason} (no better version to roll back to)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"current": self.current, "best": self.best,
-                "versions": [dataclasses.asdict(r) for r in self.versions.values()]}
-
-    def load_dict(self, data: dict[str, Any]) -> None:
-        self.versions = {int(r["version"]): VersionRecord(**r) for r in data["versions"]}
-        self.current, self.best = data["current"], data["best"]
-
 
 # ---- the learner ----------------------------------------------------------------------------
 class FineTuner:
@@ -420,6 +118,10 @@ class FineTuner:
         out_dir: where versions (``versions/v000002.onnx``), ``versions.json`` and ``learner.pt`` go.
         base_path: the artifact the robot runs now (the rollback target before any version is good).
         base_version: its version (default: the kit contract's).
+        nstep: n-step TD targets (1 on the robot; more is an in-process experiment).
+        train_on_truncated: train on time-limit truncations too, as n-step cuts. Only where the
+            truncated step's next observation is the true last state (in-process, lockstep); on a
+            robot it is the next episode's first observation, so the node leaves this off.
 
     A directory that already holds ``learner.pt`` and ``versions.json`` is resumed: learner weights,
     counters and the version history come back; the replay buffer is refilled by the caller from
@@ -427,8 +129,11 @@ class FineTuner:
     """
 
     def __init__(self, kit: FineTuneKit, config: FineTuneConfig, out_dir: str | Path, base_path: str = "",
-                 base_version: int | None = None) -> None:
+                 base_version: int | None = None, *, nstep: int = 1, train_on_truncated: bool = False) -> None:
+        if int(nstep) < 1:
+            raise ValueError(f"nstep={nstep} must be >= 1")
         self.kit, self.config = kit, config
+        self.nstep, self.train_on_truncated = int(nstep), bool(train_on_truncated)
         self.out_dir = Path(out_dir)
         (self.out_dir / "versions").mkdir(parents=True, exist_ok=True)
         torch.set_num_threads(config.threads)
@@ -479,7 +184,7 @@ class FineTuner:
         a.polyak_masks_only()
 
     def _snapshot(self) -> dict[str, Any]:
-        return {k: v for k, v in _clone(self.agent.state_dict()).items() if k in _AGENT_KEYS}
+        return {k: v for k, v in _clone(self.agent.state_dict()).items() if k in AGENT_KEYS}
 
     def _resume(self) -> bool:
         learner, versions = self.out_dir / "learner.pt", self.out_dir / "versions.json"
@@ -527,17 +232,18 @@ class FineTuner:
         """Add one recorded transition (robot units); returns False when it is not trained on.
 
         A truncated transition is kept in the log but not trained on: on a robot its next
-        observation is the first one of the new episode, not the state the time limit cut.
+        observation is the first one of the new episode, not the state the time limit cut
+        (``train_on_truncated`` keeps it, as a cut of the n-step sum).
         """
         self.transitions_seen += 1
-        if truncated and not terminated:
+        if truncated and not terminated and not self.train_on_truncated:
             return False
         if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(next_obs)) and np.all(np.isfinite(action))
                 and math.isfinite(reward)):
             return False
         a = self._norm_action(action)
         self.buffer.add(self._norm_obs(obs), a, float(reward), self._norm_obs(next_obs), bool(terminated),
-                        False, a)
+                        bool(truncated) and self.train_on_truncated, a)
         return True
 
     def add_batch(self, batch: TransitionBatch) -> int:
@@ -558,7 +264,7 @@ class FineTuner:
         """Run up to ``n`` updates (fewer when the cap is reached); returns how many ran."""
         done = 0
         while done < n and self.can_update():
-            self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, 1, self.agent_config.gamma),
+            self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, self.nstep, self.agent_config.gamma),
                               train_actor=self.updates >= self.config.critic_warmup_updates,
                               bc_weight=self.config.bc_weight)
             self.updates += 1

@@ -1,0 +1,141 @@
+"""The fine-tuner's gate and diagnostics as pure functions over plain state (no torch, no ROS).
+
+``learn_gate`` says whether the learner may run now and, if not, why (the ``state`` the
+``lowrl/finetune/learner`` diagnostic shows); ``finetune_status`` turns the fine-tuner's state into
+its three diagnostic statuses (name, level, message, values). The node only fills the inputs and
+maps the levels to ROS (docs/finetune.md: "Gates, in order").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from lowrl_ros.core.runtime.tiers import ComputeTier
+
+# Diagnostic levels (diagnostic_msgs' OK, WARN, ERROR, STALE values); ros/diagnostics.py maps them to ROS.
+OK, WARN, ERROR, STALE = 0, 1, 2, 3
+
+# The learner's states, in the order learn_gate checks them.
+DISABLED = "disabled"
+PAUSED_SAFETY = "paused_safety"
+WAITING_FOR_FULL_TIER = "waiting_for_full_tier"
+PAUSED_MEMORY = "paused_memory"
+WAITING_FOR_DATA = "waiting_for_data"
+LEARNING = "learning"
+
+
+@dataclass(frozen=True)
+class LearnGate:
+    """What the caller knows about the machine when the learner asks to run.
+
+    Attributes:
+        enabled: the operator's switch (recording never stops).
+        tier: the budget monitor's compute tier (None: not heard yet, so no learning).
+        rss_mb: the process's resident memory now.
+        memory_cap_mb: learning pauses above this much resident memory.
+    """
+
+    enabled: bool = True
+    tier: ComputeTier | None = ComputeTier.FULL
+    rss_mb: float = 0.0
+    memory_cap_mb: float = math.inf
+
+
+def learn_gate(gate: LearnGate, paused_reason: str, can_update: bool) -> str:
+    """The learner's state: ``LEARNING`` when it may update now, else the first reason it may not.
+
+    Args:
+        gate: the machine's side (switch, tier, memory).
+        paused_reason: non-empty while a safety trip (or a learner error) holds learning.
+        can_update: the learner has enough data and is under its update-to-data cap.
+    """
+    if not gate.enabled:
+        return DISABLED
+    if paused_reason:
+        return PAUSED_SAFETY
+    if gate.tier != ComputeTier.FULL:
+        return WAITING_FOR_FULL_TIER
+    if gate.rss_mb > gate.memory_cap_mb:
+        return PAUSED_MEMORY
+    if not can_update:
+        return WAITING_FOR_DATA
+    return LEARNING
+
+
+@dataclass(frozen=True)
+class StatusEntry:
+    """One diagnostic status: ``name`` under the node's prefix, a level (OK..STALE), text and key values."""
+
+    name: str
+    level: int
+    message: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FineTuneFacts:
+    """The fine-tuner's state as the diagnostics see it (plain values, filled by the node).
+
+    ``offboard`` nodes record and stream only: the learner fields are then unused.
+    """
+
+    # recording
+    recorded: int = 0
+    resumed: int = 0
+    rebuilt_from_wal: int = 0
+    incomplete_steps: int = 0
+    bad_inputs: int = 0
+    callback_errors: int = 0
+    dropped_segments: int = 0
+    log_dir: str = ""
+    received: dict[str, int] = field(default_factory=dict)  # messages per input
+    # learning
+    offboard: bool = False
+    streamed: int = 0
+    transitions_topic: str = ""
+    state: str = ""
+    paused_reason: str = ""
+    updates: int = 0
+    buffer: int = 0
+    transitions_seen: int = 0
+    backlog: int = 0
+    rss_mb: float = 0.0
+    memory_cap_mb: float = 0.0
+    tier: str = "unknown"
+    # versions
+    running_version: int = 0
+    last_decision: str = "none"
+    current: int | None = None
+    best: int | None = None
+    next_version: int = 1
+
+
+def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> list[StatusEntry]:
+    """The fine-tuner's diagnostics: ``<prefix>/log``, ``<prefix>/learner`` and (learning here) ``<prefix>/versions``.
+
+    Levels: the log WARNs while steps are incomplete or segments were dropped; the learner is
+    ERROR under a safety pause (or a learner error), WARN while memory holds it, else OK;
+    versions are OK (what was decided is the message).
+    """
+    f = facts
+    log = StatusEntry(
+        f"{prefix}/log", WARN if f.incomplete_steps or f.dropped_segments else OK, f"{f.recorded} transitions recorded",
+        {"recorded": f.recorded, "resumed": f.resumed, "rebuilt_from_wal": f.rebuilt_from_wal,
+         "incomplete_steps": f.incomplete_steps, "bad_inputs": f.bad_inputs, "callback_errors": f.callback_errors,
+         "dropped_segments": f.dropped_segments, "dir": f.log_dir,
+         **{f"received_{k}": v for k, v in sorted(f.received.items())}})
+    if f.offboard:  # off-board learning: this node records and streams
+        return [log, StatusEntry(f"{prefix}/learner", OK, f"off-board: {f.streamed} transitions streamed",
+                                 {"state": f.state, "streamed": f.streamed, "topic": f.transitions_topic,
+                                  "running_version": f.running_version})]
+    level = {PAUSED_SAFETY: ERROR, PAUSED_MEMORY: WARN}.get(f.state, OK)
+    return [
+        log,
+        StatusEntry(f"{prefix}/learner", level, f.paused_reason or f.state,
+                    {"state": f.state, "updates": f.updates, "buffer": f.buffer,
+                     "transitions_seen": f.transitions_seen, "backlog": f.backlog, "rss_mb": round(f.rss_mb, 1),
+                     "memory_cap_mb": f.memory_cap_mb, "tier": f.tier}),
+        StatusEntry(f"{prefix}/versions", OK, f.last_decision,
+                    {"running": f.running_version, "current": f.current, "best": f.best, "next": f.next_version}),
+    ]
