@@ -226,7 +226,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     kit = load_kit(run_dir / "kit")
     base = str(run_dir / "actor_int8.onnx")
     tuner = FineTuner(kit, FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes,
-                                          seed=seed, lr=FineTuneConfig.lr if lr is None else lr, critic_warmup_updates=critic_warmup,
+                                          seed=seed, lr=FineTuneConfig.lr if lr is None else lr,
+                                          critic_warmup_updates=critic_warmup,
                                           updates_per_transition=updates_per_step,
                                           **{"rollback_margin": 150.0 if env_id == "Pendulum-v1" else 300.0,
                                              **config}),

@@ -47,7 +47,8 @@ from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner, load_kit
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
+from lowrl_ros.core.finetune.transition_log import (TransitionAssembler, TransitionLogConfig, TransitionLogWriter,
+                                                   read_log)
 from lowrl_ros.ros.params import FINETUNE_RANGES, descriptor
 from lowrl_ros.ros.spinning import make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag

@@ -178,7 +178,8 @@ class OffboardLearner:
             return []
         # The learner now holds the best version's weights; the robot takes only newer versions.
         record = self.tuner.make_version()
-        self.last_decision = f"rollback: v{record.version} carries v{decision.target.version}'s weights ({decision.reason})"
+        self.last_decision = (f"rollback: v{record.version} carries v{decision.target.version}'s weights "
+                              f"({decision.reason})")
         return [self._release(record)]
 
     def _release(self, record) -> Path:
