@@ -1,4 +1,5 @@
-"""Helpers for tests with real rclpy nodes: spin until a condition or a deadline, never a fixed sleep."""
+"""Helpers for tests with real rclpy nodes: spin until a condition or a deadline (``spin_until``), or for a
+stated wall-clock time (``spin_for``), never a bare sleep."""
 from __future__ import annotations
 
 import time
@@ -13,6 +14,15 @@ def spin_until(executor, predicate: Callable[[], bool], timeout: float = 10.0, s
             return True
         executor.spin_once(timeout_sec=step)
     return predicate()
+
+
+def spin_for(executor, seconds: float, step: float = 0.01) -> None:
+    """Spin ``executor`` for ``seconds`` of wall-clock time (nothing to wait for: a paced loop, a window to
+    count in, or letting a process run). ``seconds`` <= 0 returns at once; the last ``spin_once`` may overrun
+    the deadline by up to ``step``, exactly as the ``spin_until(executor, lambda: False, seconds)`` it replaces."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=step)
 
 
 def wait_for_match(executor, endpoint, timeout: float = 10.0) -> bool:

@@ -18,29 +18,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
-rclpy = pytest.importorskip("rclpy")
-
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray  # noqa: E402
-
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.stream.receiver import ReceiverConfig  # noqa: E402
-from lowrl_ros.core.stream.protocol import encode_bundle  # noqa: E402
-from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
-from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
-from rosutil import spin_until, wait_for_match  # noqa: E402
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
+from lowrl_ros.core.stream.receiver import ReceiverConfig
+from lowrl_ros.core.stream.protocol import encode_bundle
+from lowrl_ros.ros.diagnostics import level_of
+from lowrl_ros.ros.policy_node import PolicyNode
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+from rosutil import spin_until, wait_for_match
 
 ROOT = Path(__file__).resolve().parent.parent
 JOINT = "pendulum_joint"
 FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
 KEY = bytes(range(32))
 HEADER_LEN = 4 + 2 + 8 + 8 + 8 + 4 + 4 + 32  # the signed header, then the 32-byte HMAC
+
+pytestmark = pytest.mark.ros
 
 
 def constant_policy(path: Path, action: float, *, version: int, obs_dim: int = 3) -> Path:
@@ -344,6 +343,7 @@ def _trainer(watch_dir: Path, key_file: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_trainer_restarted_mid_stream(rig, tmp_path, key_file):
     node, robot, loop = rig
     releases = tmp_path / "releases"

@@ -18,22 +18,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64, Float64MultiArray, UInt8
 
-rclpy = pytest.importorskip("rclpy")
+from lowrl_ros.core.finetune.learner import FineTuneConfig
+from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, read_log
+from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode
+from lowrl_ros.ros.sim_robot_node import SimRobotNode
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+from rosutil import PENDULUM_FIELDS, active_policy_node, spin_for, spin_until, wait_for_match
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64, Float64MultiArray, UInt8  # noqa: E402
-
-from lowrl_ros.core.finetune.learner import FineTuneConfig  # noqa: E402
-from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, read_log  # noqa: E402
-from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode  # noqa: E402
-from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
-from rosutil import PENDULUM_FIELDS, active_policy_node, spin_until, wait_for_match  # noqa: E402
+# Every test here spins real nodes and learns from a real (tiny) training run.
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 JOINT = "pendulum_joint"
@@ -96,8 +96,8 @@ def answered(ex, robot: Robot, sent: float, period: float = 0.005) -> None:
     rest of a 200 Hz control period: flat out, a test loop holds the GIL and starves the niced learner
     thread (8 updates in 60 s on a 2-vCPU machine; on CI no version in 60 s)."""
     before = robot.commands  # commands arrive only while the executor spins
-    spin_until(ex, lambda: robot.commands > before, 2.0)
-    spin_until(ex, lambda: False, period - (time.monotonic() - sent))
+    assert spin_until(ex, lambda: robot.commands > before, 2.0), f"no command for the step sent at {sent:.3f}"
+    spin_for(ex, period - (time.monotonic() - sent))
 
 
 def check_transitions(batch) -> list[int]:
@@ -137,7 +137,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
             assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
             robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
             assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
-            spin_until(ex, lambda: False, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
+            spin_for(ex, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
         assert node.recorded == steps - 2  # the last step waits for a reward sent after its next observation
         assert node.assembler.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
         batch, report = read_log(tmp_path / "transitions")
@@ -146,7 +146,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
         assert batch.truncated.tolist() == [k == 29 for k in range(steps - 2)]  # episode end after step 29
         assert batch.terminated.tolist() == [k == 44 for k in range(steps - 2)]  # a terminal end after step 44
         # Enough data, but the tier is not FULL: no update, ever.
-        spin_until(ex, lambda: False, 0.8)
+        spin_for(ex, 0.8)
         assert node.tuner.updates == 0 and node.state == "waiting_for_full_tier"
         assert robot.diags["lowrl/finetune/learner"]["state"] == "waiting_for_full_tier"
         robot.tier.publish(UInt8(data=0))
@@ -155,7 +155,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
         robot.tier.publish(UInt8(data=1))  # lite: learning stops again
         assert spin_until(ex, lambda: node.state == "waiting_for_full_tier", 5.0)
         frozen = node.tuner.updates
-        spin_until(ex, lambda: False, 0.5)
+        spin_for(ex, 0.5)
         assert node.tuner.updates <= frozen + node.config.updates_per_slice  # at most the slice in flight
     finally:
         node.close()
@@ -359,9 +359,9 @@ def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit,
             nonlocal k
             for _ in range(n):
                 robot.step(k)
-                spin_until(ex, lambda: False, 0.004)
+                spin_for(ex, 0.004)
                 robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
-                spin_until(ex, lambda: False, 0.004)
+                spin_for(ex, 0.004)
                 k += 1
 
         run_steps(200)

@@ -9,28 +9,28 @@ import os
 
 import numpy as np
 import pytest
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import State
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, UInt8
 
-rclpy = pytest.importorskip("rclpy")
-
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from lifecycle_msgs.msg import State  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, UInt8  # noqa: E402
-
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.runtime.bundle import save_bundle  # noqa: E402
-from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats  # noqa: E402
-from lowrl_ros.core.runtime.tiers import ComputeTier  # noqa: E402
-from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
-from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
-from rosutil import spin_until, wait_for_match  # noqa: E402
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
+from lowrl_ros.core.runtime.bundle import save_bundle
+from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
+from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.ros.diagnostics import level_of
+from lowrl_ros.ros.policy_node import PolicyNode
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+from rosutil import spin_until, wait_for_match
 
 JOINT = "pendulum_joint"
 FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
+
+pytestmark = pytest.mark.ros
 
 
 def constant_policy(path, action: float, *, tier: str = "full", version: int = 1, hidden: int = 8):

@@ -13,25 +13,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from std_msgs.msg import String, UInt8MultiArray
 
-rclpy = pytest.importorskip("rclpy")
-
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from std_msgs.msg import String, UInt8MultiArray  # noqa: E402
-
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.stream.protocol import BundleStatus, decode_bundle, is_signed, read_header  # noqa: E402
-from lowrl_ros.core.stream.sender import StreamConfig  # noqa: E402
-from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
-from lowrl_ros.ros.qos import LATCHED, STATS  # noqa: E402
-from lowrl_ros.ros.trainer_node import TrainerNode  # noqa: E402
-from rosutil import spin_until, wait_for_match  # noqa: E402
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
+from lowrl_ros.core.stream.protocol import BundleStatus, decode_bundle, is_signed, read_header
+from lowrl_ros.core.stream.sender import StreamConfig
+from lowrl_ros.ros.diagnostics import level_of
+from lowrl_ros.ros.qos import LATCHED, STATS
+from lowrl_ros.ros.trainer_node import TrainerNode
+from rosutil import spin_until, wait_for_match
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = bytes(range(32))
+
+pytestmark = pytest.mark.ros
 
 
 def artifact(path: Path, version: int) -> Path:
@@ -110,6 +109,7 @@ def _run_node(*params: str, timeout: float = 60.0) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_refuses_to_start_without_a_key(tmp_path):
     path = artifact(tmp_path / "v1.onnx", 1)
     proc = _run_node(f"bundle_path:={path}")
@@ -124,6 +124,7 @@ def test_refuses_to_start_without_a_key(tmp_path):
     assert proc.returncode == 1 and "chmod 600" in out, out
 
 
+@pytest.mark.slow
 def test_insecure_process_streams_unsigned_and_says_so_loudly(ros_context, tmp_path):
     path = artifact(tmp_path / "v1.onnx", 1)
     executor = SingleThreadedExecutor(context=ros_context)
