@@ -96,6 +96,14 @@ def ros_context():
             rclpy.shutdown(context=ctx)
 
 
+@pytest.fixture
+def key_file(tmp_path):
+    """tmp_path/bundle.key holding fakes.KEY, mode 0600."""
+    from fakes import write_key_file  # fakes imports rclpy: only the tests that ask for this load it
+
+    return write_key_file(tmp_path)
+
+
 # A real (tiny) `lowrl train` run: RLx2 SAC on Pendulum-v1, 300 steps. Enough for a policy and a
 # kit with masks; its return means nothing.
 TINY_TRAIN = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, eval_interval=300, eval_episodes=1,

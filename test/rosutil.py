@@ -35,9 +35,10 @@ def wait_for_match(executor, endpoint, timeout: float = 10.0) -> bool:
 PENDULUM_FIELDS = ["pendulum_joint.cos_position", "pendulum_joint.sin_position", "pendulum_joint.velocity"]
 
 
-def active_policy_node(context, policy_path, **params):
-    """A configured and activated PolicyNode on the sim pendulum's joint states, set for tests
-    (numpy engine, 0.1 s diagnostics, no soft start, 1 s watchdog); ``params`` add or override."""
+def active_policy_node(context, policy_path, *, executor=None, activate: bool = True, **params):
+    """The tests' one PolicyNode factory: on the sim pendulum's joint states, set for tests (numpy engine,
+    0.1 s diagnostics, no soft start, 1 s watchdog); ``params`` add or override. Added to ``executor``
+    (if given) before it is configured and activated; ``activate=False`` leaves it unconfigured."""
     from rclpy.parameter import Parameter
 
     from lowrl_ros.ros.policy_node import PolicyNode
@@ -45,6 +46,9 @@ def active_policy_node(context, policy_path, **params):
     values = {"policy_path": str(policy_path), "obs_fields": PENDULUM_FIELDS, "engine": "numpy",
               "diagnostics_period_s": 0.1, "soft_start_steps": 0, "watchdog_timeout_s": 1.0, **params}
     node = PolicyNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
-    node.trigger_configure()
-    node.trigger_activate()
+    if executor is not None:
+        executor.add_node(node)
+    if activate:
+        node.trigger_configure()
+        node.trigger_activate()
     return node
