@@ -71,7 +71,8 @@ def main() -> int:
         sim = gap_returns(staging / "actor_int8.onnx", cfg.env_id, RealityGapConfig(), args.episodes, 0)
         gapped = gap_returns(staging / "actor_int8.onnx", cfg.env_id, gap, args.episodes, 0)
         made = {"script": "scripts/make_demo_kit.py", "command": " ".join(sys.argv), "config": str(cfg_path.name),
-                "train_config": cfg.to_dict(), "seed": args.seed, "env_steps": result.env_steps, "train_wall_s": round(time.time() - started, 1),
+                "train_config": cfg.to_dict(), "seed": args.seed, "env_steps": result.env_steps,
+                "train_wall_s": round(time.time() - started, 1),
                 "int8_return_sim_mean": float(np.mean(sim)), "int8_return_gapped_mean": float(np.mean(gapped)),
                 "eval": f"{args.episodes} episodes, seeds 0..{args.episodes - 1}, lowrl numpy engine",
                 "gap": gap.to_dict(), "machine": platform.platform(), "python": platform.python_version(),

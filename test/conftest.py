@@ -1,8 +1,13 @@
-"""Shared test set-up: DDS stays on this machine, on a private domain per test session."""
+"""Shared test set-up: DDS stays on this machine, on a private domain per test session; the `ros` and
+`slow` markers (registered in setup.cfg), applied from the fixtures a test uses and kept out of the
+import when a `-m` expression leaves a whole module out."""
 from __future__ import annotations
 
+import ast
+import itertools
 import os
 import random
+from pathlib import Path
 
 # Must happen before anything initialises rclpy (and is inherited by node subprocesses).
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
@@ -16,11 +21,72 @@ else:
 
 import pytest  # noqa: E402
 
+# The project's own markers (setup.cfg registers them; --strict-markers refuses any other name).
+MARKERS = ("ros", "slow")
+# A test that takes one of these fixtures gets the marker, wherever it lives: a node test cannot
+# forget its `ros` mark, nor a test built on the tiny training run its `slow` one.
+FIXTURE_MARKS = {"ros_context": "ros", "tiny_kit": "slow"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in item.fixturenames and item.get_closest_marker(mark) is None:
+                item.add_marker(mark)
+
+
+def module_marks(path: Path) -> set[str]:
+    """The project markers of a test module's top-level ``pytestmark``, read from its source (not imported)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    marks = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
+                                                for t in node.targets):
+            for sub in ast.walk(node.value):
+                # pytest.mark.NAME
+                if (isinstance(sub, ast.Attribute) and sub.attr in MARKERS and isinstance(sub.value, ast.Attribute)
+                        and sub.value.attr == "mark"):
+                    marks.add(sub.attr)
+    return marks
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """Leave a module unimported when ``-m`` deselects every test it could hold.
+
+    A module marked ``ros`` imports rclpy at its top: ``pytest -m "not ros"`` must run the core on a
+    machine whose rclpy is broken or absent, so such a module is not even imported. Each test of the
+    module carries the module's marks, plus any of the other project markers: the module is left out
+    only when the expression is false for all of those combinations. None: pytest decides as usual.
+    """
+    markexpr = config.getoption("markexpr", default="")
+    if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    marks = module_marks(collection_path)
+    if not marks:
+        return None
+    from _pytest.mark.expression import Expression  # pytest's own -m parser, so both read it alike
+
+    try:
+        expr = Expression.compile(markexpr)
+    except SyntaxError:
+        return None  # pytest reports the bad expression itself
+    others = [m for m in MARKERS if m not in marks]
+    for n in range(len(others) + 1):
+        for extra in itertools.combinations(others, n):
+            present = marks | set(extra)
+            if expr.evaluate(lambda name, /, **kwargs: not kwargs and name in present):
+                return None
+    return True
+
 
 @pytest.fixture
 def ros_context():
     """A fresh rclpy context for one test, shut down afterwards."""
-    rclpy = pytest.importorskip("rclpy")
+    import rclpy  # here, not at the top: the core tests (-m "not ros") never import rclpy
+
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     try:
@@ -28,6 +94,14 @@ def ros_context():
     finally:
         if ctx.ok():
             rclpy.shutdown(context=ctx)
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    """tmp_path/bundle.key holding fakes.KEY, mode 0600."""
+    from fakes import write_key_file  # fakes imports rclpy: only the tests that ask for this load it
+
+    return write_key_file(tmp_path)
 
 
 # A real (tiny) `lowrl train` run: RLx2 SAC on Pendulum-v1, 300 steps. Enough for a policy and a

@@ -1,4 +1,5 @@
-"""Helpers for tests with real rclpy nodes: spin until a condition or a deadline, never a fixed sleep."""
+"""Helpers for tests with real rclpy nodes: spin until a condition or a deadline (``spin_until``), or for a
+stated wall-clock time (``spin_for``), never a bare sleep."""
 from __future__ import annotations
 
 import time
@@ -15,6 +16,15 @@ def spin_until(executor, predicate: Callable[[], bool], timeout: float = 10.0, s
     return predicate()
 
 
+def spin_for(executor, seconds: float, step: float = 0.01) -> None:
+    """Spin ``executor`` for ``seconds`` of wall-clock time (nothing to wait for: a paced loop, a window to
+    count in, or letting a process run). ``seconds`` <= 0 returns at once; the last ``spin_once`` may overrun
+    the deadline by up to ``step``, exactly as the ``spin_until(executor, lambda: False, seconds)`` it replaces."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=step)
+
+
 def wait_for_match(executor, endpoint, timeout: float = 10.0) -> bool:
     """Wait until a publisher has a subscriber (or a subscription has a publisher): DDS discovery."""
     if hasattr(endpoint, "get_subscription_count"):
@@ -25,9 +35,10 @@ def wait_for_match(executor, endpoint, timeout: float = 10.0) -> bool:
 PENDULUM_FIELDS = ["pendulum_joint.cos_position", "pendulum_joint.sin_position", "pendulum_joint.velocity"]
 
 
-def active_policy_node(context, policy_path, **params):
-    """A configured and activated PolicyNode on the sim pendulum's joint states, set for tests
-    (numpy engine, 0.1 s diagnostics, no soft start, 1 s watchdog); ``params`` add or override."""
+def active_policy_node(context, policy_path, *, executor=None, activate: bool = True, **params):
+    """The tests' one PolicyNode factory: on the sim pendulum's joint states, set for tests (numpy engine,
+    0.1 s diagnostics, no soft start, 1 s watchdog); ``params`` add or override. Added to ``executor``
+    (if given) before it is configured and activated; ``activate=False`` leaves it unconfigured."""
     from rclpy.parameter import Parameter
 
     from lowrl_ros.ros.policy_node import PolicyNode
@@ -35,6 +46,9 @@ def active_policy_node(context, policy_path, **params):
     values = {"policy_path": str(policy_path), "obs_fields": PENDULUM_FIELDS, "engine": "numpy",
               "diagnostics_period_s": 0.1, "soft_start_steps": 0, "watchdog_timeout_s": 1.0, **params}
     node = PolicyNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
-    node.trigger_configure()
-    node.trigger_activate()
+    if executor is not None:
+        executor.add_node(node)
+    if activate:
+        node.trigger_configure()
+        node.trigger_activate()
     return node

@@ -8,7 +8,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from lowrl_ros.core.runtime.artifact import METADATA_KEY, ArtifactError, MlpWeights, PolicyContract, load_weights, prune_by_magnitude, reference_action, save_artifact
+from lowrl_ros.core.runtime.artifact import (METADATA_KEY, ArtifactError, MlpWeights, PolicyContract, load_weights,
+                                            prune_by_magnitude, reference_action, save_artifact)
 from lowrl_ros.core.runtime.engines import load_artifact
 
 

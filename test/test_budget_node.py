@@ -9,18 +9,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter
+from std_msgs.msg import Float64MultiArray, UInt8
 
-rclpy = pytest.importorskip("rclpy")
-
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from std_msgs.msg import Float64MultiArray, UInt8  # noqa: E402
-
-from lowrl_ros.bench.budget import (  # noqa: E402
+from lowrl_ros.bench.budget import (
     CpuBurner,
     MemoryHog,
     PolicyNodeProcess,
@@ -29,11 +26,13 @@ from lowrl_ros.bench.budget import (  # noqa: E402
     start_monitor,
     stop_process,
 )
-from lowrl_ros.core.runtime.tiers import ComputeTier as T  # noqa: E402
-from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
-from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
-from lowrl_ros.ros.qos import LATCHED, STATS  # noqa: E402
-from rosutil import spin_until  # noqa: E402
+from lowrl_ros.core.runtime.tiers import ComputeTier as T
+from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode
+from lowrl_ros.ros.diagnostics import level_of
+from lowrl_ros.ros.qos import LATCHED, STATS
+from rosutil import spin_for, spin_until
+
+pytestmark = pytest.mark.ros
 
 OK, WARN, ERROR, STALE = 0, 1, 2, 3
 
@@ -158,7 +157,7 @@ def settle_start_up(executor) -> None:
     """Let the monitor's start-up publications arrive: on the first change, then the first judged
     tier (escalate_after samples in). Counted before they were all in, a second one 26 ms later
     failed CI's count once."""
-    spin_until(executor, lambda: False, timeout=1.0)
+    spin_for(executor, 1.0)
 
 
 def test_a_late_subscriber_gets_the_current_tier_at_once(rig, ros_context):
@@ -177,10 +176,11 @@ def test_a_late_subscriber_gets_the_current_tier_at_once(rig, ros_context):
         late.node.destroy_node()
 
 
+@pytest.mark.slow
 def test_the_policy_node_started_and_restarted_applies_the_current_tier_at_once(rig):
     """The project's policy_node (a real process) learns the tier from the latched topic alone."""
-    if not policy_node_available():
-        pytest.skip("lowrl_ros/ros/policy_node.py or models/pendulum_sac_int8.onnx not there")
+    # Both are committed: a missing one is a broken checkout, not a reason to skip.
+    assert policy_node_available(), "lowrl_ros/ros/policy_node.py or models/pendulum_sac_int8.onnx is missing"
     executor, make, temp = rig
     temp.write_text("90000")
     node, ear = make(publish_period_s=60.0)  # no periodic re-publish: only the latched sample
@@ -215,6 +215,7 @@ def test_live_parameters_validated_by_the_config_and_applied(rig):
     assert spin_until(executor, lambda: len(ear.tiers) > n)
 
 
+@pytest.mark.slow
 def test_bad_config_at_start_is_a_clear_error(ros_context):
     with pytest.raises(ValueError, match="temperature_file"):
         monitor_node(ros_context, temperature_source="file")
@@ -241,10 +242,11 @@ def test_memory_hog_escalates_and_recovers(rig, tmp_path):
 
 def _misses_during(executor, ear, seconds: float) -> float:
     m0 = ear.stats[2]
-    spin_until(executor, lambda: False, timeout=seconds)
+    spin_for(executor, seconds)
     return ear.stats[2] - m0
 
 
+@pytest.mark.slow
 def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_dwell(ros_context):
     """Real processes: a policy-shaped process, the monitor, and two burners on the policy's core.
 
@@ -259,7 +261,7 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
     monitor = None
     try:
         assert spin_until(executor, lambda: ear.stats is not None and ear.stats[3] > 50, timeout=30)
-        spin_until(executor, lambda: False, timeout=1.0)  # fill the latency window
+        spin_for(executor, 1.0)  # fill the latency window
         base_p99 = ear.stats[1]
         # without a monitor: the policy stays on the full tier and misses its deadline
         with CpuBurner(0), CpuBurner(0):
@@ -273,7 +275,9 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
             # despite the burners (a few misses in 12 s). Then the tier escalates and recovers
             # while the burners still run, and there is too little to judge reliably; `lowrl bench
             # budget` measures the same behaviour over longer phases.
-            pytest.skip(f"two CPU burners made the policy miss only {misses_alone:.0f} deadlines in {spent:.0f} s")
+            # Not a skip: an xfail (never strict) that carries the numbers keeps the untested claim visible.
+            pytest.xfail(f"two CPU burners made the policy miss only {misses_alone:.0f} deadlines in {spent:.0f} s "
+                         f"(needs 6; baseline p99 {base_p99:.0f} us): too little to judge the monitor on this host")
         # (one miss of slack: the switch itself may cost one when the burners barely bite)
         slack = max(1.0, misses_alone * 3.0 / spent / 2)
         limit = max(3.0 * base_p99, 2000.0)
@@ -325,6 +329,7 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
         executor.shutdown()
 
 
+@pytest.mark.slow
 def test_a_launcher_rename_gives_one_monitor_node_and_stats_remaps_apply(ros_context):
     """`ros2 launch` passes `-r __node:=NAME`; the stats reader helper must not take that name."""
     executor = SingleThreadedExecutor(context=ros_context)

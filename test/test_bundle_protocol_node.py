@@ -18,41 +18,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rclpy.executors import SingleThreadedExecutor
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
 
-rclpy = pytest.importorskip("rclpy")
-
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray  # noqa: E402
-
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.stream.receiver import ReceiverConfig  # noqa: E402
-from lowrl_ros.core.stream.protocol import encode_bundle  # noqa: E402
-from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
-from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
-from rosutil import spin_until, wait_for_match  # noqa: E402
+from lowrl_ros.core.stream.receiver import ReceiverConfig
+from lowrl_ros.core.stream.protocol import encode_bundle
+from lowrl_ros.ros.policy_node import PolicyNode
+from fakes import JOINT, KEY, FakeRobot, constant_policy
+from rosutil import PENDULUM_FIELDS, active_policy_node, spin_until, wait_for_match
 
 ROOT = Path(__file__).resolve().parent.parent
-JOINT = "pendulum_joint"
-FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
-KEY = bytes(range(32))
+FIELDS = PENDULUM_FIELDS
 HEADER_LEN = 4 + 2 + 8 + 8 + 8 + 4 + 4 + 32  # the signed header, then the 32-byte HMAC
 
-
-def constant_policy(path: Path, action: float, *, version: int, obs_dim: int = 3) -> Path:
-    """An artifact acting ``action`` whatever the observation (zero output weights, output bias only)."""
-    rng = np.random.default_rng(version)
-    y = np.arctanh((action + 2.0) / 4.0 * 2.0 - 1.0)
-    weights = MlpWeights([(rng.normal(size=(8, obs_dim)).astype(np.float32) * 0.1, np.zeros(8, np.float32)),
-                          (np.zeros((1, 8), np.float32), np.array([y], np.float32))])
-    contract = PolicyContract(obs_names=("cos_theta", "sin_theta", "theta_dot")[:obs_dim] + ("x",) * (obs_dim - 3),
-                              action_names=("torque",), action_low=(-2.0,), action_high=(2.0,),
-                              control_period_s=0.01, version=version, env_id="Pendulum-v1")
-    return save_artifact(path, weights, contract)
+pytestmark = pytest.mark.ros
 
 
 def nan_policy(path: Path, version: int) -> Path:
@@ -83,57 +63,14 @@ def chunk_spans(message: bytes) -> list[tuple[int, int]]:
     return spans
 
 
-class Robot:
-    """Publishes joint states and bundles; records commands, status replies and diagnostics."""
-
-    def __init__(self, ctx) -> None:
-        self.node = Node("bundle_test_robot", context=ctx)
-        self.js_pub = self.node.create_publisher(JointState, "/joint_states", CONTROL)
-        self.bundle_pub = self.node.create_publisher(UInt8MultiArray, "/lowrl/policy_bundle", LATCHED)
-        self.status_pub = self.node.create_publisher(String, "/lowrl/policy_bundle/status", STATS)
-        self.commands: list[float] = []
-        self.replies: list[dict] = []
-        self.diags: list = []
-        self.observations = 0
-        self.cmd_sub = self.node.create_subscription(
-            Float64MultiArray, "/forward_command_controller/commands", lambda m: self.commands.append(m.data[0]),
-            CONTROL)
-        self.status_sub = self.node.create_subscription(
-            String, "/lowrl/policy_bundle/status", lambda m: self.replies.append(json.loads(m.data)), STATS)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diags.extend(m.status), 100)
-
-    def send(self, message: bytes) -> None:
-        msg = UInt8MultiArray()
-        msg.data = message
-        self.bundle_pub.publish(msg)
-
-    def reply(self, version: int) -> dict | None:
-        return next((r for r in reversed(self.replies) if r["version"] == version), None)
-
-    def accepted(self, version: int) -> bool:
-        """The newest reply about ``version`` says accepted (replies land on their own topic, a
-        little after the commands show the new policy, so callers spin until this is true)."""
-        reply = self.reply(version)
-        return reply is not None and reply["accepted"]
-
-    def has_diag(self, name: str, level: int, text: str) -> bool:
-        return any(s.name == name and level_of(s) == level and text in s.message for s in self.diags)
-
-
 class Loop:
     """The control loop as the robot sees it: one joint state out, one command back, counted."""
 
-    def __init__(self, robot: Robot, executor) -> None:
+    def __init__(self, robot: FakeRobot, executor) -> None:
         self.robot, self.executor = robot, executor
 
     def step(self) -> float:
-        n = len(self.robot.commands)
-        msg = JointState(name=[JOINT], position=[0.1], velocity=[0.0])
-        self.robot.js_pub.publish(msg)
-        self.robot.observations += 1
-        assert spin_until(self.executor, lambda: len(self.robot.commands) > n, 5.0), \
-            f"observation {self.robot.observations} got no command"
-        return self.robot.commands[-1]
+        return self.robot.exchange(self.executor, JointState(name=[JOINT], position=[0.1], velocity=[0.0]), 5.0)
 
     def until(self, predicate, timeout: float = 30.0) -> list[float]:
         """Keep the loop running until ``predicate()`` (or ``timeout`` s); return the commands seen meanwhile."""
@@ -148,24 +85,12 @@ class Loop:
         assert len(self.robot.commands) == self.robot.observations, "a control output was missed"
 
 
-@pytest.fixture
-def key_file(tmp_path) -> Path:
-    p = tmp_path / "bundle.key"
-    p.write_text(KEY.hex())
-    p.chmod(0o600)
-    return p
-
-
 def start_policy_node(ctx, executor, tmp_path, **overrides) -> PolicyNode:
     """A configured, active policy node running v1 (acts 0.5), the key and receive_dir from tmp_path."""
     v1 = constant_policy(tmp_path / "v1.onnx", 0.5, version=1)
-    params = {"policy_path": str(v1), "obs_fields": FIELDS, "engine": "numpy", "soft_start_steps": 0,
-              "watchdog_timeout_s": 1.0, "diagnostics_period_s": 0.2, "key_file": str(tmp_path / "bundle.key"),
-              "receive_dir": str(tmp_path / "received"), **overrides}
-    node = PolicyNode(context=ctx, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
-    executor.add_node(node)
-    node.trigger_configure()
-    node.trigger_activate()
+    node = active_policy_node(ctx, v1, executor=executor, **{
+        "diagnostics_period_s": 0.2, "key_file": str(tmp_path / "bundle.key"),
+        "receive_dir": str(tmp_path / "received"), **overrides})
     assert node.controller is not None and node.controller.active
     return node
 
@@ -173,7 +98,7 @@ def start_policy_node(ctx, executor, tmp_path, **overrides) -> PolicyNode:
 @pytest.fixture
 def robot_side(ros_context, key_file):
     executor = SingleThreadedExecutor(context=ros_context)
-    robot = Robot(ros_context)
+    robot = FakeRobot(ros_context, "bundle_test_robot", bundles="send")
     executor.add_node(robot.node)
     yield robot, executor
     for node in executor.get_nodes():
@@ -181,7 +106,7 @@ def robot_side(ros_context, key_file):
     executor.shutdown()
 
 
-def connected_loop(robot: Robot, executor) -> Loop:
+def connected_loop(robot: FakeRobot, executor) -> Loop:
     for endpoint in (robot.js_pub, robot.cmd_sub, robot.bundle_pub, robot.status_sub):
         assert wait_for_match(executor, endpoint)
     return Loop(robot, executor)
@@ -344,6 +269,7 @@ def _trainer(watch_dir: Path, key_file: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_trainer_restarted_mid_stream(rig, tmp_path, key_file):
     node, robot, loop = rig
     releases = tmp_path / "releases"

@@ -59,7 +59,8 @@ def test_compress_releases_a_bundle_whose_metadata_round_trips(students, tmp_pat
 
 def test_compress_stops_with_exit_1_and_writes_no_bundle_when_a_gate_fails(students, tmp_path):
     out = tmp_path / "pendulum.lowrl"
-    r = lowrl("compress", students, "-o", out, "--version", 1, "--int8-mean-error", "1e-7", "--int8-max-error", "1e-6", "--eval-episodes", 2)
+    r = lowrl("compress", students, "-o", out, "--version", 1, "--int8-mean-error", "1e-7", "--int8-max-error", "1e-6",
+              "--eval-episodes", 2)
     assert r.returncode == 1
     assert "[FAIL] lite: int8 vs fp32 action error" in r.stdout and "STOPPED" in r.stderr
     assert not out.exists()

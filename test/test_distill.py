@@ -1,4 +1,5 @@
-"""Distillation (lowrl_ros.core.compress.distill): a sparse int8 student, evaluated deployed, keeps the teacher's return.
+"""Distillation (lowrl_ros.core.compress.distill): a sparse int8 student, evaluated deployed, keeps the teacher's
+return.
 
 Teacher: the shipped models/pendulum_sac_int8.onnx (SB3 SAC 256x256; its weights dequantised to
 fp32 are the teacher). The student is scored through load_artifact of its int8 file in Pendulum-v1.

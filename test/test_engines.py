@@ -7,7 +7,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, parse_artifact, prune_by_magnitude, reference_action, save_artifact
+from lowrl_ros.core.runtime.artifact import (MlpWeights, PolicyContract, parse_artifact, prune_by_magnitude,
+                                            reference_action, save_artifact)
 from lowrl_ros.core.runtime.engines import load_artifact
 from lowrl_ros.core.runtime.engines import NumpyEngine, Policy, probe_observations
 from test_artifact import make_contract, make_weights

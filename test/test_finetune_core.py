@@ -424,8 +424,20 @@ def test_config_rejects_bad_values(kwargs):
         FineTuneConfig(**kwargs)
 
 
-def test_default_min_return_is_off():
-    assert math.isnan(FineTuneConfig().min_return)
+@pytest.mark.parametrize("min_return", [None, -1000.0])
+def test_no_rollback_trips_without_min_return(min_return):
+    """On the shipped default a catastrophic first episode waits for its version's judgement; a floor trips at once."""
+    cfg = FineTuneConfig() if min_return is None else FineTuneConfig(min_return=min_return)
+    tr = VersionTracker(cfg.eval_episodes, cfg.rollback_margin, cfg.min_return)
+    tr.add(VersionRecord(1, None, "base.onnx"))
+    for _ in range(cfg.eval_episodes):
+        tr.on_episode(1, -200.0)
+    tr.add(VersionRecord(2, 1, "v2.onnx"))
+    d = tr.on_episode(2, -5000.0)
+    if min_return is None:
+        assert d.action == "none" and tr.current == 2 and tr.versions[2].status == "candidate"
+    else:
+        assert d.action == "rollback" and "min_return" in d.reason and tr.current == 1
 
 
 def test_a_td3_kit_fine_tunes_too(tmp_path):

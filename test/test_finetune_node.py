@@ -18,25 +18,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter
+from std_msgs.msg import Float64MultiArray, UInt8
 
-rclpy = pytest.importorskip("rclpy")
+from lowrl_ros.core.finetune.learner import FineTuneConfig
+from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, read_log
+from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode
+from lowrl_ros.ros.sim_robot_node import SimRobotNode
+from fakes import FakeRobot, theta
+from rosutil import PENDULUM_FIELDS, active_policy_node, spin_for, spin_until, wait_for_match
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64, Float64MultiArray, UInt8  # noqa: E402
-
-from lowrl_ros.core.finetune.learner import FineTuneConfig  # noqa: E402
-from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, read_log  # noqa: E402
-from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode  # noqa: E402
-from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
-from rosutil import PENDULUM_FIELDS, active_policy_node, spin_until, wait_for_match  # noqa: E402
+# Every test here spins real nodes and learns from a real (tiny) training run.
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-JOINT = "pendulum_joint"
 FIELDS = PENDULUM_FIELDS
 
 
@@ -46,58 +42,13 @@ def kit(tiny_kit):
     return tiny_kit
 
 
-def theta(k: int) -> float:
-    return 0.01 * k
-
-
-class Robot:
-    """Publishes like the sim robot node; optionally also the commands (a scripted controller)."""
-
-    def __init__(self, ctx) -> None:
-        self.node = Node("fake_robot", context=ctx)
-        self.js = self.node.create_publisher(JointState, "/joint_states", CONTROL)
-        self.cmd = self.node.create_publisher(Float64MultiArray, "/forward_command_controller/commands", CONTROL)
-        self.reward = self.node.create_publisher(Float64, "/lowrl/reward", STATS)
-        self.episode = self.node.create_publisher(Float64, "/lowrl/episode_return", STATS)
-        self.episode_info = self.node.create_publisher(Float64MultiArray, "/lowrl/episode", STATS)
-        self.episodes = 0
-        self.tier = self.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
-        self.diags: dict[str, dict[str, str]] = {}
-        self.commands = 0
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
-        self.node.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
-                                      lambda m: setattr(self, "commands", self.commands + 1), CONTROL)
-
-    def _on_diag(self, msg: DiagnosticArray) -> None:
-        for s in msg.status:
-            self.diags[s.name] = {kv.key: kv.value for kv in s.values}
-
-    def value(self, name: str, key: str, default: float = -1.0) -> float:
-        try:
-            return float(self.diags.get(name, {}).get(key, default))
-        except ValueError:
-            return default
-
-    def step(self, k: int, *, episode_return: float | None = None, terminated: bool = False) -> None:
-        """Reward of step k-1, [its episode end], then observation k (theta_k, velocity k): the sim robot's order."""
-        if k > 0:
-            self.reward.publish(Float64(data=-float(k - 1)))
-            if episode_return is not None:
-                self.episodes += 1
-                self.episode.publish(Float64(data=episode_return))
-                self.episode_info.publish(Float64MultiArray(data=[float(self.episodes), episode_return, 10.0,
-                                                                  float(terminated)]))
-        msg = JointState(name=[JOINT], position=[theta(k)], velocity=[float(k)], effort=[0.0])
-        self.js.publish(msg)
-
-
-def answered(ex, robot: Robot, sent: float, period: float = 0.005) -> None:
+def answered(ex, robot: FakeRobot, sent: float, period: float = 0.005) -> None:
     """Spin until the real policy node's command for the step sent at ``sent`` arrives, then out the
     rest of a 200 Hz control period: flat out, a test loop holds the GIL and starves the niced learner
     thread (8 updates in 60 s on a 2-vCPU machine; on CI no version in 60 s)."""
-    before = robot.commands  # commands arrive only while the executor spins
-    spin_until(ex, lambda: robot.commands > before, 2.0)
-    spin_until(ex, lambda: False, period - (time.monotonic() - sent))
+    before = len(robot.commands)  # commands arrive only while the executor spins
+    assert spin_until(ex, lambda: len(robot.commands) > before, 2.0), f"no command for the step sent at {sent:.3f}"
+    spin_for(ex, period - (time.monotonic() - sent))
 
 
 def check_transitions(batch) -> list[int]:
@@ -122,12 +73,12 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
     kit_dir, base = kit
     node = FineTuneNode(context=ros_context, parameter_overrides=[
         Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, base_policy_path=str(base)).items()])
-    robot = Robot(ros_context)
+    robot = FakeRobot(ros_context, scripted_commands=True)
     ex = SingleThreadedExecutor(context=ros_context)
     ex.add_node(node)
     ex.add_node(robot.node)
     try:
-        for pub in (robot.js, robot.cmd, robot.reward, robot.episode_info, robot.tier):
+        for pub in (robot.js_pub, robot.cmd, robot.reward, robot.episode_info, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=3))  # safe tier: record, never learn
         steps = 60
@@ -137,7 +88,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
             assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
             robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
             assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
-            spin_until(ex, lambda: False, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
+            spin_for(ex, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
         assert node.recorded == steps - 2  # the last step waits for a reward sent after its next observation
         assert node.assembler.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
         batch, report = read_log(tmp_path / "transitions")
@@ -146,16 +97,16 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
         assert batch.truncated.tolist() == [k == 29 for k in range(steps - 2)]  # episode end after step 29
         assert batch.terminated.tolist() == [k == 44 for k in range(steps - 2)]  # a terminal end after step 44
         # Enough data, but the tier is not FULL: no update, ever.
-        spin_until(ex, lambda: False, 0.8)
+        spin_for(ex, 0.8)
         assert node.tuner.updates == 0 and node.state == "waiting_for_full_tier"
-        assert robot.diags["lowrl/finetune/learner"]["state"] == "waiting_for_full_tier"
+        assert robot.latest("lowrl/finetune/learner")["state"] == "waiting_for_full_tier"
         robot.tier.publish(UInt8(data=0))
         assert spin_until(ex, lambda: node.tuner.updates > 0, 20.0)
         assert node.tuner.updates <= node.tuner.transitions_seen  # update-to-data cap 1.0
         robot.tier.publish(UInt8(data=1))  # lite: learning stops again
         assert spin_until(ex, lambda: node.state == "waiting_for_full_tier", 5.0)
         frozen = node.tuner.updates
-        spin_until(ex, lambda: False, 0.5)
+        spin_for(ex, 0.5)
         assert node.tuner.updates <= frozen + node.config.updates_per_slice  # at most the slice in flight
     finally:
         node.close()
@@ -172,13 +123,13 @@ def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context
     node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
         kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=20, eval_episodes=1,
         rollback_margin=100.0).items()])
-    robot = Robot(ros_context)
+    robot = FakeRobot(ros_context, scripted_commands=True)
     ex = SingleThreadedExecutor(context=ros_context)
     for n in (policy, node, robot.node):
         ex.add_node(n)
     paths = [str(base)]
     try:
-        for pub in (robot.js, robot.reward, robot.episode_info, robot.tier):
+        for pub in (robot.js_pub, robot.reward, robot.episode_info, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=0))
         # Scripted returns: the base scores -500, any fine-tuned version -1500 (a drop > margin 100).
@@ -251,12 +202,12 @@ def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tm
     policy = active_policy_node(ros_context, base, soft_start_steps=50)
     node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
         kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=40, eval_episodes=1).items()])
-    robot = Robot(ros_context)
+    robot = FakeRobot(ros_context, scripted_commands=True)
     ex = SingleThreadedExecutor(context=ros_context)
     for n in (policy, node, robot.node):
         ex.add_node(n)
     try:
-        for pub in (robot.js, robot.reward, robot.episode_info, robot.tier):
+        for pub in (robot.js_pub, robot.reward, robot.episode_info, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=0))
         k, ends = 0, 0
@@ -325,12 +276,12 @@ def test_memory_cap_pauses_learning_with_a_diagnostic(ros_context, kit, tmp_path
     # 64 MB is below what any torch process holds: learning must pause, recording must go on.
     node = FineTuneNode(context=ros_context, parameter_overrides=[
         Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, memory_cap_mb=64.0).items()])
-    robot = Robot(ros_context)
+    robot = FakeRobot(ros_context, scripted_commands=True)
     ex = SingleThreadedExecutor(context=ros_context)
     ex.add_node(node)
     ex.add_node(robot.node)
     try:
-        for pub in (robot.js, robot.cmd, robot.reward, robot.tier):
+        for pub in (robot.js_pub, robot.cmd, robot.reward, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=0))
         for k in range(40):
@@ -338,10 +289,10 @@ def test_memory_cap_pauses_learning_with_a_diagnostic(ros_context, kit, tmp_path
             assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
             robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
             assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
-        assert spin_until(ex, lambda: robot.diags.get("lowrl/finetune/learner", {}).get("state") == "paused_memory",
+        assert spin_until(ex, lambda: robot.latest("lowrl/finetune/learner").get("state") == "paused_memory",
                           5.0)
         assert node.tuner.updates == 0 and node.recorded >= 35
-        assert float(robot.diags["lowrl/finetune/learner"]["rss_mb"]) > 64.0
+        assert float(robot.latest("lowrl/finetune/learner")["rss_mb"]) > 64.0
     finally:
         node.close()
         ex.shutdown()
@@ -364,14 +315,14 @@ def start_node(kit_dir, work_dir) -> subprocess.Popen:
 
 def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit, tmp_path):
     kit_dir, _ = kit
-    robot = Robot(ros_context)
+    robot = FakeRobot(ros_context, scripted_commands=True)
     ex = SingleThreadedExecutor(context=ros_context)
     ex.add_node(robot.node)
     log = "finetune_node log"
     LOG_NAME = "lowrl/finetune/log"
     proc = start_node(kit_dir, tmp_path)
     try:
-        assert wait_for_match(ex, robot.js, 60.0) and wait_for_match(ex, robot.reward, 10.0)
+        assert wait_for_match(ex, robot.js_pub, 60.0) and wait_for_match(ex, robot.reward, 10.0)
         assert wait_for_match(ex, robot.cmd, 10.0)
         robot.tier.publish(UInt8(data=0))
         k = 0
@@ -380,9 +331,9 @@ def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit,
             nonlocal k
             for _ in range(n):
                 robot.step(k)
-                spin_until(ex, lambda: False, 0.004)
+                spin_for(ex, 0.004)
                 robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
-                spin_until(ex, lambda: False, 0.004)
+                spin_for(ex, 0.004)
                 k += 1
 
         run_steps(200)

@@ -9,8 +9,8 @@ sb3 = pytest.importorskip("stable_baselines3")
 
 from lowrl_ros.cli import main as lowrl_main  # noqa: E402
 from lowrl_ros.core.compress.sb3 import import_sb3  # noqa: E402
-from lowrl_ros.core.runtime.artifact import load_weights
-from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.runtime.artifact import load_weights  # noqa: E402
+from lowrl_ros.core.runtime.engines import load_artifact  # noqa: E402
 
 
 class BoxEnv(gym.Env):

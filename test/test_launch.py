@@ -12,8 +12,6 @@ import pytest
 
 from lowrl_ros.launcher import LaunchError, NodeSpec, parse_launch
 
-rclpy = pytest.importorskip("rclpy")
-
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
@@ -24,6 +22,8 @@ from rosutil import spin_until, wait_for_match  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LOWRL = [sys.executable, "-m", "lowrl_ros.cli"]
+
+pytestmark = pytest.mark.ros
 
 
 def test_parse_robot_launch_resolves_args_and_package_share():
@@ -64,6 +64,7 @@ def test_cli_reports_unsupported_key_and_unknown_arg(tmp_path):
     assert out.returncode == 2 and "unknown launch argument(s) nope" in out.stderr
 
 
+@pytest.mark.slow
 def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tmp_path):
     log_dir = tmp_path / "logs"
     # In a namespace: the shipped parameter file must still reach the node (its key is /**/policy_node).
@@ -112,6 +113,7 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
     assert "activated" in log and "[policy_node]" in out
 
 
+@pytest.mark.slow
 def test_launcher_exits_non_zero_when_a_node_dies(tmp_path):
     bad = write(tmp_path, "launch:\n- node:\n    pkg: lowrl_ros\n    exec: policy_node\n"
                           "    param:\n    - {name: policy_path, value: /nonexistent/p.onnx}\n")
@@ -121,6 +123,7 @@ def test_launcher_exits_non_zero_when_a_node_dies(tmp_path):
     assert "configure failed" in (tmp_path / "l" / "policy_node.log").read_text()
 
 
+@pytest.mark.slow
 def test_lowrl_demo_prints_figures_from_the_running_nodes(tmp_path):
     out = subprocess.run(LOWRL + ["demo", "--seconds", "7", "--quiet", "--log-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
@@ -131,6 +134,7 @@ def test_lowrl_demo_prints_figures_from_the_running_nodes(tmp_path):
     assert "episode 1: return" in (tmp_path / "sim_robot.log").read_text()
 
 
+@pytest.mark.slow
 def test_bench_loop_smoke(tmp_path):
     out = subprocess.run(LOWRL + ["bench", "loop", "--seconds", "1", "--warmup", "0.5", "--segment", "0.5",
                                   "--out", str(tmp_path)], capture_output=True, text=True, timeout=180)

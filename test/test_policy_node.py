@@ -9,73 +9,24 @@ import os
 
 import numpy as np
 import pytest
+import rclpy
+from lifecycle_msgs.msg import State
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import UInt8
 
-rclpy = pytest.importorskip("rclpy")
+from lowrl_ros.core.runtime.bundle import save_bundle
+from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
+from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.ros.diagnostics import level_of
+from lowrl_ros.ros.qos import CONTROL, LATCHED
+from fakes import JOINT, FakeRobot, constant_policy
+from rosutil import PENDULUM_FIELDS, active_policy_node, spin_until, wait_for_match
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from lifecycle_msgs.msg import State  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, UInt8  # noqa: E402
+FIELDS = PENDULUM_FIELDS
 
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.runtime.bundle import save_bundle  # noqa: E402
-from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats  # noqa: E402
-from lowrl_ros.core.runtime.tiers import ComputeTier  # noqa: E402
-from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
-from lowrl_ros.ros.policy_node import PolicyNode  # noqa: E402
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS  # noqa: E402
-from rosutil import spin_until, wait_for_match  # noqa: E402
-
-JOINT = "pendulum_joint"
-FIELDS = [f"{JOINT}.cos_position", f"{JOINT}.sin_position", f"{JOINT}.velocity"]
-
-
-def constant_policy(path, action: float, *, tier: str = "full", version: int = 1, hidden: int = 8):
-    """An artifact whose action is ``action`` whatever the observation (zero weights, output bias only),
-    so each test can tell the policy's output from the safe action (0.0) and one policy from another."""
-    rng = np.random.default_rng(0)
-    y = np.arctanh((action + 2.0) / 4.0 * 2.0 - 1.0)  # tanh output over limits [-2, 2]
-    w1 = rng.normal(size=(hidden, 3)).astype(np.float32) * 0.1
-    w2 = np.zeros((1, hidden), np.float32)
-    weights = MlpWeights([(w1, np.zeros(hidden, np.float32)), (w2, np.array([y], np.float32))])
-    contract = PolicyContract(obs_names=("cos_theta", "sin_theta", "theta_dot"), action_names=("torque",),
-                              action_low=(-2.0,), action_high=(2.0,), control_period_s=0.01,
-                              version=version, tier=tier, env_id="Pendulum-v1")
-    return save_artifact(path, weights, contract)
-
-
-class Robot:
-    """The other side of the wire: publishes joint states and tiers, records commands and diagnostics."""
-
-    def __init__(self, ctx) -> None:
-        self.node = Node("fake_robot", context=ctx)
-        self.js_pub = self.node.create_publisher(JointState, "/joint_states", CONTROL)
-        self.commands: list[float] = []
-        self.diags: list = []
-        self.stats: list = []
-        self.cmd_sub = self.node.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
-                                                     lambda m: self.commands.append(m.data[0]), CONTROL)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diags.extend(m.status), 50)
-        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", lambda m: self.stats.append(m), STATS)
-
-    def joint_state(self, position=0.1, velocity=0.0, names=(JOINT,)) -> JointState:
-        msg = JointState(name=list(names))
-        msg.position = [position] * len(names) if not isinstance(position, list) else position
-        msg.velocity = [velocity] * len(names) if not isinstance(velocity, list) else velocity
-        return msg
-
-    def statuses(self, name: str) -> list:
-        return [s for s in self.diags if s.name == name]
-
-
-def make_node(ctx, policy_path, **params) -> PolicyNode:
-    values = {"policy_path": str(policy_path), "obs_fields": FIELDS, "engine": "numpy", "soft_start_steps": 0,
-              "watchdog_timeout_s": 0.5, "diagnostics_period_s": 0.2, **params}
-    overrides = [Parameter(k, value=v) for k, v in values.items()]
-    return PolicyNode(context=ctx, parameter_overrides=overrides)
+pytestmark = pytest.mark.ros
 
 
 @pytest.fixture
@@ -86,15 +37,13 @@ def rig(ros_context, tmp_path):
 
     def build(policy_path=None, activate=True, **params):
         policy_path = policy_path or constant_policy(tmp_path / "a.onnx", 0.5)
-        node = make_node(ros_context, policy_path, **params)
+        # this file's timings: a 0.5 s watchdog, diagnostics every 0.2 s
+        node = active_policy_node(ros_context, policy_path, executor=executor, activate=activate,
+                                  **{"watchdog_timeout_s": 0.5, "diagnostics_period_s": 0.2, **params})
         made.append(node)
-        executor.add_node(node)
-        if activate:
-            node.trigger_configure()
-            node.trigger_activate()
         return node
 
-    robot = Robot(ros_context)
+    robot = FakeRobot(ros_context)
     executor.add_node(robot.node)
     yield build, robot, executor
     for node in made:
@@ -105,10 +54,7 @@ def rig(ros_context, tmp_path):
 
 def exchange(robot, executor, msg, timeout=5.0) -> float:
     """Publish one joint state and wait for its command (event mode answers each observation)."""
-    n = len(robot.commands)
-    robot.js_pub.publish(msg)
-    assert spin_until(executor, lambda: len(robot.commands) > n, timeout), "no command came back"
-    return robot.commands[-1]
+    return robot.exchange(executor, msg, timeout)
 
 
 def connect(robot, executor) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from lowrl_ros.core.runtime.artifact import MlpWeights
@@ -85,7 +84,7 @@ def test_parity_gate_stops_a_torch_onnx_mismatch(teacher, tmp_path):
 def _outlier_weights(teacher) -> MlpWeights:
     """A dead hidden unit whose outgoing weights are huge: fp32 unaffected, per-channel int8 wrecked."""
     layers = _copy(teacher.weights)
-    (w0, b0), (w1, b1) = layers[0], layers[1]
+    (w0, b0), (w1, _) = layers[0], layers[1]
     w0[7] = 0.0
     b0[7] = -1.0  # ReLU(-1) = 0: unit 7 never fires
     w1[:, 7] = 60.0  # every row of layer 1 now has a 60 in it, so its int8 step is 60/127

@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
+from lowrl_ros.core.sim import session_report
 
 LOWRL = [sys.executable, "-m", "lowrl_ros.cli", "report"]
 
@@ -15,7 +15,6 @@ def test_report_of_a_directory_that_is_neither_says_what_to_give(tmp_path):
 
 
 def test_report_of_a_session_directory_prints_its_summary(tmp_path):
-    session_report = pytest.importorskip("lowrl_ros.core.sim.session_report")
     (tmp_path / "episodes.csv").write_text(
         "time_s,episode,return,length,terminated,version_start,version_end\n"
         "1.0,1,-300.0,200,0,1,1\n2.0,2,-250.0,200,0,1,1\n3.0,3,-180.0,200,0,2,2\n")

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import pytest
 
-rclpy = pytest.importorskip("rclpy")
-
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
@@ -26,6 +24,9 @@ from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
 from lowrl_ros.ros.finetune_node import FineTuneNode  # noqa: E402
 from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
 from rosutil import PENDULUM_FIELDS as FIELDS, active_policy_node, spin_until  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def kit(tiny_kit):

@@ -13,25 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter
 
-rclpy = pytest.importorskip("rclpy")
-
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from std_msgs.msg import String, UInt8MultiArray  # noqa: E402
-
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact  # noqa: E402
-from lowrl_ros.core.stream.protocol import BundleStatus, decode_bundle, is_signed, read_header  # noqa: E402
-from lowrl_ros.core.stream.sender import StreamConfig  # noqa: E402
-from lowrl_ros.ros.diagnostics import level_of  # noqa: E402
-from lowrl_ros.ros.qos import LATCHED, STATS  # noqa: E402
-from lowrl_ros.ros.trainer_node import TrainerNode  # noqa: E402
-from rosutil import spin_until, wait_for_match  # noqa: E402
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
+from lowrl_ros.core.stream.protocol import BundleStatus, decode_bundle, is_signed, read_header
+from lowrl_ros.core.stream.sender import StreamConfig
+from lowrl_ros.ros.trainer_node import TrainerNode
+from fakes import KEY, FakeRobot
+from rosutil import spin_until, wait_for_match
 
 ROOT = Path(__file__).resolve().parent.parent
-KEY = bytes(range(32))
+
+pytestmark = pytest.mark.ros
 
 
 def artifact(path: Path, version: int) -> Path:
@@ -44,36 +38,9 @@ def artifact(path: Path, version: int) -> Path:
 
 
 @pytest.fixture
-def key_file(tmp_path) -> Path:
-    p = tmp_path / "bundle.key"
-    p.write_text(KEY.hex())
-    p.chmod(0o600)
-    return p
-
-
-class FakeRobot:
-    """Receives bundle messages, answers on the status topic, records the trainer's diagnostics."""
-
-    def __init__(self, ctx) -> None:
-        self.node = Node("fake_robot", context=ctx)
-        self.bundles: list[bytes] = []
-        self.diags: list = []
-        self.sub = self.node.create_subscription(UInt8MultiArray, "/lowrl/policy_bundle",
-                                                 lambda m: self.bundles.append(m.data.tobytes()), LATCHED)
-        self.status_pub = self.node.create_publisher(String, "/lowrl/policy_bundle/status", STATS)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diags.extend(m.status), 50)
-
-    def answer(self, status: BundleStatus) -> None:
-        self.status_pub.publish(String(data=status.to_json()))
-
-    def has_diag(self, name: str, level: int, text: str) -> bool:
-        return any(s.name == name and level_of(s) == level and text in s.message for s in self.diags)
-
-
-@pytest.fixture
 def rig(ros_context):
     executor = SingleThreadedExecutor(context=ros_context)
-    robot = FakeRobot(ros_context)
+    robot = FakeRobot(ros_context, bundles="receive")
     executor.add_node(robot.node)
     made = []
 
@@ -110,6 +77,7 @@ def _run_node(*params: str, timeout: float = 60.0) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_refuses_to_start_without_a_key(tmp_path):
     path = artifact(tmp_path / "v1.onnx", 1)
     proc = _run_node(f"bundle_path:={path}")
@@ -124,10 +92,11 @@ def test_refuses_to_start_without_a_key(tmp_path):
     assert proc.returncode == 1 and "chmod 600" in out, out
 
 
+@pytest.mark.slow
 def test_insecure_process_streams_unsigned_and_says_so_loudly(ros_context, tmp_path):
     path = artifact(tmp_path / "v1.onnx", 1)
     executor = SingleThreadedExecutor(context=ros_context)
-    robot = FakeRobot(ros_context)
+    robot = FakeRobot(ros_context, bundles="receive")
     executor.add_node(robot.node)
     proc = _run_node(f"bundle_path:={path}", "insecure:=true", "poll_period_s:=0.1", "diagnostics_period_s:=0.2")
     try:

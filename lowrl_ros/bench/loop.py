@@ -292,7 +292,8 @@ def run(args: argparse.Namespace) -> int:
                          "rss_torch_over_lowrl": to["rss_mb_max"] / lo["rss_mb_max"]}
     out_dir = Path(args.out or RESULTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = _plot(trips, out_dir / "loop.png", f"Pendulum-v1 at {args.rate_hz:.0f} Hz, {args.seconds:.0f} s per node, 3 processes")
+    png = _plot(trips, out_dir / "loop.png",
+                f"Pendulum-v1 at {args.rate_hz:.0f} Hz, {args.seconds:.0f} s per node, 3 processes")
     targets = {"p99 <= 2 ms": lo["rtt_p99_ms"] <= 2.0, "zero deadline misses": lo["late_answers"] == 0
                and lo["unanswered"] == 0, "rss <= 120 MB": lo["rss_mb_max"] <= 120.0}
     results["targets_met"] = targets

@@ -451,7 +451,8 @@ def _seeds(args) -> tuple[dict, str]:
                 f"| {env_id} | {variant} | {len(seeds)} | {stats['dense_mean']:.1f} | {stats['sparse_mean']:.1f} | "
                 f"**{100 * stats['ratio_of_means']:.1f} %** | {100 * lo:.1f}–{100 * hi:.1f} % | "
                 f"{100 * stats['mean_ratio']:.1f} ± {100 * stats['ratio_se']:.1f} % | "
-                f"{stats['diff_mean']:+.1f} ± {stats['diff_se']:.1f} | {stats['min_compression']:.2f}x | {stats['verdict']} |")
+                f"{stats['diff_mean']:+.1f} ± {stats['diff_se']:.1f} | {stats['min_compression']:.2f}x | "
+                f"{stats['verdict']} |")
             per_seed_lines.append(f"- {env_id} {variant}: " + ", ".join(
                 f"s{s} {o:.1f}/{d:.1f} = {100 * o / d:.1f} %" if d > 0 else f"s{s} {o:.1f}/{d:.1f}"
                 for s, d, o in zip(seeds, dense, ours)))

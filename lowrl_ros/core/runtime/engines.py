@@ -13,8 +13,8 @@ Two engines run a validated artifact:
   measures faster than the dense matvec on this machine.
 
 At 256 wide, per-call overhead dominates (docs/architecture.md, "Measured baselines"), which is why
-both engines avoid allocation and framework dispatch. ``engine="auto"`` builds both, checks they agree on probe observations, times
-them interleaved, and keeps the faster; ``Policy.engine_choice_reason`` says why.
+both engines avoid allocation and framework dispatch. ``engine="auto"`` builds both, checks they agree on probe
+observations, times them interleaved, and keeps the faster; ``Policy.engine_choice_reason`` says why.
 """
 from __future__ import annotations
 

@@ -39,5 +39,6 @@ class PolicyStats:
     def from_list(cls, values) -> "PolicyStats":
         values = list(values)
         if len(values) != len(STATS_FIELDS):
-            raise ValueError(f"policy stats need {len(STATS_FIELDS)} values ({', '.join(STATS_FIELDS)}), got {len(values)}")
+            raise ValueError(f"policy stats need {len(STATS_FIELDS)} values ({', '.join(STATS_FIELDS)}), "
+                             f"got {len(values)}")
         return cls(*map(float, values))

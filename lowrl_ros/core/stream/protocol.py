@@ -2,7 +2,8 @@
 
 docs/architecture.md, "Policy artifacts": "chunked if large, each chunk checksummed, the whole
 SHA-256-checked and signed (HMAC with a key file from config); versions are monotonic". One
-bundle version travels as ONE message (so a latched, depth-1 topic hands a late joiner the whole of the newest bundle), laid out as:
+bundle version travels as ONE message (so a latched, depth-1 topic hands a late joiner the whole of the newest bundle),
+laid out as:
 
     header  = MAGIC | proto u16 | version u64 | parent u64 | total_len u64 | chunk_size u32
               | n_chunks u32 | sha256(bundle) 32 B | hmac-sha256(key, header_without_hmac) 32 B

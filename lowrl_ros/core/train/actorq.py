@@ -434,8 +434,8 @@ class ActorQLearner:
                 msg = out_q.get(timeout=0.5)
             except queue.Empty:
                 if not all(p.is_alive() for p in procs):
-                    raise RuntimeError("an actor process died while starting; run one actor in the "
-                                       "foreground (lowrl_ros.core.train.actorq_worker.actor_main) to see why") from None
+                    raise RuntimeError("an actor process died while starting; run one actor in the foreground "
+                                       "(lowrl_ros.core.train.actorq_worker.actor_main) to see why") from None
                 continue
             if msg[0] == "error":
                 raise RuntimeError(f"actor {msg[1]} failed:\n{msg[2]}")

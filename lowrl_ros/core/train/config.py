@@ -50,8 +50,8 @@ class TrainConfig:
     critic_sparsity: float = _f(0.8, "fraction of critic weights that are zero (sparse variants)")
     mask_interval: int = _f(10_000, "RLx2/RigL/SET Delta T: optimizer updates of a network between its mask updates")
     zeta0: float = _f(0.5, "initial drop/grow fraction of the cosine schedule")
-    sparse_init: str = _f("topk", "initial weights of a sparse layer: topk (the paper's: the largest |w| of the "
-                                  "dense init) or scaled (U(+-1/sqrt(active fan-in)) per unit, the dense layer's scale)")
+    sparse_init: str = _f("topk", "initial weights of a sparse layer: topk (the paper's: the largest |w| of the dense "
+                                  "init) or scaled (U(+-1/sqrt(active fan-in)) per unit, the dense layer's scale)")
     nstep: int = _f(3, "rlx2: multi-step TD horizon n used after the delay")
     nstep_delay: int = _f(300_000, "rlx2: gradient steps with 1-step TD before switching to n-step")
     buffer_size: int = _f(1_000_000, "replay capacity (rlx2: maximum of the dynamic capacity)")
@@ -69,7 +69,8 @@ class TrainConfig:
     eval_episodes: int = _f(10, "episodes per evaluation")
     stop_return: float = _f(math.nan, "stop early once an evaluation's mean return reaches this (nan: never)")
     checkpoint_interval: int = _f(50_000, "environment steps between checkpoints (0: only at the end)")
-    threads: int = _f(1, "torch intra-op threads (1 suits a shared, busy machine; on an idle one its core count is faster)")
+    threads: int = _f(1, "torch intra-op threads (1 suits a shared, busy machine; "
+                         "on an idle one its core count is faster)")
     progress: bool = _f(True, "draw a progress line on stderr")
     tensorboard: bool = _f(False, "also write the logged scalars as TensorBoard events to RUN_DIR/tensorboard")
 
