@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from lowrl_ros.core.sim.plot import pyplot
 from lowrl_ros.core.train.actorq import ActorQConfig
 
 WIDTHS = {"256": (256, 2), "3x1024": (1024, 3)}
@@ -136,10 +137,7 @@ def bench_train(cfg: ActorQConfig) -> dict[str, Any]:
 def _plot(train: dict[str, Any], widths: list[str]):
     """Deployed return vs wall-clock per width, fp32 and int8 actors; PNG beside the results."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         return None
     from lowrl_ros.bench.record import RESULTS_DIR

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.sim.plot import pyplot
+
 NETS = {"64": [64, 64], "256": [256, 256], "3x1024": [1024, 1024, 1024]}
 OBS_DIM, ACT_DIM = 17, 6
 
@@ -186,10 +188,7 @@ def _targets(rows: list[dict]) -> list[str]:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     nets = list(dict.fromkeys(r["net"] for r in rows))
     fig, axes = plt.subplots(1, len(nets), figsize=(5 * len(nets), 5), sharey=True)

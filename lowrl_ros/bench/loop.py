@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.sim.plot import pyplot
+
 NODES = ("lowrl", "torch")
 
 
@@ -109,11 +111,8 @@ def idle_wake_cost(policy_path: str, calls: int = 300) -> dict[str, float]:
 
 def _plot(trips: dict[str, RoundTrips], path: Path, title: str) -> Path | None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
+        plt = pyplot()
         import matplotlib.ticker
-        import matplotlib.pyplot as plt
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))

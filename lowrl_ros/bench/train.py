@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.sim.plot import pyplot
+
 PARTS = ("speed", "pendulum", "mujoco", "seeds", "kernels")
 TARGET = 0.97  # the issue's target: RLx2 keeps >= 97 % of the dense return
 REPO = Path(__file__).resolve().parents[2]
@@ -364,19 +366,13 @@ def draw_mujoco(results: dict, out: Path) -> Path:
 
 def _panels(n: int, width: float, height: float):
     """A figure of ``n`` side-by-side panels (matplotlib without a display) and the list of its axes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+    fig, axes = pyplot().subplots(1, n, figsize=(width * n, height), squeeze=False)
     return fig, list(axes[0])
 
 
 def _save(fig, axes, out: Path) -> Path:
     """Grid and legend on each panel, then the figure written to ``out`` and closed; returns ``out``."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
