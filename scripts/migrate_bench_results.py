@@ -52,7 +52,8 @@ MAPPING: dict[str, str] = {
     **_stem("sim2real_pendulum_offset_50ep/sim2real", "sim2real/all_versions_eval_episodes50/Pendulum-v1/result"),
     **_stem("sim2real_pendulum_oracle/sim2real",
             "sim2real/all_versions_eval_episodes50_oracle_oracle_steps30000/Pendulum-v1/result"),
-    **_stem("sim2real_pendulum_plain/sim2real", "sim2real/all_versions_eval_episodes50_plain_judging/Pendulum-v1/result"),
+    **_stem("sim2real_pendulum_plain/sim2real",
+            "sim2real/all_versions_eval_episodes50_plain_judging/Pendulum-v1/result"),
     # `lowrl bench sim2real` before 7822216 gave Pendulum-v1's gap the 0.3 rad encoder offset
     **_stem("sim2real_example_gap/sim2real", f"{_EXAMPLE_GAP}sim2real/preset/{_S2R}/result"),
     **_stem("train_kernels", "train/kernels/result"),

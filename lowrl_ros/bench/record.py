@@ -147,8 +147,8 @@ def result_path(bench: str, *, setting: str | None = None, env: str | Sequence[s
     parts = [bench]
     for level, value in given.items():
         if (level in LAYOUT[bench]) != (value is not None):
-            need = "needs" if level in LAYOUT[bench] else "has no"
-            raise ValueError(f"bench_results/{bench}/ {need} a <{level}> level (got {level}={value!r})")
+            need = "needs a" if level in LAYOUT[bench] else "has no"
+            raise ValueError(f"bench_results/{bench}/ {need} <{level}> level (got {level}={value!r})")
         if value is not None:
             if not value or "/" in value or value.startswith("."):
                 raise ValueError(f"bad {level} folder name {value!r}")
@@ -212,7 +212,8 @@ def check_free(stem: Path, command: str) -> None:
     if old != command:
         raise ResultExists(
             f"{path} holds a result of another command.\n  recorded: {old}\n  this run: {command}\n"
-            "Run it with another setting, or supersede the old result first: "
+            "Keep both by writing elsewhere (another setting, or another results root), or supersede the old "
+            "result first: "
             f"python -m lowrl_ros.bench.record archive {path} --reason WHY --replaced-by WHAT")
 
 
@@ -314,7 +315,8 @@ def _speed_headline(r: dict, name: str) -> str:
 def _pendulum_headline(r: dict, name: str) -> str:
     s = r["summary"]
     return "env steps to -200 vs SB3 SAC: " + ", ".join(
-        f"{k} {v['steps_vs_sb3']:.2f}x ({v['reached']})" for k, v in s.items() if "steps_vs_sb3" in v and k != "sb3_sac")
+        f"{k} {v['steps_vs_sb3']:.2f}x ({v['reached']})" for k, v in s.items()
+        if "steps_vs_sb3" in v and k != "sb3_sac")
 
 
 def _sim2real_headline(r: dict, name: str) -> str:
@@ -391,6 +393,16 @@ def index_rows(root: Path | None = None) -> list[dict[str, str]]:
 def write_index(root: Path | None = None) -> Path:
     """Regenerate ``bench_results/README.md`` from every result JSON; returns its path."""
     root = Path(root or RESULTS_DIR)
+    text = index_text(root)
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / INDEX
+    out.write_text(text)
+    return out
+
+
+def index_text(root: Path | None = None) -> str:
+    """The index (README.md) of every result JSON under ``root``."""
+    root = Path(root or RESULTS_DIR)
     rows = index_rows(root)
     cols = ("bench", "setting", "env", "seeds", "date", "machine", "headline", "command", "path")
     head = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -405,10 +417,7 @@ def write_index(root: Path | None = None) -> Path:
         lines += ["", "## Archived", "", "| archive | " + head[0][2:], "|---" + head[1]]
         lines += [f"| [{r['archive']}]({ARCHIVE}/{r['archive']}/NOTE.md) | " + " | ".join(r[c] for c in cols) + " |"
                   for r in archived]
-    root.mkdir(parents=True, exist_ok=True)
-    out = root / INDEX
-    out.write_text("\n".join(lines) + "\n")
-    return out
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
