@@ -342,10 +342,24 @@ def _distill_headline(r: dict, name: str) -> str:
     return "; ".join(out)
 
 
+def _loop_headline(r: dict, name: str) -> str:
+    lo, to = r["lowrl"], r["torch"]
+    return (f"round trip p99 {lo['rtt_p99_ms']:.2f} ms (torch node {to['rtt_p99_ms']:.2f} ms), RSS "
+            f"{lo['rss_mb_max']:.0f} MB (torch {to['rss_mb_max']:.0f} MB)")
+
+
+def _actorq_headline(r: dict, name: str) -> str | None:
+    tail = "_ratios_first_pair"
+    pairs = {k[:-len(tail)]: v for k, v in r.get("train", {}).items() if k.endswith(tail)}
+    return "; ".join(f"{w}: int8 actors {p['env_steps_per_s_int8_over_fp32']:.2f}x the env steps/s of fp32, "
+                     f"{p['bytes_per_broadcast_fp32_over_int8']:.1f}x fewer bytes per broadcast"
+                     for w, p in pairs.items())
+
+
 _HEADLINES: dict[str, Callable[[dict, str], str | None]] = {
     "train/mujoco": _mujoco_headline, "train/speed": _speed_headline, "train/pendulum": _pendulum_headline,
     "sim2real": _sim2real_headline, "budget": _budget_headline, "inference": _inference_headline,
-    "distill": _distill_headline,
+    "distill": _distill_headline, "loop": _loop_headline, "actorq": _actorq_headline,
 }
 
 
