@@ -192,6 +192,8 @@ def rewrite_text(text: str) -> str:
 def rewrite(paths: list[Path]) -> int:
     changed = 0
     for path in paths:
+        if path.resolve() == Path(__file__).resolve():  # the mapping itself names the old paths
+            continue
         try:
             text = path.read_text()
         except (UnicodeDecodeError, IsADirectoryError):
