@@ -70,48 +70,87 @@ def test_mujoco_part_sparse_set_overrides_the_scaling_in_a_run_of_its_own(tmp_pa
     assert summary["config"]["nstep_delay"] == 1000
 
 
-def test_result_files_are_named_by_what_differs_from_the_presets(tmp_path):
-    name = lambda *extra: bench_train._result_name("mujoco", _args(tmp_path, *extra))  # noqa: E731
-    assert name() == "train_mujoco"
-    assert name("--algo", "td3", "--actor-sparsity", "0.9", "--critic-sparsity", "0.85", "--seed", "2") == \
-        "train_mujoco_td3_a0.9_c0.85_s2"
+def test_result_paths_carry_setting_env_and_seed_zero_included(tmp_path):
+    from lowrl_ros.bench import record
+
+    def paths(*extra, part="mujoco"):
+        places = bench_train._result_places(part, _args(tmp_path, *extra))
+        return {env: record.result_path(root=tmp_path, **where).relative_to(tmp_path).as_posix()
+                for env, where in places.items()}
+
+    assert paths() == {"Pendulum-v1": "train/mujoco/sac_preset/Pendulum-v1/seed0"}  # seed 0 has its suffix too
+    assert paths("--algo", "td3", "--actor-sparsity", "0.9", "--critic-sparsity", "0.85", "--seed", "2",
+                 "--envs", "HalfCheetah-v5,Hopper-v5") == {
+        "HalfCheetah-v5": "train/mujoco/td3_a0.9_c0.85/HalfCheetah-v5/seed2",  # one file per environment:
+        "Hopper-v5": "train/mujoco/td3_a0.9_c0.85/Hopper-v5/seed2"}            # a one-env run cannot overwrite both
     # a --sparse-set run does not overwrite the preset's result of the same seed
-    assert name("--algo", "td3", "--sparse-set", "sparse_init=scaled", "nstep_delay=9", "--seed", "3") == \
-        "train_mujoco_td3_nstep_delay9_sparse_initscaled_s3"
-    assert bench_train._result_name("speed", _args(tmp_path, "--algo", "td3")) == "train_speed"
+    assert paths("--algo", "td3", "--sparse-set", "sparse_init=scaled", "nstep_delay=9", "--seed", "3") == \
+        {"Pendulum-v1": "train/mujoco/td3_nstep_delay9_sparse_initscaled/Pendulum-v1/seed3"}
+    assert paths("--algo", "td3", part="seeds") == {"Pendulum-v1": "train/mujoco/td3_preset/Pendulum-v1/summary"}
+    assert paths("--algo", "td3", part="speed") == {None: "train/speed/preset/result"}
+    assert paths("--threads", "2", part="speed") == {None: "train/speed/threads2/result"}
+    assert paths(part="kernels") == {None: "train/kernels/result"}
+
+
+def test_a_result_of_another_command_is_refused_before_training(tmp_path, monkeypatch):
+    from lowrl_ros.bench import record
+
+    monkeypatch.setattr(record, "RESULTS_DIR", tmp_path / "results")
+    seed0 = tmp_path / "results" / "train/mujoco/sac_preset/Pendulum-v1/seed0.json"
+    seed0.parent.mkdir(parents=True)
+    seed0.write_text(json.dumps({"command": "lowrl bench train --part mujoco --steps 300000", "results": {}}))
+    with pytest.raises(SystemExit, match="recorded: lowrl bench train --part mujoco --steps 300000"):
+        bench_train.run(_args(tmp_path, "--variants", "rlx2"))
+    assert not (tmp_path / "runs").exists()  # nothing trained
 
 
 def test_seeds_part_summarises_every_seed_file_of_one_setting(tmp_path, monkeypatch):
     from lowrl_ros.bench import record
 
     monkeypatch.setattr(record, "RESULTS_DIR", tmp_path / "results")
-    with pytest.raises(SystemExit, match=r"no .*train_mujoco\[_s<N>\]\.json; run --part mujoco"):
+    with pytest.raises(SystemExit, match=r"no .*train/mujoco/sac_preset/<env>/seed<N>\.json for --envs Pendulum-v1; "
+                                         "run --part mujoco"):
         bench_train._seeds(_args(tmp_path))
     for seed in ("0", "1"):  # real tiny runs, written where --part mujoco writes them
         assert bench_train.run(_args(tmp_path, "--variants", "dense,rlx2", "--seed", seed)) == 0
-    one = json.loads((tmp_path / "results" / "train_mujoco_s1.json").read_text())
+    env_dir = tmp_path / "results" / "train/mujoco/sac_preset/Pendulum-v1"
+    one = json.loads((env_dir / "seed1.json").read_text())
     del one["results"]["Pendulum-v1/dense"]  # a seed whose dense has not been trained yet is skipped, and said so
     one["results"]["seed"] = 2
-    (tmp_path / "results" / "train_mujoco_s2.json").write_text(json.dumps(one))
-    (tmp_path / "results" / "train_mujoco_a0.5_s3.json").write_text(json.dumps(one))  # another setting: not read
+    (env_dir / "seed2.json").write_text(json.dumps(one))
+    other = tmp_path / "results" / "train/mujoco/sac_a0.5/Pendulum-v1/seed3.json"  # another setting: not read
+    other.parent.mkdir(parents=True)
+    other.write_text(json.dumps(one))
 
     # parts mujoco (from _args: seed 0's finished runs are reused) then seeds
     assert bench_train.run(_args(tmp_path, "--part", "seeds")) == 0
-    out = json.loads((tmp_path / "results" / "train_mujoco_seeds_pendulum.json").read_text())["results"]
+    summary = json.loads((env_dir / "summary.json").read_text())
+    out = summary["results"]
     e = out["Pendulum-v1/rlx2"]
-    scores = {s: json.loads((tmp_path / "results" / f"train_mujoco{s}.json").read_text())["results"]
-              for s in ("", "_s1")}
+    scores = {s: json.loads((env_dir / f"seed{s}.json").read_text())["results"] for s in (0, 1)}
     assert e["seeds"] == [0, 1]
-    assert e["dense"] == [scores[s]["Pendulum-v1/dense"]["score"] for s in ("", "_s1")]
-    assert e["sparse"] == [scores[s]["Pendulum-v1/rlx2"]["score"] for s in ("", "_s1")]
+    assert e["dense"] == [scores[s]["Pendulum-v1/dense"]["score"] for s in (0, 1)]
+    assert e["sparse"] == [scores[s]["Pendulum-v1/rlx2"]["score"] for s in (0, 1)]
     assert e["verdict"] == "no ratio: the dense mean is <= 0"  # Pendulum's returns are negative
-    assert out["skipped"] == ["train_mujoco_s2.json (Pendulum-v1, rlx2): no dense score "
+    assert out["skipped"] == ["seed2.json (Pendulum-v1, rlx2): no dense score "
                               "(train dense, then --variants dense,VARIANT)"]
-    assert (tmp_path / "results" / "train_mujoco_seeds_pendulum.png").read_bytes()[:4] == b"\x89PNG"
+    assert (env_dir / "summary.png").read_bytes()[:4] == b"\x89PNG"
+    assert (env_dir / "seed0.png").read_bytes()[:4] == b"\x89PNG"
+    assert (summary["setting"], summary["env"], summary["seed"]) == ("sac_preset", "Pendulum-v1", None)
+    assert summary["headline"].startswith("Pendulum-v1/rlx2: ") and " over 2 seeds " in summary["headline"]
+    index = (tmp_path / "results" / "README.md").read_text()  # every result in the index, seed 0 included
+    for name in ("seed0", "seed1", "seed2", "summary"):
+        assert f"(train/mujoco/sac_preset/Pendulum-v1/{name}.json)" in index
     with pytest.raises(SystemExit, match="names no sparse variant"):
         bench_train._seeds(_args(tmp_path, "--variants", "dense"))
-    with pytest.raises(SystemExit, match="none of 3 .* holds both dense and rlx2 for Pendulum-v1 at 900 steps"):
+    with pytest.raises(SystemExit, match="none of 3 sac_preset .* holds both dense and rlx2 for Pendulum-v1 at 900 "
+                                         "steps"):
         bench_train._seeds(_args(tmp_path, "--steps", "900"))
+    # --dense-from takes a setting folder: <DIR>/<env>/seed<N>.json of the run's seed
+    again, _ = bench_train._mujoco(_args(tmp_path, "--variants", "rlx2", "--seed", "1", "--dense-from",
+                                         str(env_dir.parent)))
+    assert again["Pendulum-v1/dense"] == {"score": scores[1]["Pendulum-v1/dense"]["score"],
+                                          "recorded_in": str(env_dir / "seed1.json")}
 
 
 def test_seed_stats_against_hand_computed_figures():

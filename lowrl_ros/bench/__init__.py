@@ -1,6 +1,7 @@
 """`lowrl bench NAME`: each benchmark is lowrl_ros/bench/NAME.py with add_arguments and run.
 
-Results go to bench_results/ as JSON and markdown, with the exact command and the machine, and
+Results go to bench_results/ as JSON and markdown (layout and index: lowrl_ros/bench/record.py), with the
+exact command and the machine, and
 every speed claim is a ratio against a baseline measured in the same run (machines here are
 shared and noisy).
 """

@@ -21,11 +21,13 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
 
+from lowrl_ros.core.sim.plot import pyplot
 from lowrl_ros.core.train.actorq import ActorQConfig
 
 WIDTHS = {"256": (256, 2), "3x1024": (1024, 3)}
@@ -133,17 +135,12 @@ def bench_train(cfg: ActorQConfig) -> dict[str, Any]:
             "energy": energy, "evals": res.evals}
 
 
-def _plot(train: dict[str, Any], widths: list[str]):
-    """Deployed return vs wall-clock per width, fp32 and int8 actors; PNG beside the results."""
+def _plot(train: dict[str, Any], widths: list[str], path: Path):
+    """Deployed return vs wall-clock per width, fp32 and int8 actors, to ``path`` (beside the results)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         return None
-    from lowrl_ros.bench.record import RESULTS_DIR
-
     fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 3.6), squeeze=False)
     for ax, w in zip(axes[0], widths):
         for name, style in (("fp32", "-"), ("int8", "--")):
@@ -156,8 +153,7 @@ def _plot(train: dict[str, Any], widths: list[str]):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / "actorq.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -185,8 +181,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from lowrl_ros.bench.record import write_result
+    from lowrl_ros.bench import record
 
+    where = {"env": args.env, "seed": args.seed}
+    try:  # a result of another command there: refused before the measurement, not after
+        record.check_free(record.result_path("actorq", **where), record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench actorq: {exc}", file=sys.stderr)
+        return 2
     try:
         base = ActorQConfig(env_id=args.env, **{f.name: getattr(args, f.name) for f in fields(ActorQConfig)
                                                  if f.name not in ("env_id", "int8", "hidden", "depth")})
@@ -244,10 +246,10 @@ def run(args: argparse.Namespace) -> int:
                "their CPU-seconds. Returns are of the deployed snapshot (the artifact the actors ran).",
                "wall to target counts from the moment every actor had loaded version 1."]
     if results["train"]:
-        png = _plot(results["train"], args.widths)
+        png = _plot(results["train"], args.widths, record.result_path("actorq", **where).with_suffix(".png"))
         if png:
             md += ["", f"Learning curves (deployed return vs wall-clock): {png}"]
-    path = write_result("actorq", results, "\n".join(md))
+    path = record.write_result("actorq", results, "\n".join(md), **where)
     print("\n".join(md))
     print(f"wrote {path}")
     return 0

@@ -493,7 +493,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowrl_ros.bench.record import write_result
+    from lowrl_ros.bench import record
+
+    setting = record.setting_of(args, add_arguments, skip=("params_file",))
+    try:  # a result of another command there: refused before the measurement, not after
+        record.check_free(record.result_path("budget", setting=setting), record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench budget: {exc}", file=sys.stderr)
+        return 2
 
     if not args.params_file.is_file():
         print(f"error: --params-file {args.params_file} does not exist; pass the budget_monitor.yaml to use",
@@ -542,7 +549,7 @@ def run(args: argparse.Namespace) -> int:
                        f"| {p['ticks']:.0f} | {p['final_tier']:.0f} |" for p in phases]
             md += ["", f"Misses with the monitor / without: {r['ratio_with_over_without']:.3f} (target <= 0.1); "
                    f"only misses after the tier was applied: {r['ratio_after_tier_applied_over_without']:.3f}.", ""]
-    path = write_result("budget", results, "\n".join(md))
+    path = record.write_result("budget", results, "\n".join(md), setting=setting)
     print("\n".join(md))
     print(f"results: {path}")
     return 0

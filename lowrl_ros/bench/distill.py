@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="student distilled twice more, without and with quantization-aware fine-tuning")
     parser.add_argument("--qat-steps", type=int, default=1000,
                         help="fake-quant fine-tuning steps of the QAT run (0: skip)")
-    parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results root (default bench_results/); the result goes to "
+                             "<root>/distill/<setting>/<envs>/seed<N>.*")
     parser.add_argument("--work-dir", type=Path, default=Path("runs/bench_distill"),
                         help="where the students (artifacts, torch states) are kept")
 
@@ -77,12 +79,22 @@ def quantization_analysis(student, teacher, env_id: str, seed: int) -> dict[str,
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowrl_ros.bench.record import RESULTS_DIR, write_result
+    from lowrl_ros.bench import record
     from lowrl_ros.core.compress.distill import DistillConfig, distill, load_teacher
 
-    out_dir = args.out or RESULTS_DIR
+    # The environments are a path level of their own; another teacher for the same environment and flags is
+    # another command, which write_result refuses to put over this one.
+    cases = args.case or DEFAULT_CASES
+    where = {"setting": record.setting_of(args, add_arguments, skip=("case", "out", "work_dir", "seed")),
+             "env": [c.partition("=")[0] for c in cases], "seed": args.seed, "root": args.out}
+    stem = record.result_path("distill", **where)
+    try:  # a result of another command there: refused before the measurement, not after
+        record.check_free(stem, record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench distill: {exc}", file=sys.stderr)
+        return 2
     results, rows, qat_rows = {}, [], []
-    for case in args.case or DEFAULT_CASES:
+    for case in cases:
         env_id, _, source = case.partition("=")
         if not source:
             print(f"lowrl bench distill: --case {case!r} is not ENV=TEACHER", file=sys.stderr)
@@ -98,9 +110,9 @@ def run(args: argparse.Namespace) -> int:
                             seed=args.seed)
         print(f"{env_id}: distilling {source} into {', '.join(cfg.students)}", file=sys.stderr)
         res = distill(teacher, cfg, args.work_dir / env_id)
-        plot = Path(out_dir) / f"distill_{env_id}.png"
+        plot = stem.parent / f"{stem.name}_{env_id}.png"
         if res.plot_path:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            plot.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(res.plot_path, plot)
         t = res.teacher_eval
         case_res = {"teacher": {"source": source, "kind": teacher.kind, "return_mean": t.mean, "return_std": t.std,
@@ -149,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                "fraction of the action range (mean / max).\n\n"
                "| env | student | QAT steps | deployed return | kept | int8 vs own fp32 | int8 vs teacher |\n"
                "|---|---|---|---|---|---|---|\n" + "\n".join(qat_rows) + "\n")
-    path = write_result("distill", results, md, out_dir)
+    path = record.write_result("distill", results, md, **where)
     print(md)
     print(f"wrote {path}")
     return 0

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.sim.plot import pyplot
+
 NETS = {"64": [64, 64], "256": [256, 256], "3x1024": [1024, 1024, 1024]}
 OBS_DIM, ACT_DIM = 17, 6
 
@@ -186,10 +188,7 @@ def _targets(rows: list[dict]) -> list[str]:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     nets = list(dict.fromkeys(r["net"] for r in rows))
     fig, axes = plt.subplots(1, len(nets), figsize=(5 * len(nets), 5), sharey=True)
@@ -217,10 +216,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds the calls are split into")
     parser.add_argument("--nets", nargs="+", choices=list(NETS), default=list(NETS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results root (default bench_results/); the result goes to <root>/inference/seed<N>.*")
 
 
 def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.bench import record
+
+    stem = record.result_path("inference", seed=args.seed, root=args.out)
+    try:  # a result of another command there: refused before the measurement, not after
+        record.check_free(stem, record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench inference: {exc}", file=sys.stderr)
+        return 2
     try:
         import stable_baselines3  # noqa: F401
         import torch
@@ -236,22 +244,19 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.nets:
             rows += bench_net(name, NETS[name], args.calls, args.rounds, Path(tmp), args.seed)
-    from lowrl_ros.bench.record import RESULTS_DIR, write_result
-
-    out_dir = args.out or RESULTS_DIR
     md = _markdown(rows, args.calls, args.rounds)
     md += (f"\n\nsb3_predict and torch_eager_fp32 ran with torch's default {threads} threads; "
            "sb3_predict_1thread with 1.")
     targets = _targets(rows)
     reasons = sorted({f"- {r['net']} {r['variant']}: {r['reason']}" for r in rows if r["variant"].startswith("auto_")})
     md += "\n\nTargets:\n" + "\n".join(targets) + "\n\nAuto engine choices (measured at load):\n" + "\n".join(reasons)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    png = Path(out_dir) / "inference.png"
+    png = stem.with_suffix(".png")
+    png.parent.mkdir(parents=True, exist_ok=True)
     _plot(rows, png)
     md += f"\n\n![latency]({png.name})\n"
     results = {"rows": rows, "torch_threads": threads, "calls": args.calls, "rounds": args.rounds,
                "targets": targets, "plot": str(png)}
-    path = write_result("inference", results, md, out_dir)
+    path = record.write_result("inference", results, md, seed=args.seed, root=args.out)
     print(md)
     print(f"\nwrote {path} and {png}")
     return 0

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.sim.plot import pyplot
+
 NODES = ("lowrl", "torch")
 
 
@@ -34,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds per node not counted, at the start")
     parser.add_argument("--rate-hz", type=float, default=100.0, help="sim robot control rate (default 100)")
     parser.add_argument("--policy", default=None, help="artifact (.onnx); default models/pendulum_sac_int8.onnx")
-    parser.add_argument("--out", type=Path, default=None, help="results dir (default bench_results/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results root (default bench_results/); the result goes to <root>/loop/result.*")
 
 
 class RoundTrips:
@@ -109,11 +112,8 @@ def idle_wake_cost(policy_path: str, calls: int = 300) -> dict[str, float]:
 
 def _plot(trips: dict[str, RoundTrips], path: Path, title: str) -> Path | None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
+        plt = pyplot()
         import matplotlib.ticker
-        import matplotlib.pyplot as plt
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -165,6 +165,13 @@ def _markdown(results: dict, args: argparse.Namespace, png: Path | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.bench import record
+
+    try:  # a result of another command there: refused before the measurement, not after
+        record.check_free(record.result_path("loop", root=args.out), record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench loop: {exc}", file=sys.stderr)
+        return 2
     import psutil
     import rclpy
     from rclpy.logging import LoggingSeverity
@@ -172,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.parameter import Parameter
     from std_msgs.msg import Float64MultiArray
 
-    from lowrl_ros.bench.record import RESULTS_DIR, write_result
     from lowrl_ros.core.runtime.policy_stats import PolicyStats
     from lowrl_ros.launcher import PACKAGE, package_share
     from lowrl_ros.ros.spinning import make_executor
@@ -290,15 +296,14 @@ def run(args: argparse.Namespace) -> int:
     results["ratios"] = {"rtt_p50_torch_over_lowrl": to["rtt_p50_ms"] / lo["rtt_p50_ms"],
                          "rtt_p99_torch_over_lowrl": to["rtt_p99_ms"] / lo["rtt_p99_ms"],
                          "rss_torch_over_lowrl": to["rss_mb_max"] / lo["rss_mb_max"]}
-    out_dir = Path(args.out or RESULTS_DIR)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = _plot(trips, out_dir / "loop.png",
-                f"Pendulum-v1 at {args.rate_hz:.0f} Hz, {args.seconds:.0f} s per node, 3 processes")
+    png = record.result_path("loop", root=args.out).with_suffix(".png")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    png = _plot(trips, png, f"Pendulum-v1 at {args.rate_hz:.0f} Hz, {args.seconds:.0f} s per node, 3 processes")
     targets = {"p99 <= 2 ms": lo["rtt_p99_ms"] <= 2.0, "zero deadline misses": lo["late_answers"] == 0
                and lo["unanswered"] == 0, "rss <= 120 MB": lo["rss_mb_max"] <= 120.0}
     results["targets_met"] = targets
     md = _markdown(results, args, png)
-    path = write_result("loop", results, md, out_dir)
+    path = record.write_result("loop", results, md, root=args.out)
     print(md)
     print(f"results: {path}" + (f", plot: {png}" if png else ""))
     return 0

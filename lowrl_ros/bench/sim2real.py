@@ -40,10 +40,11 @@ ENVS = {"Pendulum-v1": "config/train_pendulum_sac.yaml",
 BENCH_GAP = dict(mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_delay_steps=1)
 # Pendulum-v1 adds a 0.3 rad encoder zero offset. With the example gap alone its gap is mostly physics:
 # a policy trained 30k steps on the gapped pendulum from scratch recovers only 22/40/3 % of
-# sim - before (bench_results/sim2real_pendulum_oracle/), so "recovered" measured the torque the
-# gap takes away, not the fine-tuning. An offset is an invertible change of the observation: the
-# best return under example gap + offset is exactly the best under the example gap, and the part
-# the offset costs can all be won back. `--gap joint_offset=0` runs the example gap alone.
+# sim - before (bench_results/sim2real/all_versions_eval_episodes50_oracle_oracle_steps30000/Pendulum-v1/),
+# so "recovered" measured the torque the gap takes away, not the fine-tuning. An offset is an
+# invertible change of the observation: the best return under example gap + offset is exactly the
+# best under the example gap, and the part the offset costs can all be won back.
+# `--gap joint_offset=0` runs the example gap alone.
 ENV_GAP = {"Pendulum-v1": dict(joint_offset=0.3)}
 
 
@@ -90,7 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "returns adjusted for each episode's start state")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
-    parser.add_argument("--out", type=Path, default=None, help="results directory (default bench_results/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results root (default bench_results/); the result goes to "
+                             "<root>/sim2real/<setting>/<envs>/result.*")
 
 
 def _preset(env_id: str) -> Path:
@@ -275,11 +278,20 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
 
 
 def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.bench import record
+
+    # Named before any default is filled in below: the setting is what the command line changed.
+    where = {"setting": record.setting_of(args, add_arguments, skip=("envs", "out", "runs_dir")), "env": args.envs,
+             "root": args.out}
+    try:  # a result of another command there: refused before hours of fine-tuning, not after
+        record.check_free(record.result_path("sim2real", **where), record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench sim2real: {exc}")
+        return 2
     if args.lr is None:
         from lowrl_ros.core.finetune.learner import FineTuneConfig
 
         args.lr = FineTuneConfig.lr
-    from lowrl_ros.bench.record import write_result
     from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 
     try:
@@ -371,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
                 "oracle on the gap (recovered vs it) | best version made (recovered) |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
-    path = write_result("sim2real", results, markdown, args.out)
+    path = record.write_result("sim2real", results, markdown, **where)
     print(markdown)
     print(f"results: {path}")
     return 0

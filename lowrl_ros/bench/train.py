@@ -18,7 +18,8 @@ Parts (``--part``, repeatable; default speed, pendulum, kernels):
 * kernels   dense vs CSR sparse matmul at the densities Erdős–Rényi gives the hidden layers, and
             Adam implementations: the measurements behind the trainer's kernel choices.
 
-Each part writes bench_results/train_<part>.json and .md with the command and the machine.
+Each part writes bench_results/train/<part>/ (lowrl_ros/bench/record.py): mujoco one file per environment and
+seed, train/mujoco/<algo>_<setting>/<env>/seed<N>.{json,md,png}, seeds a summary.{json,md,png} beside them.
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from lowrl_ros.bench import record
+from lowrl_ros.core.sim.plot import pyplot
 
 PARTS = ("speed", "pendulum", "mujoco", "seeds", "kernels")
 TARGET = 0.97  # the issue's target: RLx2 keeps >= 97 % of the dense return
@@ -50,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "separate processes can train them in parallel, then one run writes the table); "
                              "seeds: the sparse ones among them are summarised against dense")
     parser.add_argument("--seed", type=int, default=0,
-                        help="mujoco: the runs' seed (default 0); another seed writes train_mujoco[_algo]..._s<seed>.*")
+                        help="mujoco: the runs' seed (default 0), written to train/mujoco/<setting>/<env>/seed<seed>.*")
     parser.add_argument("--actor-sparsity", type=float, default=None,
                         help="mujoco: the sparse variants' actor sparsity instead of the preset's (the paper's)")
     parser.add_argument("--critic-sparsity", type=float, default=None,
@@ -60,8 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "bench's scaling, e.g. --sparse-set mask_interval=10000 nstep_delay=90000 (the runs "
                              "get directories of their own)")
     parser.add_argument("--dense-from", default=None,
-                        help="mujoco: take the dense score from this earlier result JSON (same envs, steps and seed) "
-                             "instead of training dense again; dense runs no RLx2 code, so its score stands")
+                        help="mujoco: take the dense score from this earlier result JSON (same envs, steps and seed), "
+                             "or from <DIR>/<env>/seed<N>.json of a setting folder such as "
+                             "bench_results/train/mujoco/td3_preset, instead of training dense again; dense runs no "
+                             "RLx2 code, so its score stands")
     parser.add_argument("--chunks", type=int, default=8, help="speed: interleaved chunks per contender")
     parser.add_argument("--chunk-updates", type=int, default=40, help="speed: gradient steps per chunk")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for our trainer (default 1)")
@@ -289,11 +295,6 @@ def _mujoco(args) -> tuple[dict, str]:
         raise SystemExit(f"lowrl bench train: {exc}") from None
     recorded = {env_id: _recorded_dense(Path(args.dense_from), env_id, steps, args.seed) for env_id in envs} \
         if args.dense_from and "dense" not in variants else {}
-    lines = [f"{args.algo.upper()}, {steps} env steps per run, seed {args.seed}, warm-up min(25000, steps/10), "
-             "10 evaluations of 5 episodes; score = mean of the last 3 evaluations. Paper budget: 300k+ "
-             "(not run unless --steps says so).\n",
-             "| env | variant | score | % of dense | compression | train FLOPs reduction | inference FLOPs reduction "
-             "| wall s | ms/grad step |", "|---|---|---|---|---|---|---|---|---|"]
     for env_id in envs:
         scores = {}
         for variant in variants:
@@ -321,22 +322,56 @@ def _mujoco(args) -> tuple[dict, str]:
                      "policy_distances": [float(r["policy_distance"]) if r["policy_distance"] else None for r in log]}
             results[f"{env_id}/{variant}"] = entry
         if env_id in recorded:
-            scores["dense"] = recorded[env_id]
-            results[f"{env_id}/dense"] = {"score": scores["dense"], "recorded_in": args.dense_from}
-            lines.append(f"| {env_id} | dense (recorded in {args.dense_from}) | {scores['dense']:.1f} | 100.0 | "
-                         "1.00x | 1.00x | 1.00x | - | - |")
+            path, scores["dense"] = recorded[env_id]
+            results[f"{env_id}/dense"] = {"score": scores["dense"], "recorded_in": str(path)}
         for variant in variants:
             e = results[f"{env_id}/{variant}"]
-            pct = 100 * e["score"] / scores["dense"] if scores.get("dense", 0) > 0 else math.nan
-            e["percent_of_dense"] = pct
+            e["percent_of_dense"] = 100 * e["score"] / scores["dense"] if scores.get("dense", 0) > 0 else math.nan
+    return results, _mujoco_markdown(results, args)
+
+
+def _mujoco_markdown(results: dict, args: argparse.Namespace) -> str:
+    """The table of a --part mujoco result (of one environment or several), from the results alone."""
+    lines = [f"{args.algo.upper()}, {results['steps']} env steps per run, seed {results['seed']}, warm-up "
+             "min(25000, steps/10), 10 evaluations of 5 episodes; score = mean of the last 3 evaluations. Paper "
+             "budget: 300k+ (not run unless --steps says so).\n",
+             "| env | variant | score | % of dense | compression | train FLOPs reduction | inference FLOPs reduction "
+             "| wall s | ms/grad step |", "|---|---|---|---|---|---|---|---|---|"]
+    for env_id in _result_envs(results):
+        dense = results.get(f"{env_id}/dense", {})
+        if "recorded_in" in dense:
+            lines.append(f"| {env_id} | dense (recorded in {dense['recorded_in']}) | {dense['score']:.1f} | 100.0 | "
+                         "1.00x | 1.00x | 1.00x | - | - |")
+        for key, e in results.items():
+            if not key.startswith(env_id + "/") or "recorded_in" in e:
+                continue
+            variant = key.split("/", 1)[1]
             label = variant if variant == "dense" else f"{variant} {e['actor_sparsity']:.0%}/{e['critic_sparsity']:.0%}"
-            lines.append(f"| {env_id} | {label} | {e['score']:.1f} | {pct:.1f} | {e['compression']:.2f}x | "
-                         f"{e['train_flops_reduction']:.2f}x | {e['inference_flops_reduction']:.2f}x | "
-                         f"{e['wall_s']:.0f} | {e['ms_per_gradient_step']:.2f} |")
+            lines.append(f"| {env_id} | {label} | {e['score']:.1f} | {e['percent_of_dense']:.1f} | "
+                         f"{e['compression']:.2f}x | {e['train_flops_reduction']:.2f}x | "
+                         f"{e['inference_flops_reduction']:.2f}x | {e['wall_s']:.0f} | "
+                         f"{e['ms_per_gradient_step']:.2f} |")
     if any(v.get("reused_finished_run") for v in results.values() if isinstance(v, dict)):
         lines.append("\nSome rows reuse a finished run of the same config from the runs directory "
                      "(wall s is that run's own).")
-    return results, "\n".join(lines)
+    return "\n".join(lines)
+
+
+def _result_envs(results: dict) -> list[str]:
+    """The environments of a result, in the order the results hold them."""
+    return list(dict.fromkeys(k.split("/")[0] for k, v in results.items() if "/" in k and isinstance(v, dict)))
+
+
+def _one_env(results: dict, env_id: str) -> dict:
+    """The part of a mujoco or seeds result that is about ``env_id``: its entries, and the run-wide fields."""
+    out = {k: v for k, v in results.items() if "/" not in k and k not in ("files", "skipped")}
+    out.update({k: v for k, v in results.items() if k.startswith(env_id + "/")})
+    if "files" in results:
+        out["files"] = [p for p in results["files"] if Path(p).parent.name == env_id]
+    skipped = [s for s in results.get("skipped", []) if f"({env_id}, " in s]
+    if skipped:
+        out["skipped"] = skipped
+    return out
 
 
 def draw_mujoco(results: dict, out: Path) -> Path:
@@ -364,19 +399,13 @@ def draw_mujoco(results: dict, out: Path) -> Path:
 
 def _panels(n: int, width: float, height: float):
     """A figure of ``n`` side-by-side panels (matplotlib without a display) and the list of its axes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+    fig, axes = pyplot().subplots(1, n, figsize=(width * n, height), squeeze=False)
     return fig, list(axes[0])
 
 
 def _save(fig, axes, out: Path) -> Path:
     """Grid and legend on each panel, then the figure written to ``out`` and closed; returns ``out``."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -387,43 +416,36 @@ def _save(fig, axes, out: Path) -> Path:
     return out
 
 
-def _seed_files(base: str) -> list[tuple[int, Path]]:
-    """(seed, path) of every mujoco result named ``base``: <base>.json is seed 0, <base>_s<N>.json seed N."""
+def _seed_files(setting: str, env_id: str) -> list[tuple[int, Path]]:
+    """(seed, path) of every --part mujoco result of ``setting`` and ``env_id``: <setting>/<env>/seed<N>.json."""
     import re
 
-    from lowrl_ros.bench.record import RESULTS_DIR
-
+    folder = record.result_path("train/mujoco", setting=setting, env=env_id, seed=0).parent
     found = []
-    for path in Path(RESULTS_DIR).glob(f"{base}*.json"):
-        m = re.fullmatch(re.escape(base) + r"(?:_s(\d+))?\.json", path.name)
+    for path in folder.glob("seed*.json"):
+        m = re.fullmatch(r"seed(\d+)\.json", path.name)
         if m:
-            found.append((int(m.group(1) or 0), path))
+            found.append((int(m.group(1)), path))
     return sorted(found)
 
 
 def _seeds(args) -> tuple[dict, str]:
     """Summarise, per env and sparse variant, every seed's ``--part mujoco`` result of one setting."""
-    base = _mujoco_name(args)
-    files = _seed_files(base)
-    if not files:
-        from lowrl_ros.bench.record import RESULTS_DIR
-
-        raise SystemExit(f"lowrl bench train --part seeds: no {RESULTS_DIR}/{base}[_s<N>].json; "
+    setting = _mujoco_setting(args)
+    files = {env_id: _seed_files(setting, env_id) for env_id in _envs(args)}
+    n_files = sum(len(f) for f in files.values())
+    if not n_files:
+        where = record.result_path("train/mujoco", setting=setting, env="ENV", seed=0).parent.parent
+        raise SystemExit(f"lowrl bench train --part seeds: no {where}/<env>/seed<N>.json for --envs {args.envs}; "
                          "run --part mujoco with the same --algo, sparsities and --sparse-set first")
     sparse = [v.strip() for v in args.variants.split(",") if v.strip() and v.strip() != "dense"]
     if not sparse:
         raise SystemExit(f"lowrl bench train --part seeds: --variants {args.variants} names no sparse variant")
-    results: dict = {"steps": args.steps, "target_percent": 100 * TARGET, "files": [str(p) for _, p in files]}
-    lines = [f"{args.algo.upper()}, {args.steps} env steps per run; each seed's score is the mean of its last 3 "
-             f"evaluations (`{base}[_s<N>].json`, written by `--part mujoco`). Target: >= {100 * TARGET:.0f} % "
-             "of the dense return. The ratio of mean returns carries the verdict; its 95 % interval is a "
-             "bootstrap over seeds (10000 resamples of whole seeds, dense and sparse kept paired).\n"]
-    table = ["| env | variant | seeds | dense mean | sparse mean | ratio of means | 95 % interval | "
-             "mean per-seed ratio ± s.e. | sparse − dense ± s.e. | compression | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    per_seed_lines, skipped = [], []
-    loaded = [(seed, path, json.loads(path.read_text()).get("results", {})) for seed, path in files]
+    results: dict = {"steps": args.steps, "target_percent": 100 * TARGET,
+                     "files": [str(p) for env_files in files.values() for _, p in env_files]}
+    skipped = []
     for env_id in _envs(args):
+        loaded = [(seed, path, json.loads(path.read_text()).get("results", {})) for seed, path in files[env_id]]
         for variant in sparse:
             seeds, dense, ours, compression = [], [], [], []
             for seed, path, res in loaded:
@@ -446,25 +468,44 @@ def _seeds(args) -> tuple[dict, str]:
             stats = seed_stats(np.array(dense), np.array(ours))
             stats.update(seeds=seeds, dense=dense, sparse=ours, min_compression=min(compression))
             results[f"{env_id}/{variant}"] = stats
-            lo, hi = stats["ratio_interval"]
-            table.append(
-                f"| {env_id} | {variant} | {len(seeds)} | {stats['dense_mean']:.1f} | {stats['sparse_mean']:.1f} | "
-                f"**{100 * stats['ratio_of_means']:.1f} %** | {100 * lo:.1f}–{100 * hi:.1f} % | "
-                f"{100 * stats['mean_ratio']:.1f} ± {100 * stats['ratio_se']:.1f} % | "
-                f"{stats['diff_mean']:+.1f} ± {stats['diff_se']:.1f} | {stats['min_compression']:.2f}x | "
-                f"{stats['verdict']} |")
-            per_seed_lines.append(f"- {env_id} {variant}: " + ", ".join(
-                f"s{s} {o:.1f}/{d:.1f} = {100 * o / d:.1f} %" if d > 0 else f"s{s} {o:.1f}/{d:.1f}"
-                for s, d, o in zip(seeds, dense, ours)))
-    if len(table) == 2:
-        raise SystemExit(f"lowrl bench train --part seeds: none of {len(files)} {base}* file(s) holds both dense "
-                         f"and {'/'.join(sparse)} for {args.envs} at {args.steps} steps"
-                         + ("; " + "; ".join(skipped) if skipped else ""))
-    lines += table + ["", "Per seed (sparse/dense):"] + per_seed_lines
     if skipped:
         results["skipped"] = skipped
-        lines += ["", "Skipped:"] + [f"- {s}" for s in skipped]
-    return results, "\n".join(lines)
+    if not _result_envs(results):
+        raise SystemExit(f"lowrl bench train --part seeds: none of {n_files} {setting} file(s) holds both dense "
+                         f"and {'/'.join(sparse)} for {args.envs} at {args.steps} steps"
+                         + ("; " + "; ".join(skipped) if skipped else ""))
+    return results, _seeds_markdown(results, args)
+
+
+def _seeds_markdown(results: dict, args: argparse.Namespace) -> str:
+    """The table of a --part seeds summary (of one environment or several), from the results alone."""
+    lines = [f"{args.algo.upper()}, {results['steps']} env steps per run; each seed's score is the mean of its last 3 "
+             f"evaluations (`train/mujoco/{_mujoco_setting(args)}/<env>/seed<N>.json`, written by `--part mujoco`). "
+             f"Target: >= {results['target_percent']:.0f} % of the dense return. The ratio of mean returns carries "
+             "the verdict; its 95 % interval is a bootstrap over seeds (10000 resamples of whole seeds, dense and "
+             "sparse kept paired).\n",
+             "| env | variant | seeds | dense mean | sparse mean | ratio of means | 95 % interval | "
+             "mean per-seed ratio ± s.e. | sparse − dense ± s.e. | compression | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    per_seed_lines = []
+    for key, stats in results.items():
+        if not (isinstance(stats, dict) and "ratio_of_means" in stats):
+            continue
+        env_id, variant = key.split("/", 1)
+        lo, hi = stats["ratio_interval"]
+        lines.append(
+            f"| {env_id} | {variant} | {stats['n']} | {stats['dense_mean']:.1f} | {stats['sparse_mean']:.1f} | "
+            f"**{100 * stats['ratio_of_means']:.1f} %** | {100 * lo:.1f}–{100 * hi:.1f} % | "
+            f"{100 * stats['mean_ratio']:.1f} ± {100 * stats['ratio_se']:.1f} % | "
+            f"{stats['diff_mean']:+.1f} ± {stats['diff_se']:.1f} | {stats['min_compression']:.2f}x | "
+            f"{stats['verdict']} |")
+        per_seed_lines.append(f"- {env_id} {variant}: " + ", ".join(
+            f"s{s} {o:.1f}/{d:.1f} = {100 * o / d:.1f} %" if d > 0 else f"s{s} {o:.1f}/{d:.1f}"
+            for s, d, o in zip(stats["seeds"], stats["dense"], stats["sparse"])))
+    lines += ["", "Per seed (sparse/dense):"] + per_seed_lines
+    if results.get("skipped"):
+        lines += ["", "Skipped:"] + [f"- {s}" for s in results["skipped"]]
+    return "\n".join(lines)
 
 
 def seed_stats(dense: np.ndarray, sparse: np.ndarray, resamples: int = 10_000) -> dict:
@@ -516,10 +557,14 @@ def draw_seeds(results: dict, out: Path) -> Path:
     return _save(fig, axes, out)
 
 
-def _recorded_dense(path: Path, env_id: str, steps: int, seed: int) -> float:
-    """The dense score of ``env_id`` in an earlier ``lowrl bench train --part mujoco`` result, checked to match."""
+def _recorded_dense(path: Path, env_id: str, steps: int, seed: int) -> tuple[Path, float]:
+    """The file and dense score of ``env_id`` in an earlier ``lowrl bench train --part mujoco`` result, checked to
+    match; ``path`` is that result's JSON, or a setting folder holding it as <env>/seed<N>.json."""
+    if path.is_dir():
+        path = path / env_id / f"seed{seed}.json"
     if not path.is_file():
-        raise SystemExit(f"--dense-from {path}: no such file; give a bench_results/train_mujoco*.json")
+        raise SystemExit(f"--dense-from {path}: no such file; give a bench_results/train/mujoco/<setting>/<env>/"
+                         "seed<N>.json or its setting folder")
     res = json.loads(path.read_text()).get("results", {})
     entry = res.get(f"{env_id}/dense")
     if entry is None:
@@ -527,7 +572,7 @@ def _recorded_dense(path: Path, env_id: str, steps: int, seed: int) -> float:
     if res.get("steps") != steps or res.get("seed", 0) != seed:
         raise SystemExit(f"--dense-from {path}: recorded at {res.get('steps')} steps, seed {res.get('seed', 0)}; "
                          f"this run is {steps} steps, seed {seed}")
-    return float(entry["score"])
+    return path, float(entry["score"])
 
 
 def _finished_run(run_dir: Path, cfg) -> dict | None:
@@ -621,28 +666,31 @@ def _kernels(args) -> tuple[dict, str]:
     return results, "\n".join(lines)
 
 
-def _result_name(part: str, args: argparse.Namespace) -> str:
-    """bench_results/ file name: mujoco runs off the presets' seed, sparsities or fields get their own;
-    a seeds summary is named by its setting and envs."""
-    if part == "mujoco":
-        return _mujoco_name(args) + (f"_s{args.seed}" if args.seed else "")
-    if part == "seeds":
-        return _mujoco_name(args) + "_seeds_" + "_".join(e.split("-")[0].lower() for e in _envs(args))
-    return f"train_{part}"
+def _result_places(part: str, args: argparse.Namespace) -> dict[str | None, dict]:
+    """Where a part's results go, as record.write_result keywords: mujoco and seeds one place per environment
+    (keyed by it), runs off the presets' sparsities or fields in a setting of their own; other parts one (None)."""
+    if part in ("mujoco", "seeds"):
+        where = {"seed": args.seed} if part == "mujoco" else {"name": "summary"}
+        return {env_id: {"bench": "train/mujoco", "setting": _mujoco_setting(args), "env": env_id, **where}
+                for env_id in _envs(args)}
+    if part == "speed":
+        return {None: {"bench": "train/speed",
+                       "setting": record.setting_of(args, add_arguments, only=("threads", "chunks", "chunk_updates"))}}
+    return {None: {"bench": f"train/{part}"}}
 
 
-def _mujoco_name(args: argparse.Namespace) -> str:
-    """The mujoco result name of a setting (algo, sparsities, --sparse-set), before its seed suffix."""
+def _mujoco_setting(args: argparse.Namespace) -> str:
+    """A mujoco setting's folder: the algo, then the sparsities and --sparse-set fields off the preset (or preset)."""
     from lowrl_ros.core.train.config import parse_overrides
 
-    name = "train_mujoco" + (f"_{args.algo}" if args.algo != "sac" else "")
-    name += "".join(f"_{tag}{v:g}" for tag, v in (("a", args.actor_sparsity), ("c", args.critic_sparsity))
-                    if v is not None)
+    name = "".join(f"_{tag}{v:g}" for tag, v in (("a", args.actor_sparsity), ("c", args.critic_sparsity))
+                   if v is not None)
     try:
         overrides = parse_overrides(args.sparse_set, "--sparse-set")
     except ValueError as exc:
         raise SystemExit(f"lowrl bench train: {exc}") from None
-    return name + "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
+    name += "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
+    return args.algo + (name or "_preset")
 
 
 def _envs(args: argparse.Namespace) -> list[str]:
@@ -650,22 +698,33 @@ def _envs(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowrl_ros.bench.record import write_result
-
     parts = args.part or ["speed", "pendulum", "kernels"]
     fns = {"speed": _speed, "pendulum": _pendulum, "mujoco": _mujoco, "seeds": _seeds, "kernels": _kernels}
     drawings = {"mujoco": ("Learning curves", draw_mujoco), "seeds": ("Per-seed ratios", draw_seeds)}
+    markdowns = {"mujoco": _mujoco_markdown, "seeds": _seeds_markdown}
+    command = record.command_line()
+    places = {part: _result_places(part, args) for part in parts}
+    try:  # a result of another command where this one would go: refused before hours of training
+        for where in (w for p in places.values() for w in p.values()):
+            record.check_free(record.result_path(**where), command)
+    except record.ResultExists as exc:
+        raise SystemExit(f"lowrl bench train: {exc}") from None
     for part in parts:
         print(f"== lowrl bench train: {part}", flush=True)
         results, markdown = fns[part](args)
-        name = _result_name(part, args)
-        if part in drawings:
-            from lowrl_ros.bench.record import RESULTS_DIR
-
-            what, draw = drawings[part]
-            png = draw(results, RESULTS_DIR / f"{name}.png")
-            markdown += f"\n\n{what}: {png.name}"
-        path = write_result(name, results, markdown)
-        print(markdown)
-        print(f"results: {path}", flush=True)
+        for env_id, where in places[part].items():
+            sub, md = results, markdown
+            if env_id is not None:  # one file per environment: the path says which
+                sub = _one_env(results, env_id)
+                if not _result_envs(sub):
+                    print(f"{part}: nothing about {env_id} to write", flush=True)
+                    continue
+                md = markdowns[part](sub, args)
+            if part in drawings:
+                what, draw = drawings[part]
+                png = draw(sub, record.result_path(**where).with_suffix(".png"))
+                md += f"\n\n{what}: {png.name}"
+            path = record.write_result(results=sub, md=md, command=command, **where)
+            print(md)
+            print(f"results: {path}", flush=True)
     return 0

@@ -14,6 +14,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from lowrl_ros.core.sim.plot import pyplot
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="DIR",
@@ -33,10 +35,7 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 def draw(run_dirs: list[Path], out: Path) -> Path:
     """Draw the report of ``run_dirs`` into ``out`` and return it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     runs = [(d, _read(d / "progress.csv"), _read(d / "sparsity.csv")) for d in run_dirs]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))

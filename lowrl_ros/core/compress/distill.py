@@ -34,6 +34,7 @@ import torch
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, reference_action, save_artifact
 from lowrl_ros.core.runtime.engines import load_artifact
 from lowrl_ros.core.sim.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
+from lowrl_ros.core.sim.plot import pyplot
 from lowrl_ros.core.compress.quantize import clip_outliers, fake_quantize
 from lowrl_ros.core.compress.teacher import Teacher, collect_teacher_states, load_teacher, normalise  # noqa: F401
 from lowrl_ros.core.train.networks import FusedMLP
@@ -433,10 +434,7 @@ def write_report(result: DistillResult, cfg: DistillConfig, env_id: str) -> Path
 def plot(result: DistillResult, path: Path) -> Path | None:
     """PNG: deployed return against size on disk, teacher (fp32 state_dict) vs students (int8 artifact)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))

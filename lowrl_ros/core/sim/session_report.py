@@ -30,6 +30,7 @@ import numpy as np
 
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS
 from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.core.sim.plot import pyplot
 
 SESSION_JSON = "session.json"
 EPISODES_CSV = "episodes.csv"
@@ -260,11 +261,7 @@ def summarize(data: SessionData) -> str:
 
 
 def _plot(data: SessionData, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(14, 8))
     ax = axes[0][0]
     e = data.episodes
