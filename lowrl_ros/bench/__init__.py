@@ -14,7 +14,7 @@ import pkgutil
 from pathlib import Path
 
 _HERE = Path(__file__).parent
-_NOT_BENCHMARKS = {"record", "torch_policy_node"}  # helpers, not benchmarks
+_NOT_BENCHMARKS = {"record"}  # helpers, not benchmarks
 
 
 def names() -> list[str]:

@@ -2,7 +2,7 @@
 
 Three processes: this one hosts the sim robot node (Pendulum-v1 at ``--rate-hz``, wall-clock timer),
 one runs lowrl's policy node (ONNX artifact, no torch), one runs a plain torch node on the same
-weights (lowrl_ros/bench/torch_policy_node.py). Interleaved: the sim feeds one node at a time, in
+weights (lowrl_ros/ros/torch_policy_node.py). Interleaved: the sim feeds one node at a time, in
 ``--segment`` second turns (its joint states go to ``/bench/<node>/joint_states``), and both
 answer on ``/bench/commands``, which the sim applies; so both see the same machine over the run,
 and never compete for the cores within one tick.
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
                   "-p", f"control_period_s:={period}",
                   # Idle turns must not trip the watchdog, whose safe actions would reach /bench/commands.
                   "-p", "watchdog_timeout_s:=10.0", "-r", "/joint_states:=/bench/lowrl/joint_states"],
-        "torch": [sys.executable, "-m", "lowrl_ros.bench.torch_policy_node", "--ros-args",
+        "torch": [sys.executable, "-m", "lowrl_ros.ros.torch_policy_node", "--ros-args",
                   "-p", f"policy_path:={policy}", "-p", "command_topic:=/bench/commands",
                   "-r", "/joint_states:=/bench/torch/joint_states"],
     }

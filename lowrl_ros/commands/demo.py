@@ -4,11 +4,10 @@ Runs launch/sim_to_real.launch.yaml through the project's launcher: a simulated 
 with a reality gap (real time, 100 Hz), the policy node running the shipped policy, the budget monitor, the
 trainer node (streaming whatever is released into SESSION/releases, signed with a key made for the
 session) and, when a fine-tune kit is given (``--kit``, with ``--policy`` its actor), the on-robot
-fine-tuner;
-each its own process, talking over DDS, for ``--seconds``. A recorder node in this process
-listens to the episode returns, the per-inference latency, the policy node's stats and the
-compute tier, and writes them into the session directory beside the sim robot's episodes.csv;
-at the end the session report (lowrl_ros/core/sim/session_report.py) is written there and its
+fine-tuner; each its own process, talking over DDS, for ``--seconds``. A recorder node in this process
+(lowrl_ros/ros/recorder_node.py) listens to the episode returns, the per-inference latency, the
+policy node's stats and the compute tier, and writes them into the session directory beside the sim
+robot's episodes.csv; at the end the session report (lowrl_ros/core/sim/session_report.py) is written there and its
 summary printed. Nothing in the summary is computed anywhere but from those messages and files.
 
 By default the robot starts with the shipped sim policy models/pendulum_rlx2/actor_int8.onnx (RLx2
@@ -23,13 +22,16 @@ import argparse
 import datetime as _dt
 import os
 import sys
-import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lowrl_ros.launcher import Launcher, LaunchError, package_share, parse_launch, PACKAGE
+
+if TYPE_CHECKING:
+    from lowrl_ros.ros.recorder_node import Recorder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,90 +60,7 @@ def set_gap(nodes: list, changes: dict) -> None:
                    for name, value in changes.items()]
 
 
-class Recorder:
-    """Subscribes to what the summary reports; runs its own executor on a thread."""
-
-    def __init__(self, session_dir: Path | None = None) -> None:
-        import rclpy
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.node import Node
-        from diagnostic_msgs.msg import DiagnosticArray
-        from std_msgs.msg import Float64, Float64MultiArray, UInt8
-
-        from lowrl_ros.ros.qos import LATCHED, STATS
-
-        from rclpy.signals import SignalHandlerOptions
-
-        self.context = rclpy.Context()
-        # Ctrl-C stays a plain KeyboardInterrupt: the demo then stops the nodes and still reports.
-        rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = Node("lowrl_demo_recorder", context=self.context)
-        self.returns: list[float] = []
-        self.latencies_us: list[float] = []
-        self.stats: list[float] | None = None
-        self.tiers: list[int] = []  # from the budget monitor, when the launch file runs one
-        self._logs: dict[str, object] = {}
-        if session_dir is not None:  # the session report's inputs (lowrl_ros/core/sim/session_report.py)
-            from lowrl_ros.core.sim import session_report as sr
-
-            self._logs = {"latency": sr.CsvLog(session_dir / sr.LATENCY_CSV, sr.LATENCY_FIELDS),
-                          "stats": sr.CsvLog(session_dir / sr.POLICY_STATS_CSV, sr.STATS_CSV_FIELDS),
-                          "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS),
-                          "version": sr.CsvLog(session_dir / sr.SWAPS_CSV, sr.SWAP_FIELDS)}
-        self.version: int | None = None
-        self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
-        self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, STATS)
-        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
-        self.node.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
-        self._executor = SingleThreadedExecutor(context=self.context)
-        self._executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _log(self, name: str, row: list) -> None:
-        log = self._logs.get(name)
-        if log is not None:
-            log.append([f"{time.time():.4f}"] + row)
-
-    def _on_latency(self, msg) -> None:
-        self.latencies_us.append(msg.data)
-        self._log("latency", [f"{msg.data:.2f}"])
-
-    def _on_stats(self, msg) -> None:
-        self.stats = list(msg.data)
-        self._log("stats", [f"{v:g}" for v in msg.data])
-
-    def _on_diagnostics(self, msg) -> None:
-        from lowrl_ros.ros.diagnostics import POLICY_STATUS
-
-        for status in msg.status:
-            if status.name == POLICY_STATUS:
-                version = next((kv.value for kv in status.values if kv.key == "version"), "")
-                if version.isdigit() and int(version) != self.version:
-                    self.version = int(version)
-                    self._log("version", [self.version])
-
-    def _on_tier(self, msg) -> None:
-        self.tiers.append(msg.data)
-        self._log("tier", [msg.data])
-
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self._executor.spin_once(timeout_sec=0.1)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self._executor.shutdown()
-        self.node.destroy_node()
-        self.context.shutdown()
-        for log in self._logs.values():
-            log.close()
-
-
-def summary(rec: Recorder, seconds: float) -> str:
+def summary(rec: "Recorder", seconds: float) -> str:
     from lowrl_ros.core.runtime.policy_stats import PolicyStats
     from lowrl_ros.core.runtime.tiers import ComputeTier
 
@@ -216,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
     policy = dict(next(n for n in nodes if n.executable == "policy_node").params)["policy_path"]
     write_session_info(session, {"policy_path": policy, "finetune": finetune, "started_unix": time.time()})
+    from lowrl_ros.ros.recorder_node import Recorder  # rclpy only when a session runs, not for --help
+
     rec = Recorder(session)
     launcher = Launcher(nodes, args.log_dir, console=None if args.quiet else sys.stdout)
     died: dict[str, int] = {}

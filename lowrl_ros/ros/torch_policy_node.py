@@ -1,11 +1,11 @@
-"""Baseline node for `lowrl bench loop`: the same policy run with torch (bench only, never on a robot).
+"""Baseline node for `lowrl bench loop`: the same policy run with torch. BENCH ONLY, never on a robot.
 
 What a typical ROS 2 RL deployment does: a plain rclpy node that turns each JointState into a
 tensor and calls a torch MLP in eager mode. It reads the same artifact (dequantised weights,
 lowrl_ros.core.runtime.artifact.load_weights) and the same observation adapter as the policy node, so the
 two differ only in the runtime. torch is fine here: this file is not part of the on-robot runtime.
 
-Run: ``python -m lowrl_ros.bench.torch_policy_node --ros-args -p policy_path:=... -p command_topic:=...``
+Run: ``python -m lowrl_ros.ros.torch_policy_node --ros-args -p policy_path:=... -p command_topic:=...``
 """
 from __future__ import annotations
 

@@ -1,0 +1,90 @@
+"""The demo's recorder: a node in `lowrl demo`'s own process that listens to what the session summary
+reports (episode returns, per-inference latency, the policy node's stats and version, the compute tier)
+and appends it to the session directory's CSV logs (lowrl_ros/core/sim/session_report.py reads them).
+It spins its own executor on a thread, in a context of its own, so the demo's main thread only waits.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+from std_msgs.msg import Float64, Float64MultiArray, UInt8
+
+from lowrl_ros.core.sim import session_report as sr
+from lowrl_ros.ros.diagnostics import POLICY_STATUS
+from lowrl_ros.ros.qos import LATCHED, STATS
+
+
+class Recorder:
+    """Subscribes to what the summary reports; runs its own executor on a thread."""
+
+    def __init__(self, session_dir: Path | None = None) -> None:
+        self.context = rclpy.Context()
+        # Ctrl-C stays a plain KeyboardInterrupt: the demo then stops the nodes and still reports.
+        rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = Node("lowrl_demo_recorder", context=self.context)
+        self.returns: list[float] = []
+        self.latencies_us: list[float] = []
+        self.stats: list[float] | None = None
+        self.tiers: list[int] = []  # from the budget monitor, when the launch file runs one
+        self._logs: dict[str, object] = {}
+        if session_dir is not None:  # the session report's inputs (lowrl_ros/core/sim/session_report.py)
+            self._logs = {"latency": sr.CsvLog(session_dir / sr.LATENCY_CSV, sr.LATENCY_FIELDS),
+                          "stats": sr.CsvLog(session_dir / sr.POLICY_STATS_CSV, sr.STATS_CSV_FIELDS),
+                          "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS),
+                          "version": sr.CsvLog(session_dir / sr.SWAPS_CSV, sr.SWAP_FIELDS)}
+        self.version: int | None = None
+        self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
+        self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, STATS)
+        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
+        self.node.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self._executor = SingleThreadedExecutor(context=self.context)
+        self._executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _log(self, name: str, row: list) -> None:
+        log = self._logs.get(name)
+        if log is not None:
+            log.append([f"{time.time():.4f}"] + row)
+
+    def _on_latency(self, msg) -> None:
+        self.latencies_us.append(msg.data)
+        self._log("latency", [f"{msg.data:.2f}"])
+
+    def _on_stats(self, msg) -> None:
+        self.stats = list(msg.data)
+        self._log("stats", [f"{v:g}" for v in msg.data])
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name == POLICY_STATUS:
+                version = next((kv.value for kv in status.values if kv.key == "version"), "")
+                if version.isdigit() and int(version) != self.version:
+                    self.version = int(version)
+                    self._log("version", [self.version])
+
+    def _on_tier(self, msg) -> None:
+        self.tiers.append(msg.data)
+        self._log("tier", [msg.data])
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            self._executor.spin_once(timeout_sec=0.1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+        self._executor.shutdown()
+        self.node.destroy_node()
+        self.context.shutdown()
+        for log in self._logs.values():
+            log.close()
