@@ -2,9 +2,10 @@
 
 Each real node is started (rclpy, in-process) with its shipped YAML (``--params-file config/<node>.yaml``)
 plus the few overrides a start needs (a kit, a key, a temporary work directory; their values are not
-compared). For every declared parameter the snapshot holds the default given to ``declare_parameter``,
-its Python type, the value after the YAML, the parameter type, ``read_only``, ``dynamic_typing`` and the ranges. Descriptions are left
-out on purpose: their text may improve; names, defaults, types, flags and ranges may not change unnoticed.
+compared). For every declared parameter the snapshot holds the default given to ``declare_parameter``
+and its Python type, the value after the YAML, the parameter type, ``read_only``, ``dynamic_typing``
+and the ranges. Descriptions are left out on purpose: their text may improve; names, defaults, types,
+flags and ranges may not change unnoticed.
 
 Regenerate only on purpose (a deliberate parameter change), and review the diff::
 
