@@ -48,3 +48,34 @@ def require(cond: Any, msg: str, *, owner: str = "") -> None:
     """
     if not cond:
         raise ValueError(f"{owner}: {msg}" if owner else msg)
+
+
+def coerce(f: dataclasses.Field, value: Any, *, owner: str = "") -> Any:
+    """A YAML or command-line value as the type of the field's default, with a message naming the field.
+
+    Strings such as ``"1e5"`` (an int field), ``"off"`` (a bool field) and ``"nan"`` are accepted; a
+    field whose default is None takes an int; a tuple field takes any sequence.
+    """
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    kind = int if default is None else type(default)
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                if value.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if value.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) else int(value)
+        if kind is float:
+            return float(value)
+        if kind in (tuple, list):
+            return kind((value,) if isinstance(value, str) else value)
+        return str(value)
+    except (TypeError, ValueError):
+        where = f"{owner}: " if owner else ""
+        raise ValueError(f"{where}{f.name}={value!r} is not a valid {kind.__name__}") from None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lowrl_ros.core import config
 from lowrl_ros.core.config import field, require
 
 ALGOS = ("sac", "td3")
@@ -172,22 +173,4 @@ def parse_overrides(items: list[str], flag: str) -> dict[str, str]:
 
 def coerce(f: dataclasses.Field, value: Any) -> Any:
     """Convert a YAML/CLI value to the field's type, with a message naming the field on failure."""
-    kind = type(f.default)
-    try:
-        if kind is bool:
-            if isinstance(value, str):
-                if value.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if value.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
-        if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) else int(value)
-        if kind is float:
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"TrainConfig: {f.name}={value!r} is not a valid {kind.__name__}") from None
+    return config.coerce(f, value, owner="TrainConfig")
