@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,13 +23,11 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from shipped_nodes import NODES, ROOT, declared, start, stop  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "test" / "data" / "param_snapshot.json"
 WRITE = os.environ.get("LOWRL_WRITE_PARAM_SNAPSHOT") == "1"
-BUILTIN = ("use_sim_time", "start_type_description_service")
 MASK = "<set by the test>"
-KEY = bytes(range(32))
 
 
 def plain(value: Any) -> Any:
@@ -64,7 +61,7 @@ class Recorder:
 
 def describe(node: Node, defaults: dict[str, Any], masked: set[str]) -> dict[str, dict[str, Any]]:
     out = {}
-    for name in sorted(n for n in node._parameters if n not in BUILTIN):
+    for name in declared(node):
         p = node.get_parameter(name)
         d = node.describe_parameter(name)
         out[name] = {
@@ -80,50 +77,14 @@ def describe(node: Node, defaults: dict[str, Any], masked: set[str]) -> dict[str
     return out
 
 
-def build(name: str, context, tmp_path: Path, kit: Path):
-    """(node, the overrides the test set) for one node started with its shipped YAML."""
-    cli = ["--ros-args", "--params-file", str(ROOT / "config" / f"{name}.yaml")]
-    if name == "policy_node":
-        from lowrl_ros.ros.policy_node import PolicyNode
-        return PolicyNode(context=context, cli_args=cli), {}
-    if name == "budget_monitor":
-        from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode
-        return BudgetMonitorNode(context=context, cli_args=cli), {}
-    if name == "sim_robot":
-        from lowrl_ros.ros.sim_robot_node import SimRobotNode
-        return SimRobotNode(context=context, cli_args=cli), {}
-    if name == "finetune_node":
-        from lowrl_ros.ros.finetune_node import FineTuneNode
-        over = {"kit_path": str(kit), "work_dir": str(tmp_path / "ft")}
-        return FineTuneNode(context=context, cli_args=cli,
-                            parameter_overrides=[Parameter(k, value=v) for k, v in over.items()]), over
-    if name == "trainer_node":
-        from lowrl_ros.ros.trainer_node import TrainerNode
-        key = tmp_path / "bundle.key"
-        key.write_text(KEY.hex())
-        key.chmod(0o600)
-        # With a kit, the node also declares finetune.<field>: the whole surface is snapshotted.
-        over = {"key_file": str(key), "watch_dir": str(tmp_path / "releases"), "finetune_kit": str(kit),
-                "finetune_work_dir": str(tmp_path / "offboard")}
-        (tmp_path / "releases").mkdir()
-        return TrainerNode(context=context, cli_args=cli,
-                           parameter_overrides=[Parameter(k, value=v) for k, v in over.items()]), over
-    raise AssertionError(name)
-
-
-NODES = ("policy_node", "budget_monitor", "finetune_node", "trainer_node", "sim_robot")
-
-
 @pytest.mark.parametrize("name", NODES)
 def test_declared_parameters_match_the_snapshot(name, ros_context, tiny_kit, tmp_path, monkeypatch):
     recorder = Recorder(monkeypatch)
-    node, over = build(name, ros_context, tmp_path, tiny_kit[0])
+    node, over = start(name, ros_context, tmp_path, tiny_kit[0])
     try:
         got = describe(node, recorder.defaults, set(over))
     finally:
-        if hasattr(node, "close"):
-            node.close()
-        node.destroy_node()
+        stop(node)
     assert got, f"{name} declared no parameters"
     snapshot = json.loads(SNAPSHOT.read_text()) if SNAPSHOT.exists() else {}
     if WRITE:
