@@ -64,7 +64,8 @@ def fields_by_parameter(name: str) -> dict[str, tuple[type, dataclasses.Field]]:
 
 # Where a shipped file deliberately differs from the dataclasses, and why.
 NOT_IN_FILE = {
-    "finetune_node": {"min_return"},  # off unless set (-p min_return:=-1500.0): a NaN does not survive every YAML parser
+    # Off unless set (-p min_return:=-1500.0): a NaN does not survive every YAML parser.
+    "finetune_node": {"min_return"},
 }
 NOT_IN_FILE_PREFIX = {
     "trainer_node": "finetune.",  # declared only with a kit; the file says how to set them (finetune.<field>)
@@ -121,7 +122,7 @@ def test_file_matches_dataclasses_and_declared_parameters(node_name, ros_context
     assert set(names) == set(by_param), f"{node_name}: parameters that are no config field, or fields not declared"
     for param, (cls, f) in by_param.items():
         d = descriptions[param]
-        assert d.description == help_of(f) and help_of(f), f"{node_name}.{param}: description is not {cls.__name__}'s help"
+        assert d.description == help_of(f) and help_of(f), f"{node_name}.{param}: not {cls.__name__}'s help"
         assert d.read_only == (not f.metadata["live"]), param
     # The file names exactly the declared parameters (a typo would be silently ignored by ROS).
     prefix = NOT_IN_FILE_PREFIX.get(node_name)
