@@ -45,9 +45,10 @@ def test_coerce_converts_to_the_default_type(name, value, want):
     assert (math.isnan(got) and math.isnan(want)) if isinstance(want, float) else got == want
 
 
-def test_coerce_names_the_field_on_failure():
-    with pytest.raises(ValueError, match=r"Example: steps='ten' is not a valid int"):
-        coerce(dataclasses.fields(Example)[0], "ten", owner="Example")
+@pytest.mark.parametrize("value", ["ten", "1.5", 1.5])
+def test_coerce_names_the_field_on_failure(value):
+    with pytest.raises(ValueError, match=r"Example: steps=.* is not a valid int"):
+        coerce(dataclasses.fields(Example)[0], value, owner="Example")
 
 
 def test_flags_override_the_preset_which_overrides_the_defaults(tmp_path):

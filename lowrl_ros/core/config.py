@@ -68,9 +68,10 @@ def coerce(f: dataclasses.Field, value: Any, *, owner: str = "") -> Any:
                 raise ValueError(value)
             return bool(value)
         if kind is int:
-            if isinstance(value, float) and not value.is_integer():
+            number = float(value) if isinstance(value, str) else value  # "1e5" is an int; "1.5" is not
+            if isinstance(number, float) and not number.is_integer():
                 raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) else int(value)
+            return int(number)
         if kind is float:
             return float(value)
         if kind in (tuple, list):
