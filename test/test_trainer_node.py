@@ -5,20 +5,17 @@ answers on the status topic the way the policy node does.
 """
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
 from lowrl_ros.core.stream.protocol import BundleStatus, decode_bundle, is_signed, read_header
-from lowrl_ros.core.stream.sender import StreamConfig
 from lowrl_ros.ros.trainer_node import TrainerNode
 from fakes import KEY, FakeRobot
 from rosutil import spin_until, wait_for_match
@@ -56,18 +53,6 @@ def rig(ros_context):
         node.destroy_node()
     robot.node.destroy_node()
     executor.shutdown()
-
-
-def test_shipped_yaml_builds_the_config_and_names_declared_parameters(rig, key_file):
-    doc = yaml.safe_load((ROOT / "config" / "trainer_node.yaml").read_text())
-    assert list(doc) == ["/**/trainer_node"]
-    p = doc["/**/trainer_node"]["ros__parameters"]
-    config = StreamConfig(**{f.name: p[f.name] for f in dataclasses.fields(StreamConfig)})
-    assert config.watch_dir and not config.insecure and config.key_file  # signed by default
-    build, _, _ = rig
-    node = build(watch_dir=str(key_file.parent), key_file=str(key_file))
-    declared = {n for n in node._parameters if n not in ("use_sim_time", "start_type_description_service")}
-    assert set(p) == declared
 
 
 def _run_node(*params: str, timeout: float = 60.0) -> subprocess.Popen:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lowrl_ros.commands.distill import add_config_flags, config_from, read_preset
+from lowrl_ros.commands._config_flags import add_config_flags, config_from, read_preset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

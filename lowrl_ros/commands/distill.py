@@ -9,57 +9,10 @@ Stable-Baselines3 SAC/TD3 zip. Every DistillConfig field is a flag; ``--config Y
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
 
-
-def add_config_flags(parser: argparse.ArgumentParser, cls: Any, skip: set[str] = frozenset()) -> None:
-    """One flag per dataclass field (``--bc-steps`` for ``bc_steps``), defaulting to None (= config/preset)."""
-    group = parser.add_argument_group(f"{cls.__name__} fields")
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata.get('help', '')} (default {f.default})"
-        if isinstance(f.default, bool):
-            group.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
-        elif isinstance(f.default, tuple):
-            group.add_argument(flag, dest=f.name, default=None, nargs="+", help=help_text)
-        else:
-            kind = type(f.default) if f.default is not None else int
-            group.add_argument(flag, dest=f.name, default=None, type=kind, help=help_text)
-
-
-def config_from(cls: Any, args: argparse.Namespace, preset: dict | None) -> Any:
-    """``cls`` from a preset section, then the flags that were given."""
-    data = dict(preset or {})
-    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-    if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)} for {cls.__name__}; "
-                         f"known: {[f.name for f in dataclasses.fields(cls)]}")
-    for f in dataclasses.fields(cls):
-        value = getattr(args, f.name, None)
-        if value is not None:
-            data[f.name] = tuple(value) if isinstance(f.default, tuple) else value
-    if "students" in data and isinstance(data["students"], list):
-        data["students"] = tuple(data["students"])
-    return cls(**data)
-
-
-def read_preset(path: str | None, section: str) -> dict:
-    if not path:
-        return {}
-    import yaml
-
-    try:
-        doc = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise ValueError(f"--config {path}: no such file; see config/compress_pendulum.yaml for an example") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get(section, {}), dict):
-        raise ValueError(f"--config {path}: expected a mapping with a '{section}:' section")
-    return doc.get(section) or {}
+from lowrl_ros.commands._config_flags import add_config_flags, config_from, read_preset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

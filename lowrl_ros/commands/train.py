@@ -6,10 +6,11 @@ Every field of TrainConfig is a flag (``--total-steps``, ``--actor-sparsity``, .
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from pathlib import Path
+
+from lowrl_ros.commands._config_flags import add_config_flags, config_from, read_preset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,31 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue from RUN_DIR/checkpoint.pt (config from RUN_DIR/config.yaml)")
     parser.add_argument("--no-export", action="store_true", help="skip writing actor.onnx/actor_int8.onnx")
-    group = parser.add_argument_group("training configuration (TrainConfig fields)")
-    for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata['help']} (default {f.default})"
-        if isinstance(f.default, bool):
-            group.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction,
-                               help=help_text)
-        else:
-            group.add_argument(flag, dest=f.name, default=None, metavar=type(f.default).__name__.upper(),
-                               help=help_text)
+    add_config_flags(parser, TrainConfig, title="training configuration (TrainConfig fields)")
 
 
 def build_config(args: argparse.Namespace):
     """TrainConfig from (run_dir/config.yaml when resuming | --config preset | defaults) + flags."""
     from lowrl_ros.core.train.config import TrainConfig
 
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                 if getattr(args, f.name, None) is not None}
     if args.resume and not args.config:
         if not args.run_dir:
             raise ValueError("--resume needs --run-dir DIR (the run to continue)")
-        return TrainConfig.from_yaml(Path(args.run_dir) / "config.yaml", **overrides)
-    if args.config:
-        return TrainConfig.from_yaml(args.config, **overrides)
-    return TrainConfig.from_dict(overrides)
+        return config_from(TrainConfig, args, read_preset(Path(args.run_dir) / "config.yaml", flag="--resume"))
+    return config_from(TrainConfig, args, read_preset(args.config))
 
 
 def run(args: argparse.Namespace) -> int:

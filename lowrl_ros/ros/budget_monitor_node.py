@@ -23,7 +23,7 @@ from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -34,6 +34,7 @@ from lowrl_ros.core.budget.monitor import Assessment, BudgetConfig, BudgetMonito
 from lowrl_ros.core.budget.probes import ProbeSet
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
+from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.qos import LATCHED, STATS
 
 NODE_NAME = "budget_monitor"
@@ -46,36 +47,9 @@ DIAG_PREFIX = "lowrl/budget"
 OK, WARN, ERROR, STALE = 0, 1, 2, 3
 _LEVEL = {Severity.OK: OK, Severity.WARN: WARN, Severity.HARD: ERROR, Severity.STALE: STALE}
 
-# Slider ranges for rqt_reconfigure; BudgetConfig.__post_init__ stays the one validator.
-_RANGES: dict[str, tuple[float, float]] = {
-    "sample_rate_hz": (0.1, 1000.0), "headroom": (0.0, 0.9), "escalate_after": (1, 100),
-    "recover_dwell_s": (0.0, 3600.0), "publish_period_s": (0.05, 60.0), "latency_p99_limit_us": (0.0, 1e8),
-    "miss_rate_limit": (0.0, 1.0), "miss_window_s": (0.1, 600.0), "policy_rss_limit_mb": (0.0, 1e7),
-    "min_available_mb": (0.0, 1e7), "temperature_limit_c": (-50.0, 200.0), "ambient_c": (-50.0, 100.0),
-    "thermal_rise_c": (0.0, 200.0), "thermal_time_constant_s": (0.1, 3600.0), "throttle_limit": (0.0, 1.0),
-    "cpu_load_limit_pct": (0.0, 100.0),
-}
 # Changing these rebuilds the probes (rates are read by the sampler at every sample).
 _PROBE_FIELDS = {"process_names", "temperature_source", "temperature_file", "ambient_c", "thermal_rise_c",
                  "thermal_time_constant_s"}
-
-
-def _descriptor(name: str, default: Any) -> ParameterDescriptor:
-    d = ParameterDescriptor(name=name, description=f"BudgetConfig.{name} (see docs/budget.md)")
-    if name in _RANGES:
-        lo, hi = _RANGES[name]
-        if isinstance(default, int):
-            d.integer_range = [IntegerRange(from_value=int(lo), to_value=int(hi), step=1)]
-        else:
-            d.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
-    if isinstance(default, tuple):
-        # An empty YAML list arrives untyped (byte array); accept it and let BudgetConfig judge.
-        d.dynamic_typing = True
-    return d
-
-
-def _plain(value: Any) -> Any:
-    return tuple(value) if isinstance(value, (list, tuple)) or hasattr(value, "tolist") else value
 
 
 def _tier_label(value: float) -> str:
@@ -90,12 +64,8 @@ class BudgetMonitorNode(Node):
 
     def __init__(self, sysfs_root: Path = Path("/sys"), **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        defaults = BudgetConfig()
         try:
-            for f in fields(BudgetConfig):
-                default = getattr(defaults, f.name)
-                self.declare_parameter(f.name, list(default) if isinstance(default, tuple) else default,
-                                       _descriptor(f.name, default))
+            declare_config(self, BudgetConfig)  # ranges and help from the fields; every one is live
             self.config = self._config_from({})
         except (ValueError, TypeError, ParameterException) as e:
             # Wrong type or out of range from a params file / -p: say which and how to fix it.
@@ -126,9 +96,7 @@ class BudgetMonitorNode(Node):
 
     # --- parameters -------------------------------------------------------------------------
     def _config_from(self, overrides: dict[str, Any]) -> BudgetConfig:
-        values = {f.name: _plain(self.get_parameter(f.name).value) for f in fields(BudgetConfig)}
-        values.update({k: _plain(v) for k, v in overrides.items()})
-        return BudgetConfig(**values)
+        return config_from_params(self, BudgetConfig, overrides=overrides)
 
     def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
         try:

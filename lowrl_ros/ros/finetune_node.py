@@ -23,26 +23,27 @@ which fine-tunes off-board and sends versions back as signed bundles (docs/finet
 from __future__ import annotations
 
 import collections
-import dataclasses
 import gc
 import math
 import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, ParameterValue
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 
+from lowrl_ros.core.config import field, require
 from lowrl_ros.core.finetune.kit import load_kit
 from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
@@ -52,7 +53,7 @@ from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter
-from lowrl_ros.ros.params import FINETUNE_RANGES, descriptor
+from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED
@@ -71,17 +72,40 @@ RECORD = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200, reliability=Reli
                     durability=DurabilityPolicy.VOLATILE)
 
 
-def _desc(text: str, **kwargs) -> ParameterDescriptor:
-    """This node's parameters are read-only unless said otherwise."""
-    return descriptor(text, **{"read_only": True, **kwargs})
+@dataclass(frozen=True)
+class FineTuneNodeSettings:
+    """The fine-tuner's own parameters (FineTuneConfig, TransitionLogConfig and the observation adapter bring
+    the rest); all read-only except ``enabled``."""
+
+    kit_path: str = field("", "fine-tune kit directory (kit.json + agent.pt)")
+    work_dir: str = field("~/.ros/lowrl_finetune", "transitions/, versions/, learner.pt go here")
+    base_policy_path: str = field("", "the artifact the policy node starts with (first rollback target)")
+    base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
+    policy_node: str = field("/policy_node", "node whose policy_path parameter receives new versions")
+    enabled: bool = field(True, "learn (recording never stops); true again clears a safety pause", live=True)
+    input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
+    joint_states_topic: str = field("/joint_states", "sensor_msgs/JointState input")
+    observation_topic: str = field("/lowrl/observation", "std_msgs/Float32MultiArray input")
+    controller_name: str = field("forward_command_controller", "commands read from /<controller_name>/commands")
+    reward_topic: str = field("/lowrl/reward", "std_msgs/Float64 reward, one per robot step")
+    episode_info_topic: str = field("/lowrl/episode", "Float64MultiArray [index, return, length, terminated] per "
+                                                      "episode ('' to use episode_topic)")
+    episode_topic: str = field("/lowrl/episode_return",
+                               "std_msgs/Float64 return per episode, read only when episode_info_topic is ''")
+    episode_end_kind: str = field("truncated", "episode_topic only: what an end means: truncated (time limit) | "
+                                               "terminated")
+    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
+    learner: str = field("robot", "robot: learn here | offboard: stream transitions to trainer_node instead")
+    transitions_topic: str = field("/lowrl/transitions", "offboard: where transitions are streamed")
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
+            require(getattr(self, name) in allowed,
+                    f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
 
 
-_LOG_RANGES: dict[str, dict[str, Any]] = {
-    "segment_transitions": dict(ints=(1, 10_000_000)), "segment_seconds": dict(floats=(0.01, 86400.0)),
-    "chunk_bytes": dict(ints=(256, 64 * 1024 * 1024)), "compression": {},
-    "fsync_interval_s": dict(floats=(0.0, 3600.0)),
-    "max_files": dict(ints=(2, 1_000_000)), "max_bytes": dict(ints=(65536, 2**62)),
-}
+# The observation adapter as parameters: no extra observation here (the policy node's extra_obs_dim).
+_ADAPTER_PARAMS: dict[str, Any] = dict(skip=("extra_obs_dim",))
 
 
 class FineTuneNode(Node):
@@ -89,46 +113,17 @@ class FineTuneNode(Node):
 
     def __init__(self, node_name: str = "finetune_node", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        p = self.declare_parameter
-        p("kit_path", "", _desc("fine-tune kit directory (kit.json + agent.pt)"))
-        p("work_dir", "~/.ros/lowrl_finetune", _desc("transitions/, versions/, learner.pt go here"))
-        p("base_policy_path", "", _desc("the artifact the policy node starts with (first rollback target)"))
-        p("base_version", 0, _desc("its version (0: the kit contract's)", ints=(0, 2**31 - 1)))
-        p("policy_node", "/policy_node", _desc("node whose policy_path parameter receives new versions"))
-        p("enabled", True, _desc("learn (recording never stops); true again clears a safety pause", read_only=False))
-        p("input", "joint_states", _desc("observation source: joint_states | observation"))
-        p("joint_states_topic", "/joint_states", _desc("sensor_msgs/JointState input"))
-        p("observation_topic", "/lowrl/observation", _desc("std_msgs/Float32MultiArray input"))
-        p("controller_name", "forward_command_controller", _desc("commands read from /<controller_name>/commands"))
-        p("obs_fields", [""], _desc("'<joint>.<field>' per observation entry (as the policy node)"))
-        p("obs_offset", [], _desc("per entry: obs = (raw - offset) * scale", dynamic=True))
-        p("obs_scale", [], _desc("per entry: obs = (raw - offset) * scale", dynamic=True))
-        p("reward_topic", "/lowrl/reward", _desc("std_msgs/Float64 reward, one per robot step"))
-        p("episode_info_topic", "/lowrl/episode",
-          _desc("Float64MultiArray [index, return, length, terminated] per episode ('' to use episode_topic)"))
-        p("episode_topic", "/lowrl/episode_return",
-          _desc("std_msgs/Float64 return per episode, read only when episode_info_topic is ''"))
-        p("episode_end_kind", "truncated",
-          _desc("episode_topic only: what an end means: truncated (time limit) | terminated"))
-        p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", floats=(0.05, 60.0)))
-        p("learner", "robot", _desc("robot: learn here | offboard: stream transitions to trainer_node instead"))
-        p("transitions_topic", "/lowrl/transitions", _desc("offboard: where transitions are streamed"))
-        defaults = FineTuneConfig()
-        for f in dataclasses.fields(FineTuneConfig):
-            p(f.name, getattr(defaults, f.name), _desc(f"FineTuneConfig.{f.name}", **FINETUNE_RANGES[f.name]))
-        log_defaults = TransitionLogConfig()
-        for f in dataclasses.fields(TransitionLogConfig):
-            p(LOG_PREFIX + f.name, getattr(log_defaults, f.name),
-              _desc(f"TransitionLogConfig.{f.name}", **_LOG_RANGES[f.name]))
+        declare_config(self, FineTuneNodeSettings)
+        # [""]: a typed (string) array, as the policy node's.
+        declare_config(self, ObsAdapterConfig, defaults={"obs_fields": [""]}, **_ADAPTER_PARAMS)
+        declare_config(self, FineTuneConfig)
+        declare_config(self, TransitionLogConfig, prefix=LOG_PREFIX)
         self.add_post_set_parameters_callback(self._on_parameters_set)
 
         get = self._get
-        self.config = FineTuneConfig(**{f.name: get(f.name) for f in dataclasses.fields(FineTuneConfig)})
-        self.log_config = TransitionLogConfig(**{f.name: get(LOG_PREFIX + f.name)
-                                                 for f in dataclasses.fields(TransitionLogConfig)})
-        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
-            if get(name) not in allowed:
-                raise ValueError(f"{name} {get(name)!r} is unknown; use one of {', '.join(allowed)}")
+        self.config = config_from_params(self, FineTuneConfig)
+        self.log_config = config_from_params(self, TransitionLogConfig, prefix=LOG_PREFIX)
+        config_from_params(self, FineTuneNodeSettings)  # checks the choices
         if not get("kit_path"):
             raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
                              "(written by lowrl_ros.core.finetune.kit.write_kit from a lowrl train run)")
@@ -136,9 +131,8 @@ class FineTuneNode(Node):
         self.adapter = None  # checked before anything touches the disk
         obs_dim = kit.obs_dim
         if get("input") == "joint_states":
-            self.adapter = ObservationAdapter(ObsAdapterConfig(
-                obs_fields=tuple(f for f in get("obs_fields") if f), obs_offset=tuple(get("obs_offset") or ()),
-                obs_scale=tuple(get("obs_scale") or ())))
+            self.adapter = ObservationAdapter(config_from_params(
+                self, ObsAdapterConfig, **_ADAPTER_PARAMS, obs_fields=tuple(f for f in get("obs_fields") if f)))
             if self.adapter.obs_dim != obs_dim:
                 raise ValueError(f"obs_fields give {self.adapter.obs_dim} observation entries but the kit's policy "
                                  f"reads {obs_dim}; use the policy node's obs_fields")

@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import (Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String, UInt8,
                           UInt8MultiArray)
 
+from lowrl_ros.core.config import LIVE, field, require
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
 from lowrl_ros.core.stream.protocol import BundleRejected, BundleStatus, load_key, read_header
@@ -44,7 +46,7 @@ from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
-from lowrl_ros.ros.params import descriptor as _desc
+from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import run_node
 
 DIAG_PREFIX = "lowrl/policy"
@@ -54,8 +56,35 @@ ENGINES = ("auto", "ort", "numpy")
 OK, WARN, ERROR = 0, 1, 2
 ERROR_HOLD_S = 2.0  # an input error keeps the status at ERROR this long after the last bad message
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
-LIVE_CONTROL = ("decimation", "tier_decimation", "watchdog_timeout_s", "soft_start_steps", "safe_action",
-                "default_pose", "deadline_s")
+LIVE_CONTROL = tuple(f.name for f in dataclasses.fields(ControlConfig) if f.metadata[LIVE])
+# ReceiverConfig as parameters: keep is keep_bundles; the engine is this node's; probe_count is fixed.
+_RECEIVER_PARAMS: dict[str, Any] = dict(skip=("probe_count", "engine"), names={"keep": "keep_bundles"})
+
+
+@dataclass(frozen=True)
+class PolicyNodeSettings:
+    """The policy node's own parameters (the core configs bring the rest)."""
+
+    policy_path: str = field("", "artifact (.onnx) or bundle (.lowrl); a change hot-swaps it", live=True)
+    engine: str = field("auto", "inference engine: " + " | ".join(ENGINES))
+    autostart: bool = field(True, "configure and activate at start (no lifecycle manager needed)")
+    input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
+    joint_states_topic: str = field("/joint_states", "sensor_msgs/JointState input")
+    observation_topic: str = field("/lowrl/observation", "std_msgs/Float32MultiArray input")
+    extra_observation_topic: str = field("/lowrl/extra_observation",
+                                         "Float32MultiArray appended to the joint observation")
+    controller_name: str = field("forward_command_controller", "commands go to /<controller_name>/commands")
+    stats_rate_hz: float = field(10.0, "rate of /lowrl/policy/stats", range=(0.1, 100.0))
+    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
+    bundle_topic: str = field("/lowrl/policy_bundle",
+                              "signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status")
+    key_file: str = field("", "HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted unless "
+                              "require_signature is false")
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("input", INPUTS), ("engine", ENGINES)):
+            require(getattr(self, name) in allowed,
+                    f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
 
 
 class PolicyNode(LifecycleNode):
@@ -63,50 +92,10 @@ class PolicyNode(LifecycleNode):
 
     def __init__(self, node_name: str = "policy_node", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        c = ControlConfig()
-        p = self.declare_parameter
-        p("policy_path", "", _desc("artifact (.onnx) or bundle (.lowrl); a change hot-swaps it"))
-        p("engine", "auto", _desc("inference engine: auto | ort | numpy", read_only=True))
-        p("autostart", True, _desc("configure and activate at start (no lifecycle manager needed)", read_only=True))
-        p("input", "joint_states", _desc("observation source: joint_states | observation", read_only=True))
-        p("joint_states_topic", "/joint_states", _desc("sensor_msgs/JointState input", read_only=True))
-        p("observation_topic", "/lowrl/observation", _desc("std_msgs/Float32MultiArray input", read_only=True))
-        p("extra_observation_topic", "/lowrl/extra_observation",
-          _desc("Float32MultiArray appended to the joint observation", read_only=True))
-        p("controller_name", "forward_command_controller",
-          _desc("commands go to /<controller_name>/commands", read_only=True))
-        p("obs_fields", [""], _desc("'<joint>.<field>' per observation entry", read_only=True))
-        p("obs_offset", [], _desc("per entry: obs = (raw - offset) * scale", read_only=True, dynamic=True))
-        p("obs_scale", [], _desc("per entry: obs = (raw - offset) * scale", read_only=True, dynamic=True))
-        p("extra_obs_dim", 0, _desc("size of the extra observation (0: none)", read_only=True, ints=(0, 1024)))
-        p("mode", c.mode, _desc("event (act on each observation) | fixed_rate (timer)", read_only=True))
-        p("control_period_s", c.control_period_s, _desc("fixed_rate period; deadline reference",
-                                                         read_only=True, floats=(1e-4, 10.0)))
-        p("decimation", c.decimation, _desc("fixed_rate: policy every k-th tick", ints=(1, 100)))
-        p("tier_decimation", c.tier_decimation, _desc("extra decimation in the decimated tier", ints=(1, 100)))
-        p("safe_period_s", c.safe_period_s,
-          _desc("fixed_rate, safe tier: keep-alive period of the safe action (0: period x tier_decimation)",
-                floats=(0.0, 10.0), read_only=True))
-        p("watchdog_timeout_s", c.watchdog_timeout_s, _desc("no observation this long -> safe action",
-                                                             floats=(1e-3, 10.0)))
-        p("soft_start_steps", c.soft_start_steps, _desc("blend from the safe action over N steps", ints=(0, 10000)))
-        p("safe_action", c.safe_action, _desc("zero | hold | default_pose"))
-        p("default_pose", [], _desc("the safe action for default_pose", dynamic=True))
-        p("deadline_s", c.deadline_s, _desc("output deadline after the reference (0: control period)",
-                                           floats=(0.0, 10.0)))
-        p("latency_window", c.latency_window, _desc("latencies kept for p50/p99", read_only=True, ints=(1, 100000)))
-        p("stats_rate_hz", 10.0, _desc("rate of /lowrl/policy/stats", read_only=True, floats=(0.1, 100.0)))
-        p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", read_only=True, floats=(0.05, 60.0)))
-        r = ReceiverConfig()
-        p("bundle_topic", "/lowrl/policy_bundle",
-          _desc("signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status",
-                read_only=True))
-        p("key_file", "", _desc("HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted "
-                                "unless require_signature is false", read_only=True))
-        p("require_signature", r.require_signature,
-          _desc("reject unsigned or unverifiable bundles (false only on a bench)", read_only=True))
-        p("receive_dir", r.receive_dir, _desc("where accepted bundles are kept", read_only=True))
-        p("keep_bundles", r.keep, _desc("accepted bundle files kept in receive_dir", read_only=True, ints=(1, 1000)))
+        declare_config(self, PolicyNodeSettings)
+        declare_config(self, ObsAdapterConfig, defaults={"obs_fields": [""]})  # [""]: a typed (string) array
+        declare_config(self, ControlConfig)
+        declare_config(self, ReceiverConfig, **_RECEIVER_PARAMS)
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
@@ -137,16 +126,10 @@ class PolicyNode(LifecycleNode):
         return self.get_parameter(name).value
 
     def _control_config(self, overrides: dict[str, Any] | None = None) -> ControlConfig:
-        values = {f.name: self._get(f.name) for f in dataclasses.fields(ControlConfig)}
-        values.update(overrides or {})
-        values["default_pose"] = tuple(float(v) for v in (values["default_pose"] or ()))
-        return ControlConfig(**values)
+        return config_from_params(self, ControlConfig, overrides=overrides)
 
     def _adapter_config(self) -> ObsAdapterConfig:
-        return ObsAdapterConfig(obs_fields=tuple(f for f in self._get("obs_fields") if f),
-                                obs_offset=tuple(self._get("obs_offset") or ()),
-                                obs_scale=tuple(self._get("obs_scale") or ()),
-                                extra_obs_dim=self._get("extra_obs_dim"))
+        return config_from_params(self, ObsAdapterConfig, obs_fields=tuple(f for f in self._get("obs_fields") if f))
 
     def _validate_parameters(self, params) -> SetParametersResult:
         """Reject a live change the core config refuses, with its reason (shown by rqt_reconfigure)."""
@@ -183,9 +166,7 @@ class PolicyNode(LifecycleNode):
             if not path:
                 raise ValueError("policy_path is empty; set it to a .onnx artifact or .lowrl bundle "
                                  "(e.g. models/pendulum_sac_int8.onnx)")
-            for name, allowed in (("input", INPUTS), ("engine", ENGINES)):
-                if self._get(name) not in allowed:
-                    raise ValueError(f"{name} {self._get(name)!r} is unknown; use one of {', '.join(allowed)}")
+            config_from_params(self, PolicyNodeSettings)  # checks input and engine
             config = self._control_config()
             bundle = load_bundle(path, engine=self._get("engine"))
             controller = PolicyController(config, bundle, clock=time.perf_counter)
@@ -214,8 +195,7 @@ class PolicyNode(LifecycleNode):
     def _make_receiver(self) -> BundleReceiver:
         """The bundle receiver from the parameters; a key_file that is set but unusable fails configure."""
         key_file = self._get("key_file")
-        config = ReceiverConfig(receive_dir=self._get("receive_dir"), require_signature=self._get("require_signature"),
-                                keep=self._get("keep_bundles"), engine=self._get("engine"))
+        config = config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
         key = load_key(key_file) if key_file else None
         if key is None and config.require_signature:
             self.get_logger().warning(f"no key_file: bundles on {self._get('bundle_topic')} will be rejected "

@@ -23,10 +23,9 @@ Benchmarks hook into it in-process: ``on_published`` callables get the time of e
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,19 +34,25 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 
+from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.sim.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
-from lowrl_ros.core.sim.sim_robot import MODES, SimRobot, SimRobotConfig
+from lowrl_ros.core.sim.sim_robot import SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, STATS
-from lowrl_ros.ros.params import descriptor as _descriptor
+from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import run_node
 
 POLICY_DIAG = diag.POLICY_STATUS
 GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
-_GAP_RANGES = {"mass_scale": (0.05, 20.0), "friction_scale": (0.05, 20.0), "added_friction": (0.0, 1e3),
-               "damping_scale": (0.0, 100.0), "added_damping": (0.0, 1e3), "actuator_gain": (0.05, 20.0),
-               "obs_noise_std": (0.0, 100.0), "joint_offset": (-math.pi, math.pi)}
+
+
+@dataclass(frozen=True)
+class SimRobotTopics:
+    """The sim robot node's own parameters: where its joint states go and its commands come from."""
+
+    joint_states_topic: str = field("/joint_states", "joint state output")
+    command_topic: str = field("/forward_command_controller/commands", "command input")
 
 
 class SimRobotNode(Node):
@@ -55,33 +60,12 @@ class SimRobotNode(Node):
 
     def __init__(self, node_name: str = "sim_robot", **kwargs) -> None:
         super().__init__(node_name, **kwargs)
-        defaults = SimRobotConfig()
-        p = self.declare_parameter
-        p("env_id", defaults.env_id, _descriptor("gymnasium environment", read_only=True))
-        p("control_period_s", defaults.control_period_s,
-          _descriptor("wall-clock period of one env step", read_only=True, floats=(1e-4, 10.0)))
-        p("seed", defaults.seed, _descriptor("seed of the first reset", read_only=True, ints=(0, 2**31 - 1)))
-        p("max_episode_steps", defaults.max_episode_steps,
-          _descriptor("episode length (0: env default)", read_only=True, ints=(0, 10**9)))
-        p("joint_states_topic", "/joint_states", _descriptor("joint state output", read_only=True))
-        p("command_topic", "/forward_command_controller/commands", _descriptor("command input", read_only=True))
-        p("mode", defaults.mode, _descriptor(f"stepping: {' | '.join(MODES)}", read_only=True))
-        p("lockstep_resend_s", defaults.lockstep_resend_s,
-          _descriptor("lockstep: re-publish the joint state after this long without a command", read_only=True,
-                      floats=(0.01, 60.0)))
-        p("session_dir", defaults.session_dir, _descriptor("episodes.csv goes here ('' = no log)", read_only=True))
-        gap_defaults = RealityGapConfig()
-        for f in dataclasses.fields(RealityGapConfig):
-            if f.name == "action_delay_steps":
-                p(GAP_PREFIX + f.name, gap_defaults.action_delay_steps,
-                  _descriptor("reality gap: control steps between a command and its effect", read_only=True,
-                              ints=(0, 100)))
-            else:
-                p(GAP_PREFIX + f.name, float(getattr(gap_defaults, f.name)),
-                  _descriptor(f"reality gap: {f.name}", read_only=True, floats=_GAP_RANGES[f.name]))
+        declare_config(self, SimRobotConfig)
+        declare_config(self, SimRobotTopics)
+        declare_config(self, RealityGapConfig, prefix=GAP_PREFIX)
         get = lambda name: self.get_parameter(name).value  # noqa: E731
-        self.config = SimRobotConfig(**{f.name: get(f.name) for f in dataclasses.fields(SimRobotConfig)})
-        self.gap = RealityGapConfig(**{f.name: get(GAP_PREFIX + f.name) for f in dataclasses.fields(RealityGapConfig)})
+        self.config = config_from_params(self, SimRobotConfig)
+        self.gap = config_from_params(self, RealityGapConfig, prefix=GAP_PREFIX)
         self.robot = SimRobot(self.config, self.gap)
         self._command = np.zeros(self.robot.action_dim)
         self._pub_js = self.create_publisher(JointState, get("joint_states_topic"), CONTROL)

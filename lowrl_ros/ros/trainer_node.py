@@ -28,21 +28,22 @@ Without a kit this node imports no torch: it streams files that `lowrl train`/`l
 from __future__ import annotations
 
 import collections
-import dataclasses
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
+from lowrl_ros.core.config import field
 from lowrl_ros.core.finetune.wire import decode_transitions
 from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.sender import BundleSender, SendEvent, StreamConfig
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.params import FINETUNE_RANGES, descriptor
+from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import run_node
 from lowrl_ros.ros.qos import LATCHED
 from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
@@ -51,9 +52,20 @@ DIAG_PREFIX = "lowrl/trainer"
 OK, WARN, ERROR = diag.OK, diag.WARN, diag.ERROR
 
 
-def _desc(text: str, **kwargs) -> ParameterDescriptor:
-    """This node's parameters are read-only unless said otherwise."""
-    return descriptor(text, **{"read_only": True, **kwargs})
+@dataclass(frozen=True)
+class TrainerNodeSettings:
+    """The trainer node's own parameters (StreamConfig brings the stream's; ``finetune.<field>`` FineTuneConfig's)."""
+
+    bundle_topic: str = field("/lowrl/policy_bundle", "where bundles go; the robot answers on <topic>/status")
+    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
+    finetune_kit: str = field("", "off-board fine-tuning: the kit of the robot's policy ('' = off)")
+    finetune_work_dir: str = field("~/.ros/lowrl_offboard", "transitions received, learner.pt, versions/")
+    base_policy_path: str = field("", "the artifact the robot starts with (first rollback target)")
+    base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
+    transitions_topic: str = field("/lowrl/transitions", "the robot's transitions (finetune_node learner:=offboard)")
+
+
+FINETUNE_PREFIX = "finetune."  # FineTuneConfig fields appear as finetune.<field> parameters
 
 
 class TrainerNode(Node):
@@ -66,24 +78,8 @@ class TrainerNode(Node):
 
     def __init__(self, node_name: str = "trainer_node", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        c = StreamConfig.__dataclass_fields__
-        p = self.declare_parameter
-        p("bundle_path", c["bundle_path"].default,
-          _desc("bundle/artifact file to publish; a change publishes the new file", read_only=False))
-        p("watch_dir", c["watch_dir"].default, _desc("or: a directory; its newest bundle version is published"))
-        p("pattern", c["pattern"].default, _desc("glob of bundle files in watch_dir"))
-        p("key_file", c["key_file"].default, _desc("HMAC-SHA256 key file shared with the robot (chmod 600)"))
-        p("insecure", c["insecure"].default, _desc("send unsigned bundles when there is no key (bench only)"))
-        p("chunk_size", c["chunk_size"].default, _desc("payload bytes per chunk", ints=(1, 64 * 1024 * 1024)))
-        p("max_resends", c["max_resends"].default, _desc("re-sends of one version on request", ints=(0, 1000)))
-        p("poll_period_s", c["poll_period_s"].default, _desc("source polling period", floats=(0.01, 3600.0)))
-        p("bundle_topic", "/lowrl/policy_bundle", _desc("where bundles go; the robot answers on <topic>/status"))
-        p("diagnostics_period_s", 1.0, _desc("period of /diagnostics", floats=(0.05, 60.0)))
-        p("finetune_kit", "", _desc("off-board fine-tuning: the kit of the robot's policy ('' = off)"))
-        p("finetune_work_dir", "~/.ros/lowrl_offboard", _desc("transitions received, learner.pt, versions/"))
-        p("base_policy_path", "", _desc("the artifact the robot starts with (first rollback target)"))
-        p("base_version", 0, _desc("its version (0: the kit contract's)", ints=(0, 2**31 - 1)))
-        p("transitions_topic", "/lowrl/transitions", _desc("the robot's transitions (finetune_node learner:=offboard)"))
+        declare_config(self, StreamConfig)
+        declare_config(self, TrainerNodeSettings)
         config = self._stream_config()
         key = load_key(config.key_file) if config.key_file else None
         self.sender = BundleSender(config, key)
@@ -117,12 +113,8 @@ class TrainerNode(Node):
         if not config.watch_dir:
             raise ValueError("finetune_kit needs watch_dir: the directory new versions are released into and "
                              "streamed from")
-        defaults = FineTuneConfig()
-        for f in dataclasses.fields(FineTuneConfig):
-            self.declare_parameter(f"finetune.{f.name}", getattr(defaults, f.name),
-                                   _desc(f"FineTuneConfig.{f.name}", **FINETUNE_RANGES[f.name]))
-        ft = FineTuneConfig(**{f.name: self.get_parameter(f"finetune.{f.name}").value
-                               for f in dataclasses.fields(FineTuneConfig)})
+        declare_config(self, FineTuneConfig, prefix=FINETUNE_PREFIX)
+        ft = config_from_params(self, FineTuneConfig, prefix=FINETUNE_PREFIX)
         kit = load_kit(self.get_parameter("finetune_kit").value)
         self.learner = OffboardLearner(kit, ft, Path(self.get_parameter("finetune_work_dir").value).expanduser(),
                                        Path(config.watch_dir).expanduser(),
@@ -179,9 +171,7 @@ class TrainerNode(Node):
         super().destroy_node()
 
     def _stream_config(self, overrides: dict[str, Any] | None = None) -> StreamConfig:
-        values = {f.name: self.get_parameter(f.name).value for f in dataclasses.fields(StreamConfig)}
-        values.update(overrides or {})
-        return StreamConfig(**values)
+        return config_from_params(self, StreamConfig, overrides=overrides)
 
     def _validate_parameters(self, params) -> SetParametersResult:
         changes = {p.name: p.value for p in params if p.name == "bundle_path"}

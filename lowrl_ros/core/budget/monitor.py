@@ -43,6 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
+from lowrl_ros.core.config import field as config_field
 from lowrl_ros.core.runtime.tiers import ComputeTier
 
 TEMPERATURE_SOURCES = ("auto", "file", "estimated", "none")
@@ -78,32 +79,48 @@ def _is_num(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """Limits and timing of the budget monitor (one field per ROS parameter of budget_monitor_node).
+    """Limits and timing of the budget monitor (one field per ROS parameter of budget_monitor_node, all live).
 
     A memory or load limit of 0 switches that signal's enforcement off (it is still measured and
     diagnosed). All sizes in MB are 10**6 bytes.
     """
 
-    sample_rate_hz: float = 10.0  # how often the probes run and the tier is decided
-    headroom: float = 0.25  # warn this fraction inside every hard limit (20-30 % rule)
-    escalate_after: int = 3  # consecutive bad samples before stepping down to a cheaper tier
-    recover_dwell_s: float = 5.0  # seconds of good samples before each step back up
-    publish_period_s: float = 1.0  # re-publish the (latched) tier this often, besides on change
-    latency_p99_limit_us: float = 0.0  # hard limit on windowed p99; 0 = the policy's own deadline
-    miss_rate_limit: float = 0.05  # hard limit on the fraction of ticks that missed the deadline
-    miss_window_s: float = 2.0  # window over which the miss rate is computed
-    policy_rss_limit_mb: float = 400.0  # policy node resident memory (pid from its stats); 0 = off
-    process_names: tuple[str, ...] = ("finetune_node",)  # other processes watched, by name
-    process_rss_limits_mb: tuple[float, ...] = (1500.0,)  # one limit per name; 0 = off
-    min_available_mb: float = 200.0  # system available memory must stay above this; 0 = off
-    temperature_source: str = "auto"  # auto (psutil/sysfs/hwmon) | file | estimated | none
-    temperature_file: str = ""  # for source "file": a file holding millidegrees C, like sysfs
-    temperature_limit_c: float = 85.0  # hard CPU temperature limit
-    ambient_c: float = 25.0  # ambient temperature: base of the thermal headroom and the model
-    thermal_rise_c: float = 45.0  # estimated model: steady rise above ambient at 100 % CPU load
-    thermal_time_constant_s: float = 60.0  # estimated model: first-order time constant
-    throttle_limit: float = 0.5  # hard limit on the fraction of max CPU frequency lost; 0 = off
-    cpu_load_limit_pct: float = 95.0  # hard limit on system CPU load in percent; 0 = off
+    sample_rate_hz: float = config_field(10.0, "how often the probes run and the tier is decided",
+                                         range=(0.1, 1000.0), live=True)
+    headroom: float = config_field(0.25, "warn this fraction inside every hard limit (20-30 % rule)",
+                                   range=(0.0, 0.9), live=True)
+    escalate_after: int = config_field(3, "consecutive bad samples before stepping down to a cheaper tier",
+                                       range=(1, 100), live=True)
+    recover_dwell_s: float = config_field(5.0, "seconds of good samples before each step back up",
+                                          range=(0.0, 3600.0), live=True)
+    publish_period_s: float = config_field(1.0, "re-publish the (latched) tier this often, besides on change",
+                                           range=(0.05, 60.0), live=True)
+    latency_p99_limit_us: float = config_field(0.0, "hard limit on windowed p99; 0 = the policy's own deadline",
+                                               range=(0.0, 1e8), live=True)
+    miss_rate_limit: float = config_field(0.05, "hard limit on the fraction of ticks that missed the deadline",
+                                          range=(0.0, 1.0), live=True)
+    miss_window_s: float = config_field(2.0, "window over which the miss rate is computed", range=(0.1, 600.0),
+                                        live=True)
+    policy_rss_limit_mb: float = config_field(400.0, "policy node resident memory (pid from its stats); 0 = off",
+                                              range=(0.0, 1e7), live=True)
+    process_names: tuple[str, ...] = config_field(("finetune_node",), "other processes watched, by name", live=True)
+    process_rss_limits_mb: tuple[float, ...] = config_field((1500.0,), "one limit per name; 0 = off", live=True)
+    min_available_mb: float = config_field(200.0, "system available memory must stay above this; 0 = off",
+                                           range=(0.0, 1e7), live=True)
+    temperature_source: str = config_field("auto", "auto (psutil/sysfs/hwmon) | file | estimated | none", live=True)
+    temperature_file: str = config_field("", "for source 'file': a file holding millidegrees C, like sysfs",
+                                         live=True)
+    temperature_limit_c: float = config_field(85.0, "hard CPU temperature limit", range=(-50.0, 200.0), live=True)
+    ambient_c: float = config_field(25.0, "ambient temperature: base of the thermal headroom and the model",
+                                    range=(-50.0, 100.0), live=True)
+    thermal_rise_c: float = config_field(45.0, "estimated model: steady rise above ambient at 100 % CPU load",
+                                         range=(0.0, 200.0), live=True)
+    thermal_time_constant_s: float = config_field(60.0, "estimated model: first-order time constant",
+                                                  range=(0.1, 3600.0), live=True)
+    throttle_limit: float = config_field(0.5, "hard limit on the fraction of max CPU frequency lost; 0 = off",
+                                         range=(0.0, 1.0), live=True)
+    cpu_load_limit_pct: float = config_field(95.0, "hard limit on system CPU load in percent; 0 = off",
+                                             range=(0.0, 100.0), live=True)
 
     def __post_init__(self) -> None:
         # Lists arrive from YAML/ROS; store tuples so the config stays hashable and frozen.

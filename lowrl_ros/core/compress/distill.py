@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from lowrl_ros.core.config import field as config_field, require
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, reference_action, save_artifact
 from lowrl_ros.core.runtime.engines import load_artifact
 from lowrl_ros.core.sim.evaluate import EVAL_SEED, EvalResult, evaluate, kept_fraction, rollout_states
@@ -74,61 +75,53 @@ class StudentSpec:
         return f"{self.name}:{self.hidden}x{self.depth}@{self.sparsity:g}"
 
 
-def _f(default: Any, help_text: str) -> Any:
-    if isinstance(default, (list, tuple)):
-        return field(default=tuple(default), metadata={"help": help_text})
-    return field(default=default, metadata={"help": help_text})
-
-
 @dataclass(frozen=True)
 class DistillConfig:
     """Everything one distillation needs; each field is also a `lowrl distill` flag."""
 
-    students: tuple[str, ...] = _f(("full:256x2@0.9", "lite:64x2@0.8"),
-                                   "students NAME:WIDTHxDEPTH@SPARSITY, one per tier")
-    env_id: str = _f("", "gymnasium id to distil in (empty: the teacher contract's env_id)")
-    teacher_episodes: int = _f(20, "teacher rollouts whose states start the dataset")
-    teacher_noise: float = _f(0.2, "Gaussian action noise on teacher rollouts, fraction of the half action range")
-    bc_steps: int = _f(3000, "gradient steps of behaviour cloning before DAgger")
-    dagger_rounds: int = _f(3, "DAgger rounds (student rollouts relabelled by the teacher)")
-    dagger_episodes: int = _f(5, "student rollouts per DAgger round")
-    dagger_steps: int = _f(1000, "gradient steps after each DAgger round")
-    qat_steps: int = _f(0, "quantization-aware fine-tuning steps at the end (0: off)")
-    batch_size: int = _f(256, "minibatch size")
-    lr: float = _f(1e-3, "Adam learning rate")
-    mask_method: str = _f("rigl", "sparse topology: static, set or rigl (the trainer's SparseMasker)")
-    mask_interval: int = _f(250, "gradient steps between topology updates")
-    zeta0: float = _f(0.3, "initial drop/grow fraction of the cosine schedule")
-    clip_percentile: float = _f(100.0, "clip int8 weight outliers at this percentile of |w| per channel (100: none)")
-    eval_episodes: int = _f(10, "episodes to evaluate teacher and deployed students")
-    eval_seed: int = _f(EVAL_SEED, "seed of the first evaluation episode")
-    seed: int = _f(0, "seed of rollouts, initialisation and minibatches")
-    threads: int = _f(1, "torch intra-op threads")
-    progress: bool = _f(True, "draw a progress line on stderr")
+    students: tuple[str, ...] = config_field(("full:256x2@0.9", "lite:64x2@0.8"),
+                                          "students NAME:WIDTHxDEPTH@SPARSITY, one per tier")
+    env_id: str = config_field("", "gymnasium id to distil in (empty: the teacher contract's env_id)")
+    teacher_episodes: int = config_field(20, "teacher rollouts whose states start the dataset")
+    teacher_noise: float = config_field(0.2, "Gaussian action noise on teacher rollouts, fraction of the half action "
+                                             "range")
+    bc_steps: int = config_field(3000, "gradient steps of behaviour cloning before DAgger")
+    dagger_rounds: int = config_field(3, "DAgger rounds (student rollouts relabelled by the teacher)")
+    dagger_episodes: int = config_field(5, "student rollouts per DAgger round")
+    dagger_steps: int = config_field(1000, "gradient steps after each DAgger round")
+    qat_steps: int = config_field(0, "quantization-aware fine-tuning steps at the end (0: off)")
+    batch_size: int = config_field(256, "minibatch size")
+    lr: float = config_field(1e-3, "Adam learning rate")
+    mask_method: str = config_field("rigl", "sparse topology: static, set or rigl (the trainer's SparseMasker)")
+    mask_interval: int = config_field(250, "gradient steps between topology updates")
+    zeta0: float = config_field(0.3, "initial drop/grow fraction of the cosine schedule")
+    clip_percentile: float = config_field(100.0, "clip int8 weight outliers at this percentile of |w| per channel "
+                                                 "(100: none)")
+    eval_episodes: int = config_field(10, "episodes to evaluate teacher and deployed students")
+    eval_seed: int = config_field(EVAL_SEED, "seed of the first evaluation episode")
+    seed: int = config_field(0, "seed of rollouts, initialisation and minibatches")
+    threads: int = config_field(1, "torch intra-op threads")
+    progress: bool = config_field(True, "draw a progress line on stderr")
 
     def __post_init__(self) -> None:
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(msg)
-
         students = (self.students,) if isinstance(self.students, str) else tuple(self.students)
-        need(len(students) >= 1, "students is empty; give at least one, e.g. 'lite:64x2@0.8'")
+        require(len(students) >= 1, "students is empty; give at least one, e.g. 'lite:64x2@0.8'")
         specs = [s if isinstance(s, StudentSpec) else StudentSpec.parse(str(s)) for s in students]
         names = [s.name for s in specs]
-        need(len(set(names)) == len(names), f"student names {names} repeat; each tier needs its own name")
+        require(len(set(names)) == len(names), f"student names {names} repeat; each tier needs its own name")
         object.__setattr__(self, "students", tuple(str(s) for s in specs))
         for name in ("teacher_episodes", "batch_size", "eval_episodes", "threads", "mask_interval"):
-            need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
+            require(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
         for name in ("bc_steps", "dagger_rounds", "dagger_episodes", "dagger_steps", "qat_steps"):
-            need(int(getattr(self, name)) >= 0, f"{name}={getattr(self, name)} must be >= 0")
-        need(self.bc_steps + self.dagger_rounds * self.dagger_steps > 0, "bc_steps and dagger_steps are all 0; "
-             "the students would never train")
-        need(self.teacher_noise >= 0, f"teacher_noise={self.teacher_noise} must be >= 0")
-        need(self.lr > 0, f"lr={self.lr} must be > 0")
-        need(self.mask_method in METHODS, f"mask_method={self.mask_method!r}: use one of {METHODS}")
-        need(0.0 < self.zeta0 <= 1.0, f"zeta0={self.zeta0} must be in (0, 1]")
-        need(50.0 <= self.clip_percentile <= 100.0,
-             f"clip_percentile={self.clip_percentile} must be in [50, 100]; 100 means no clipping")
+            require(int(getattr(self, name)) >= 0, f"{name}={getattr(self, name)} must be >= 0")
+        require(self.bc_steps + self.dagger_rounds * self.dagger_steps > 0, "bc_steps and dagger_steps are all 0; "
+                "the students would never train")
+        require(self.teacher_noise >= 0, f"teacher_noise={self.teacher_noise} must be >= 0")
+        require(self.lr > 0, f"lr={self.lr} must be > 0")
+        require(self.mask_method in METHODS, f"mask_method={self.mask_method!r}: use one of {METHODS}")
+        require(0.0 < self.zeta0 <= 1.0, f"zeta0={self.zeta0} must be in (0, 1]")
+        require(50.0 <= self.clip_percentile <= 100.0,
+                f"clip_percentile={self.clip_percentile} must be in [50, 100]; 100 means no clipping")
 
     @property
     def specs(self) -> list[StudentSpec]:

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lowrl_ros.core.config import field as config_field, require
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, reference_action, save_artifact
 from lowrl_ros.core.runtime.engines import load_artifact
 from lowrl_ros.core.runtime.bundle import load_bundle, save_bundle
@@ -41,45 +42,41 @@ from lowrl_ros.core.compress.quantize import clip_outliers
 class ReleaseConfig:
     """Gate thresholds and release metadata; each field is also a `lowrl compress` flag."""
 
-    version: int = field(default=1, metadata={"help": "version of the released bundle (>= 1, monotonic)"})
-    parent_version: int | None = field(default=None, metadata={"help": "version this release derives from"})
-    env_id: str = field(default="", metadata={"help": "environment of the return gate (empty: the contract's)"})
-    parity_tol: float = field(default=1e-5, metadata={"help": "max |torch - fp32 ONNX| action error"})
-    int8_mean_error: float = field(default=0.02, metadata={
-        "help": "mean |int8 - fp32| action error over the probes, as a fraction of the action range"})
-    int8_max_error: float = field(default=0.10, metadata={
-        "help": "worst-probe |int8 - fp32| action error, as a fraction of the action range (high - low)"})
-    return_fraction: float = field(default=0.97, metadata={
-        "help": "deployed return must keep this fraction of the teacher's (1 - (T - S)/|T|)"})
-    probe_count: int = field(default=512, metadata={"help": "probe observations for the parity and int8 gates"})
-    probe_episodes: int = field(default=3, metadata={"help": "teacher rollouts the probes are drawn from"})
-    eval_episodes: int = field(default=10, metadata={"help": "episodes of the return gate"})
-    eval_seed: int = field(default=EVAL_SEED, metadata={"help": "seed of the first return-gate episode"})
-    clip_percentile: float = field(default=100.0, metadata={
-        "help": "clip int8 weight outliers at this percentile per channel (100: none)"})
-    seed: int = field(default=0, metadata={"help": "seed of the probe rollouts"})
+    version: int = config_field(1, "version of the released bundle (>= 1, monotonic)")
+    parent_version: int | None = config_field(None, "version this release derives from")
+    env_id: str = config_field("", "environment of the return gate (empty: the contract's)")
+    parity_tol: float = config_field(1e-5, "max |torch - fp32 ONNX| action error")
+    int8_mean_error: float = config_field(0.02, "mean |int8 - fp32| action error over the probes, as a fraction of the "
+                                                "action range")
+    int8_max_error: float = config_field(0.10, "worst-probe |int8 - fp32| action error, as a fraction of the action "
+                                               "range (high - low)")
+    return_fraction: float = config_field(0.97, "deployed return must keep this fraction of the teacher's "
+                                                "(1 - (T - S)/|T|)")
+    probe_count: int = config_field(512, "probe observations for the parity and int8 gates")
+    probe_episodes: int = config_field(3, "teacher rollouts the probes are drawn from")
+    eval_episodes: int = config_field(10, "episodes of the return gate")
+    eval_seed: int = config_field(EVAL_SEED, "seed of the first return-gate episode")
+    clip_percentile: float = config_field(100.0, "clip int8 weight outliers at this percentile per channel (100: none)")
+    seed: int = config_field(0, "seed of the probe rollouts")
 
     def __post_init__(self) -> None:
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(msg)
-
-        need(isinstance(self.version, int) and self.version >= 1,
-             f"version={self.version!r} must be an integer >= 1; give --version N")
+        require(isinstance(self.version, int) and self.version >= 1,
+                f"version={self.version!r} must be an integer >= 1; give --version N")
         parent = self.parent_version
-        need(parent is None or (isinstance(parent, int) and 1 <= parent < self.version),
-             f"parent_version={parent!r} must be >= 1 and below version={self.version} (versions only go up)")
-        need(0 < self.parity_tol < 1, f"parity_tol={self.parity_tol} must be in (0, 1); the contract asks for 1e-5")
+        require(parent is None or (isinstance(parent, int) and 1 <= parent < self.version),
+                f"parent_version={parent!r} must be >= 1 and below version={self.version} (versions only go up)")
+        require(0 < self.parity_tol < 1, f"parity_tol={self.parity_tol} must be in (0, 1); the contract asks for 1e-5")
         for name in ("int8_mean_error", "int8_max_error"):
-            need(0 < getattr(self, name) <= 1,
-                 f"{name}={getattr(self, name)} must be in (0, 1]; e.g. 0.05 = 5% of the action range")
-        need(self.int8_mean_error <= self.int8_max_error,
-             f"int8_mean_error={self.int8_mean_error} exceeds int8_max_error={self.int8_max_error}; "
-             "a mean cannot exceed the maximum, lower it")
-        need(0 < self.return_fraction <= 1.5, f"return_fraction={self.return_fraction} must be in (0, 1.5]; e.g. 0.97")
+            require(0 < getattr(self, name) <= 1,
+                    f"{name}={getattr(self, name)} must be in (0, 1]; e.g. 0.05 = 5% of the action range")
+        require(self.int8_mean_error <= self.int8_max_error,
+                f"int8_mean_error={self.int8_mean_error} exceeds int8_max_error={self.int8_max_error}; "
+                "a mean cannot exceed the maximum, lower it")
+        require(0 < self.return_fraction <= 1.5,
+                f"return_fraction={self.return_fraction} must be in (0, 1.5]; e.g. 0.97")
         for name in ("probe_count", "probe_episodes", "eval_episodes"):
-            need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
-        need(50.0 <= self.clip_percentile <= 100.0, f"clip_percentile={self.clip_percentile} must be in [50, 100]")
+            require(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
+        require(50.0 <= self.clip_percentile <= 100.0, f"clip_percentile={self.clip_percentile} must be in [50, 100]")
 
     @property
     def percentile(self) -> float | None:

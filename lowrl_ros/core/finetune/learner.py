@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lowrl_ros.core.config import field as config_field, require
 from lowrl_ros.core.runtime.artifact import save_artifact
 from lowrl_ros.core.train.export import actor_weights
 from lowrl_ros.core.train.trainer import make_agent
@@ -37,59 +39,48 @@ _KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running a
 # ---- config ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FineTuneConfig:
-    """How the robot fine-tunes (one line per field; the node's parameters map onto these).
+    """How the robot fine-tunes (finetune_node's parameters of the same names; trainer_node's ``finetune.<name>``)."""
 
-    Attributes:
-        lr: Adam learning rate. 1e-3, measured in `lowrl bench sim2real` (docs/sim_to_real.md):
-            as good as 1e-4 on Pendulum-v1 and far better on InvertedPendulum-v5 (all 3 seeds to
-            ~1000 on the gapped robot, against 29-43 % of the gap at 1e-4).
-        batch_size: minibatch size of each update.
-        buffer_size: replay capacity (transitions in memory; the log on disk keeps everything).
-        min_transitions: updates start once the buffer holds this many.
-        updates_per_transition: at most this many updates per transition recorded (update-to-data cap).
-        version_every_updates: N: updates between new versions.
-        eval_episodes: episodes a version runs before it is judged.
-        rollback_margin: roll back when a version's mean return is this much below the best (return units).
-        min_return: a safety floor: any episode below it trips a rollback (nan: off).
-        seed: seed of replay sampling and of the networks' noise.
-        threads: torch threads of the learner (1 leaves the other core to control).
-        memory_cap_mb: resident memory of the fine-tuner process above which learning pauses.
-        nice: niceness added to the learner thread (0..19; higher = lower priority than control).
-        updates_per_slice: updates between checks of the tier, memory and events.
-        critic_warmup_updates: the first updates train the critics only, so they learn the robot's
-            dynamics before the actor follows them (a sim critic on a small, fresh buffer
-            otherwise drags the policy down first: the offline-to-online dip); versions are
-            counted from the end of the warm-up.
-        bc_weight: 0 (off) or the weight of a behaviour-cloning term in the actor loss (TD3+BC: the
-            Q term divided by its mean |Q|, plus bc_weight x the squared distance to the recorded
-            action): keeps the actor near what the robot did, where the critic has data.
-        judge_baseline: judge versions by their mean return adjusted for each episode's start
-            state (the frozen kit critic's value of it; see the module docstring); False: plain
-            mean returns.
-    """
-
-    lr: float = 1e-3
-    batch_size: int = 128
-    buffer_size: int = 50_000
-    min_transitions: int = 400
-    updates_per_transition: float = 1.0
-    version_every_updates: int = 1000
-    eval_episodes: int = 3
-    rollback_margin: float = 150.0
-    min_return: float = math.nan
-    seed: int = 0
-    threads: int = 1
-    memory_cap_mb: float = 1500.0
-    nice: int = 10
-    updates_per_slice: int = 8
-    critic_warmup_updates: int = 0
-    bc_weight: float = 0.0
-    judge_baseline: bool = True
+    # 1e-3, measured in `lowrl bench sim2real` (docs/sim_to_real.md): as good as 1e-4 on Pendulum-v1 and far
+    # better on InvertedPendulum-v5 (all 3 seeds to ~1000 on the gapped robot, against 29-43 % of the gap at 1e-4).
+    lr: float = config_field(1e-3, "Adam learning rate of the fine-tuner", range=(1e-7, 1.0))
+    batch_size: int = config_field(128, "minibatch size of each update", range=(1, 4096))
+    buffer_size: int = config_field(50_000, "replay capacity (transitions in memory; the log on disk keeps "
+                                            "everything)", range=(1, 10_000_000))
+    min_transitions: int = config_field(400, "updates start once the buffer holds this many transitions",
+                                        range=(1, 10_000_000))
+    updates_per_transition: float = config_field(1.0, "at most this many updates per transition recorded "
+                                                      "(update-to-data cap)", range=(1e-3, 100.0))
+    version_every_updates: int = config_field(1000, "updates between new policy versions", range=(1, 10_000_000))
+    eval_episodes: int = config_field(3, "episodes a version runs before it is judged", range=(1, 1000))
+    rollback_margin: float = config_field(150.0, "roll back when a version's mean return is this much below the "
+                                                 "best (return units)", range=(0.0, 1e9))
+    # dynamic: a YAML or -p value may come as an int (-1500); NaN does not survive every YAML parser.
+    min_return: float = config_field(math.nan, "safety floor: any episode below it trips a rollback (nan: off)",
+                                     dynamic=True)
+    seed: int = config_field(0, "seed of replay sampling and of the networks' noise", range=(0, 2**31 - 1))
+    threads: int = config_field(1, "torch threads of the learner (1 leaves the other core to control)",
+                                range=(1, 64))
+    memory_cap_mb: float = config_field(1500.0, "resident memory (MB) of the fine-tuner above which learning "
+                                                "pauses", range=(64.0, 1e6))
+    nice: int = config_field(10, "niceness added to the learner thread (0..19; higher = lower priority than "
+                                 "control)", range=(0, 19))
+    updates_per_slice: int = config_field(8, "updates between checks of the tier, memory and events",
+                                          range=(1, 10_000))
+    # The critics learn the robot's dynamics before the actor follows them: a sim critic on a small, fresh
+    # buffer otherwise drags the policy down first (the offline-to-online dip). Versions count from its end.
+    critic_warmup_updates: int = config_field(0, "first updates that train the critics only (versions count "
+                                                 "from their end)", range=(0, 10_000_000))
+    # TD3+BC: the Q term divided by its mean |Q|, plus bc_weight x the squared distance to the recorded action;
+    # keeps the actor near what the robot did, where the critic has data.
+    bc_weight: float = config_field(0.0, "weight of a behaviour-cloning term in the actor loss (TD3+BC; 0: off)",
+                                    range=(0.0, 1e6))
+    # See the module docstring: the baseline is the frozen kit critic's value of each episode's start state.
+    judge_baseline: bool = config_field(True, "judge versions by their mean return adjusted for each episode's "
+                                              "start state (false: plain mean returns)")
 
     def __post_init__(self) -> None:
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(f"FineTuneConfig: {msg}")
+        need = functools.partial(require, owner="FineTuneConfig")
 
         need(self.lr > 0, f"lr={self.lr} must be > 0 (e.g. 1e-3)")
         for name in ("batch_size", "buffer_size", "min_transitions", "version_every_updates", "eval_episodes",

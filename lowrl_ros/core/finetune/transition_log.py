@@ -44,6 +44,8 @@ from typing import Iterable
 
 import numpy as np
 
+from lowrl_ros.core.config import field as config_field
+
 LOG = logging.getLogger("lowrl.transition_log")
 
 TOPIC = "/lowrl/transitions"
@@ -69,26 +71,22 @@ class TransitionLogError(ValueError):
 
 @dataclass(frozen=True)
 class TransitionLogConfig:
-    """How the log is cut into files and bounded.
+    """How the log is cut into files and bounded (finetune_node's ``log_<field>`` parameters)."""
 
-    Attributes:
-        segment_transitions: close the open MCAP segment after this many transitions.
-        segment_seconds: ... or after this many seconds, whichever comes first.
-        chunk_bytes: MCAP chunk size (uncompressed) inside a segment.
-        compression: chunk compression: zstd, lz4 or none.
-        fsync_interval_s: fsync the WAL at most this often (0: after every transition). A killed
-            process loses nothing either way; this bounds what a power cut can take.
-        max_files: keep at most this many segments; the oldest closed ones are deleted (logged).
-        max_bytes: keep at most this many bytes of segments (same rule).
-    """
-
-    segment_transitions: int = 2000
-    segment_seconds: float = 60.0
-    chunk_bytes: int = 64 * 1024
-    compression: str = "zstd"
-    fsync_interval_s: float = 1.0
-    max_files: int = 500
-    max_bytes: int = 512 * 1024 * 1024
+    segment_transitions: int = config_field(2000, "close the open MCAP segment after this many transitions",
+                                            range=(1, 10_000_000))
+    segment_seconds: float = config_field(60.0, "... or after this many seconds, whichever comes first",
+                                          range=(0.01, 86400.0))
+    chunk_bytes: int = config_field(64 * 1024, "MCAP chunk size (uncompressed) inside a segment",
+                                    range=(256, 64 * 1024 * 1024))
+    compression: str = config_field("zstd", "chunk compression: zstd, lz4 or none")
+    # A killed process loses nothing either way; this bounds what a power cut can take.
+    fsync_interval_s: float = config_field(1.0, "fsync the WAL at most this often (0: after every transition)",
+                                           range=(0.0, 3600.0))
+    max_files: int = config_field(500, "keep at most this many segments; the oldest closed ones are deleted (logged)",
+                                  range=(2, 1_000_000))
+    max_bytes: int = config_field(512 * 1024 * 1024, "keep at most this many bytes of segments (same rule)",
+                                  range=(65536, 2**62))
 
     def __post_init__(self) -> None:
         if self.segment_transitions < 1:

@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
+from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.tiers import ComputeTier
 
 MODES = ("event", "fixed_rate")
@@ -50,36 +51,26 @@ class BundleLike(Protocol):
 
 @dataclass(frozen=True)
 class ControlConfig:
-    """Control-loop settings (mapped from the policy node's ROS parameters).
+    """Control-loop settings (the policy node's parameters of the same names; ``live``: changeable while running)."""
 
-    Attributes:
-        mode: "event" (act on each observation) or "fixed_rate" (act on a timer tick).
-        control_period_s: timer period in fixed_rate mode; the deadline reference in both modes.
-        decimation: in fixed_rate mode, run the policy every k-th tick and hold in between.
-        tier_decimation: extra factor applied in the DECIMATED compute tier.
-        watchdog_timeout_s: no observation for this long -> the safe action.
-        soft_start_steps: blend from the safe action to the policy over this many policy steps
-            after activation or a swap (0: no blending).
-        safe_action: "zero", "hold" (the last action sent) or "default_pose".
-        default_pose: the safe action for "default_pose" (one value per action).
-        deadline_s: an output later than this after its reference time is a deadline miss
-            (0: use control_period_s).
-        latency_window: number of recent inference latencies kept for p50/p99.
-        safe_period_s: fixed_rate, safe tier: the safe action is re-sent at this period (a
-            keep-alive; the controller holds it in between). 0: control_period_s * tier_decimation.
-    """
-
-    mode: str = "event"
-    control_period_s: float = 0.01
-    decimation: int = 1
-    tier_decimation: int = 4
-    watchdog_timeout_s: float = 0.1
-    soft_start_steps: int = 50
-    safe_action: str = "zero"
-    default_pose: tuple[float, ...] = ()
-    deadline_s: float = 0.0
-    latency_window: int = 1000
-    safe_period_s: float = 0.1
+    mode: str = field("event", "event (act on each observation) | fixed_rate (act on a timer tick)")
+    control_period_s: float = field(0.01, "timer period in fixed_rate mode; the deadline reference in both modes",
+                                    range=(1e-4, 10.0))
+    decimation: int = field(1, "fixed_rate: run the policy every k-th tick and hold in between", range=(1, 100),
+                            live=True)
+    tier_decimation: int = field(4, "extra decimation in the DECIMATED compute tier", range=(1, 100), live=True)
+    watchdog_timeout_s: float = field(0.1, "no observation for this long -> the safe action", range=(1e-3, 10.0),
+                                      live=True)
+    soft_start_steps: int = field(50, "blend from the safe action to the policy over N policy steps after "
+                                      "activation or a swap (0: none)", range=(0, 10000), live=True)
+    safe_action: str = field("zero", "zero | hold (the last action sent) | default_pose", live=True)
+    default_pose: tuple[float, ...] = field((), "the safe action for default_pose (one value per action)", live=True)
+    deadline_s: float = field(0.0, "an output later than this after its reference is a deadline miss "
+                                   "(0: control_period_s)", range=(0.0, 10.0), live=True)
+    latency_window: int = field(1000, "recent inference latencies kept for p50/p99", range=(1, 100000))
+    # A keep-alive: the controller holds the safe action in between.
+    safe_period_s: float = field(0.1, "fixed_rate, safe tier: keep-alive period of the safe action "
+                                      "(0: control_period_s x tier_decimation)", range=(0.0, 10.0))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default_pose", tuple(float(v) for v in self.default_pose))

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowrl_ros.core.config import field
+
 FIELDS: tuple[str, ...] = ("position", "velocity", "effort", "cos_position", "sin_position")
 
 
@@ -28,27 +30,23 @@ class ObservationError(ValueError):
 
 @dataclass(frozen=True)
 class ObsAdapterConfig:
-    """How to build the observation vector.
+    """How to build the observation vector: ``obs = (raw - offset) * scale`` per entry."""
 
-    Attributes:
-        obs_fields: ordered ``"<joint name>.<field>"`` entries; field is one of ``FIELDS``.
-        obs_offset: per entry (or empty for 0); applied as ``(raw - offset) * scale``.
-        obs_scale: per entry (or empty for 1).
-        extra_obs_dim: size of the extra Float32MultiArray appended at the end (0: none).
-    """
-
-    obs_fields: tuple[str, ...] = ()
-    obs_offset: tuple[float, ...] = ()
-    obs_scale: tuple[float, ...] = ()
-    extra_obs_dim: int = 0
+    # dynamic=False: ROS types it as a string array (the nodes declare [""], as [] would be untyped).
+    obs_fields: tuple[str, ...] = field((), "'<joint>.<field>' per observation entry, in the policy's order",
+                                        dynamic=False)
+    obs_offset: tuple[float, ...] = field((), "per entry: obs = (raw - offset) * scale (empty: 0)")
+    obs_scale: tuple[float, ...] = field((), "per entry: obs = (raw - offset) * scale (empty: 1)")
+    extra_obs_dim: int = field(0, "size of the extra Float32MultiArray appended at the end (0: none)",
+                               range=(0, 1024))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "obs_fields", tuple(str(f) for f in self.obs_fields))
         object.__setattr__(self, "obs_offset", tuple(float(v) for v in self.obs_offset))
         object.__setattr__(self, "obs_scale", tuple(float(v) for v in self.obs_scale))
         for entry in self.obs_fields:
-            joint, sep, field = entry.rpartition(".")
-            if not sep or not joint or field not in FIELDS:
+            joint, sep, kind = entry.rpartition(".")
+            if not sep or not joint or kind not in FIELDS:
                 raise ValueError(
                     f"obs_fields entry {entry!r} is not '<joint>.<field>' with field one of "
                     f"{', '.join(FIELDS)}; write e.g. 'pendulum_joint.velocity'")
@@ -131,8 +129,8 @@ class ObservationAdapter:
         idx = self._indices(names)
         arrays = {"position": position, "velocity": velocity, "effort": effort}
         out = np.empty(self.config.obs_dim, dtype=np.float64)
-        for k, ((joint, field), i) in enumerate(zip(self._entries, idx)):
-            source = "position" if field.endswith("_position") else field
+        for k, ((joint, kind), i) in enumerate(zip(self._entries, idx)):
+            source = "position" if kind.endswith("_position") else kind
             values = arrays[source]
             if i >= len(values):
                 raise ObservationError(
@@ -142,9 +140,9 @@ class ObservationAdapter:
             if not math.isfinite(raw):  # named here: cos/sin of it would only say "entry k is nan"
                 raise ObservationError(f"joint {joint!r} {source} is {raw} (NaN/Inf); the sensor or its driver "
                                        "sent a non-finite value")
-            if field == "cos_position":
+            if kind == "cos_position":
                 raw = np.cos(raw)
-            elif field == "sin_position":
+            elif kind == "sin_position":
                 raw = np.sin(raw)
             out[k] = raw
         n = len(self._entries)

@@ -40,32 +40,27 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from lowrl_ros.core.config import field
+
 
 @dataclass(frozen=True)
 class RealityGapConfig:
-    """How the robot differs from the simulation (identity by default).
+    """How the robot differs from the simulation (identity by default; sim_robot_node's ``gap.<field>``)."""
 
-    Attributes:
-        mass_scale: every body's mass (and inertia) × this; 1.3 = 30 % heavier.
-        friction_scale: every geom's friction coefficients × this (MuJoCo only).
-        added_friction: dry (Coulomb) friction added to every joint (N·m or N); Pendulum-v1: −f·sign(θdot).
-        damping_scale: every joint's damping × this (MuJoCo only).
-        added_damping: viscous damping added to every joint (N·m·s/rad or N·s/m); Pendulum-v1: −c·θdot.
-        actuator_gain: commanded force/torque × this; 0.8 = a 20 % weaker actuator.
-        obs_noise_std: standard deviation of Gaussian noise added to every observation entry.
-        joint_offset: zero offset of every joint's position sensor (rad or m), |offset| <= pi.
-        action_delay_steps: control steps between a command and its effect (0: none).
-    """
-
-    mass_scale: float = 1.0
-    friction_scale: float = 1.0
-    added_friction: float = 0.0
-    damping_scale: float = 1.0
-    added_damping: float = 0.0
-    actuator_gain: float = 1.0
-    obs_noise_std: float = 0.0
-    joint_offset: float = 0.0
-    action_delay_steps: int = 0
+    mass_scale: float = field(1.0, "every body's mass (and inertia) x this; 1.3 = 30 % heavier", range=(0.05, 20.0))
+    friction_scale: float = field(1.0, "every geom's friction coefficients x this (MuJoCo only)", range=(0.05, 20.0))
+    added_friction: float = field(0.0, "dry (Coulomb) friction added to every joint (N m or N); Pendulum-v1: "
+                                       "-f sign(thetadot)", range=(0.0, 1e3))
+    damping_scale: float = field(1.0, "every joint's damping x this (MuJoCo only)", range=(0.0, 100.0))
+    added_damping: float = field(0.0, "viscous damping added to every joint (N m s/rad or N s/m); Pendulum-v1: "
+                                      "-c thetadot", range=(0.0, 1e3))
+    actuator_gain: float = field(1.0, "commanded force/torque x this; 0.8 = a 20 % weaker actuator",
+                                 range=(0.05, 20.0))
+    obs_noise_std: float = field(0.0, "standard deviation of Gaussian noise added to every observation entry",
+                                 range=(0.0, 100.0))
+    joint_offset: float = field(0.0, "zero offset of every joint's position sensor (rad or m), |offset| <= pi",
+                                range=(-math.pi, math.pi))
+    action_delay_steps: int = field(0, "control steps between a command and its effect (0: none)", range=(0, 100))
 
     def __post_init__(self) -> None:
         for name in ("mass_scale", "friction_scale", "actuator_gain"):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig, RealityGapWrapper
 
 SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5")
@@ -35,26 +36,19 @@ MODES = ("realtime", "lockstep")
 
 @dataclass(frozen=True)
 class SimRobotConfig:
-    """Settings of the simulated robot.
+    """Settings of the simulated robot (sim_robot_node's parameters of the same names)."""
 
-    Attributes:
-        env_id: gymnasium environment, one of ``SUPPORTED_ENVS``.
-        control_period_s: wall-clock period of one env step (the robot's control rate).
-        seed: seed of the first episode's reset (later episodes continue the env's RNG).
-        max_episode_steps: episode length in steps (0: the env's default).
-        mode: ``realtime`` (a step every control_period_s) or ``lockstep`` (a step per command).
-        lockstep_resend_s: lockstep: re-publish the current joint state (without stepping) when no
-            command came for this long (a policy still starting up, a lost message).
-        session_dir: where the episode log (episodes.csv) goes; "" keeps no log.
-    """
-
-    env_id: str = "Pendulum-v1"
-    control_period_s: float = 0.01
-    seed: int = 0
-    max_episode_steps: int = 0
-    mode: str = "realtime"
-    lockstep_resend_s: float = 0.5
-    session_dir: str = ""
+    env_id: str = field("Pendulum-v1", "gymnasium environment: " + " | ".join(SUPPORTED_ENVS))
+    control_period_s: float = field(0.01, "wall-clock period of one env step (the robot's control rate)",
+                                    range=(1e-4, 10.0))
+    seed: int = field(0, "seed of the first reset (later episodes continue the env's RNG)", range=(0, 2**31 - 1))
+    max_episode_steps: int = field(0, "episode length in steps (0: the env's default)", range=(0, 10**9))
+    mode: str = field("realtime", "stepping: realtime (a step every control_period_s) | lockstep (a step per "
+                                  "command)")
+    # A policy still starting up or a lost message must not stall a lockstep session.
+    lockstep_resend_s: float = field(0.5, "lockstep: re-publish the joint state (without stepping) after this long "
+                                          "without a command", range=(0.01, 60.0))
+    session_dir: str = field("", "where the episode log (episodes.csv) goes ('' = no log)")
 
     def __post_init__(self) -> None:
         if self.env_id not in SUPPORTED_ENVS:

@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.artifact import ArtifactError, PolicyContract, parse_artifact, reference_action
 from lowrl_ros.core.runtime.bundle import MANIFEST, PolicyBundle, is_bundle_file, load_bundle
 from lowrl_ros.core.stream.protocol import BundleHeader, BundleRejected, decode_bundle, read_header
@@ -44,22 +45,15 @@ _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProt
 
 @dataclass(frozen=True)
 class ReceiverConfig:
-    """The robot's bundle-receiving settings (policy node parameters of the same names).
+    """The robot's bundle-receiving settings (policy node parameters of the same names; ``keep`` is keep_bundles)."""
 
-    Attributes:
-        receive_dir: where accepted bundles are kept (``v<version>-<sha8>.lowrl``).
-        require_signature: reject unsigned bundles and bundles the robot cannot verify. Only a
-            bench robot sets this False (then the trainer may run insecure).
-        keep: accepted bundle files kept in receive_dir (older ones are deleted, never the running one).
-        probe_count: observations in the parity probe set.
-        engine: inference engine for the loaded bundle (auto | ort | numpy), as the policy node's.
-    """
-
-    receive_dir: str = "~/.lowrl/received_bundles"
-    require_signature: bool = True
-    keep: int = 3
-    probe_count: int = 32
-    engine: str = "auto"
+    receive_dir: str = field("~/.lowrl/received_bundles", "where accepted bundles are kept (v<version>-<sha8>.lowrl)")
+    # Only a bench robot sets this False (then the trainer may run insecure).
+    require_signature: bool = field(True, "reject unsigned or unverifiable bundles (false only on a bench)")
+    keep: int = field(3, "accepted bundle files kept in receive_dir (older ones are deleted, never the running one)",
+                      range=(1, 1000))
+    probe_count: int = field(32, "observations in the parity probe set", range=(1, 10000))
+    engine: str = field("auto", "inference engine of a loaded bundle: auto | ort | numpy (as the policy node's)")
 
     def __post_init__(self) -> None:
         if not self.receive_dir:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.stream.protocol import (
     DEFAULT_CHUNK_SIZE,
@@ -21,26 +22,18 @@ from lowrl_ros.core.stream.protocol import (
 class StreamConfig:
     """What the trainer streams and how (config/trainer_node.yaml; the trainer node maps its parameters here).
 
-    Attributes:
-        bundle_path: one bundle/artifact file to publish (re-published when it changes to a newer version).
-        watch_dir: or a directory (e.g. where `lowrl compress -o DIR/vN.lowrl` writes): the newest
-            version among files matching ``pattern`` is published.
-        pattern: glob of bundle files inside ``watch_dir``.
-        key_file: HMAC key file (``load_key``); required unless ``insecure``.
-        insecure: send unsigned (all-zero HMAC); only a robot with require_signature:=false accepts it.
-        chunk_size: payload bytes per chunk.
-        max_resends: re-sends of one version on the robot's request before giving up.
-        poll_period_s: how often the source is checked for a new version.
+    Set exactly one of ``bundle_path`` and ``watch_dir`` (e.g. where `lowrl compress -o DIR/vN.lowrl` writes).
     """
 
-    bundle_path: str = ""
-    watch_dir: str = ""
-    pattern: str = "*.lowrl"
-    key_file: str = ""
-    insecure: bool = False
-    chunk_size: int = DEFAULT_CHUNK_SIZE
-    max_resends: int = 3
-    poll_period_s: float = 1.0
+    bundle_path: str = field("", "one bundle/artifact file to publish; a change publishes the new file", live=True)
+    watch_dir: str = field("", "or: a directory; the newest bundle version matching pattern is published")
+    pattern: str = field("*.lowrl", "glob of bundle files in watch_dir")
+    key_file: str = field("", "HMAC-SHA256 key file shared with the robot (chmod 600); required unless insecure")
+    insecure: bool = field(False, "send unsigned bundles when there is no key (bench only; the robot needs "
+                                  "require_signature:=false)")
+    chunk_size: int = field(DEFAULT_CHUNK_SIZE, "payload bytes per CRC-checked chunk", range=(1, 64 * 1024 * 1024))
+    max_resends: int = field(3, "re-sends of one version on the robot's request before giving up", range=(0, 1000))
+    poll_period_s: float = field(1.0, "how often the source is checked for a new version", range=(0.01, 3600.0))
 
     def __post_init__(self) -> None:
         if bool(self.bundle_path) == bool(self.watch_dir):

@@ -27,6 +27,7 @@ so actors block (backpressure) instead of producing data that would arrive stale
 """
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing as mp
 import queue
@@ -39,71 +40,48 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lowrl_ros.core.config import field as config_field, require
+
 ALGOS = ("td3", "sac")
 ENGINES = ("ort", "numpy", "auto")
 
 
 @dataclass(frozen=True)
 class ActorQConfig:
-    """One ActorQ run (the `lowrl bench actorq` flags mirror these fields).
+    """One ActorQ run (the `lowrl bench actorq` flags mirror these fields)."""
 
-    Attributes:
-        env_id: gymnasium environment id.
-        algo: learner algorithm, "td3" (deterministic actor: the snapshot is exactly the policy)
-            or "sac" (the snapshot is tanh of the mean).
-        int8: actors run int8 snapshots (True) or fp32 ones (False, the baseline).
-        hidden: actor hidden width; depth: hidden layers (actor and critics).
-        critic_hidden: critic width (0: same as ``hidden``); lets a wide actor, whose inference
-            cost is what ActorQ is about, train with a cheaper critic.
-        num_actors: actor processes.
-        total_steps: env steps to collect (accepted transitions).
-        warmup_steps: uniform-random env steps (split among the actors) before learning starts.
-        batch_size, updates_per_step, lr: learner settings (see TrainConfig).
-        refresh_every: publish a new version every this many accepted env steps (K); actors pick
-            up the newest at their next chunk boundary.
-        chunk_steps: transitions per message from an actor.
-        max_version_lag: reject chunks holding a version older than published - this.
-        explore_noise: Gaussian exploration noise of the actors, normalised action units.
-        engine: runtime engine of the actors and of evaluation ("ort": ORT's int8 kernels).
-        eval_interval: accepted env steps between evaluations of the deployed snapshot.
-        eval_episodes: episodes per evaluation.
-        target_return: stop once an evaluation reaches this mean return (nan: never).
-        time_limit_s: stop after this much wall-clock (0: no limit).
-        snapshot_tolerance: max |snapshot - fp32 learner| action error allowed, as a fraction of the
-            action range (the int8 quantization budget); publishes above it are counted and warned.
-        seed: seeds the learner, the actors (seed*1000 + actor id) and evaluation.
-        threads: torch threads of the learner.
-    """
-
-    env_id: str = "Pendulum-v1"
-    algo: str = "td3"
-    int8: bool = True
-    hidden: int = 256
-    depth: int = 2
-    critic_hidden: int = 0
-    num_actors: int = 2
-    total_steps: int = 10_000
-    warmup_steps: int = 1_000
-    batch_size: int = 256
-    updates_per_step: int = 1
-    lr: float = 1e-3
-    refresh_every: int = 200
-    chunk_steps: int = 25
-    max_version_lag: int = 4
-    explore_noise: float = 0.1
-    engine: str = "ort"
-    eval_interval: int = 1_000
-    eval_episodes: int = 5
-    target_return: float = math.nan
-    time_limit_s: float = 0.0
-    snapshot_tolerance: float = 0.05
-    seed: int = 0
-    threads: int = 1
+    env_id: str = config_field("Pendulum-v1", "gymnasium environment id")
+    # td3: the deterministic actor, so the snapshot is exactly the policy; sac: the snapshot is tanh of the mean.
+    algo: str = config_field("td3", "learner algorithm: td3 or sac")
+    int8: bool = config_field(True, "actors run int8 snapshots (false: fp32 ones, the baseline)")
+    hidden: int = config_field(256, "actor hidden width")
+    depth: int = config_field(2, "hidden layers of actor and critics")
+    # Lets a wide actor, whose inference cost is what ActorQ is about, train with a cheaper critic.
+    critic_hidden: int = config_field(0, "critic width (0: same as hidden)")
+    num_actors: int = config_field(2, "actor processes")
+    total_steps: int = config_field(10_000, "env steps to collect (accepted transitions)")
+    warmup_steps: int = config_field(1_000, "uniform-random env steps (split among the actors) before learning starts")
+    batch_size: int = config_field(256, "learner minibatch size (see TrainConfig)")
+    updates_per_step: int = config_field(1, "learner gradient steps per env step (see TrainConfig)")
+    lr: float = config_field(1e-3, "learner Adam learning rate (see TrainConfig)")
+    # Actors pick up the newest version at their next chunk boundary.
+    refresh_every: int = config_field(200, "publish a new version every this many accepted env steps (K)")
+    chunk_steps: int = config_field(25, "transitions per message from an actor")
+    max_version_lag: int = config_field(4, "reject chunks holding a version older than published - this")
+    explore_noise: float = config_field(0.1, "Gaussian exploration noise of the actors, normalised action units")
+    engine: str = config_field("ort", "runtime engine of the actors and of evaluation (ort: ORT's int8 kernels)")
+    eval_interval: int = config_field(1_000, "accepted env steps between evaluations of the deployed snapshot")
+    eval_episodes: int = config_field(5, "episodes per evaluation")
+    target_return: float = config_field(math.nan, "stop once an evaluation reaches this mean return (nan: never)")
+    time_limit_s: float = config_field(0.0, "stop after this much wall-clock (0: no limit)")
+    # The int8 quantization budget: publishes above it are counted and warned.
+    snapshot_tolerance: float = config_field(0.05, "max |snapshot - fp32 learner| action error, as a fraction of the "
+                                                   "action range")
+    seed: int = config_field(0, "seeds the learner, the actors (seed*1000 + actor id) and evaluation")
+    threads: int = config_field(1, "torch threads of the learner")
 
     def __post_init__(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ValueError(f"ActorQConfig: {msg}")
+        need = functools.partial(require, owner="ActorQConfig")
 
         need(self.algo in ALGOS, f"algo={self.algo!r}: use one of {ALGOS}")
         need(self.engine in ENGINES, f"engine={self.engine!r}: use one of {ENGINES} ('ort' has int8 kernels)")

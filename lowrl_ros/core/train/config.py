@@ -7,10 +7,14 @@ same field names (validated by the same ``__post_init__``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from lowrl_ros.core import config
+from lowrl_ros.core.config import field, require
 
 ALGOS = ("sac", "td3")
 # dense: full networks. small_dense: dense with a hidden width chosen so the parameter count
@@ -25,59 +29,54 @@ DISPLAY_FIELDS = ("progress", "tensorboard")
 ENVS = ("Pendulum-v1", "InvertedPendulum-v5", "HalfCheetah-v5", "Hopper-v5")
 
 
-def _f(default: Any, help_text: str) -> Any:
-    return field(default=default, metadata={"help": help_text})
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything one training run needs; see each field's ``help`` (also ``lowrl train -h``)."""
 
-    algo: str = _f("sac", "algorithm: sac or td3")
-    env_id: str = _f("Pendulum-v1", "gymnasium environment id (" + ", ".join(ENVS) + " are tested)")
-    variant: str = _f("rlx2", "network variant: " + ", ".join(VARIANTS))
-    seed: int = _f(0, "seed of networks, replay sampling, exploration and environments")
-    total_steps: int = _f(10_000, "environment steps to train for")
-    warmup_steps: int = _f(1_000, "uniform-random environment steps before learning starts")
-    batch_size: int = _f(256, "minibatch size of each gradient step")
-    updates_per_step: int = _f(1, "gradient steps per environment step (update-to-data ratio)")
-    hidden: int = _f(256, "width of each hidden layer (small_dense picks its own width)")
-    depth: int = _f(2, "number of hidden layers of actor and critics")
-    lr: float = _f(3e-4, "Adam learning rate of actor, critics (and SAC temperature)")
-    gamma: float = _f(0.99, "discount factor")
-    tau: float = _f(0.005, "Polyak rate of the target networks")
-    actor_sparsity: float = _f(0.9, "fraction of actor weights that are zero (sparse variants)")
-    critic_sparsity: float = _f(0.8, "fraction of critic weights that are zero (sparse variants)")
-    mask_interval: int = _f(10_000, "RLx2/RigL/SET Delta T: optimizer updates of a network between its mask updates")
-    zeta0: float = _f(0.5, "initial drop/grow fraction of the cosine schedule")
-    sparse_init: str = _f("topk", "initial weights of a sparse layer: topk (the paper's: the largest |w| of the dense "
-                                  "init) or scaled (U(+-1/sqrt(active fan-in)) per unit, the dense layer's scale)")
-    nstep: int = _f(3, "rlx2: multi-step TD horizon n used after the delay")
-    nstep_delay: int = _f(300_000, "rlx2: gradient steps with 1-step TD before switching to n-step")
-    buffer_size: int = _f(1_000_000, "replay capacity (rlx2: maximum of the dynamic capacity)")
-    buffer_min: int = _f(100_000, "rlx2: the dynamic buffer never shrinks below this many transitions")
-    buffer_check_interval: int = _f(10_000, "rlx2: environment steps between policy-distance checks")
-    buffer_check_size: int = _f(2_048, "rlx2: oldest transitions the policy distance is measured on (K)")
-    buffer_threshold: float = _f(0.2, "rlx2: policy distance above which the oldest transitions are dropped")
-    buffer_drop_fraction: float = _f(0.1, "rlx2: fraction of the stored transitions dropped per shrink")
-    policy_delay: int = _f(2, "td3: critic updates per actor update")
-    policy_noise: float = _f(0.2, "td3: target policy smoothing noise (normalised action units)")
-    noise_clip: float = _f(0.5, "td3: clip of the target smoothing noise")
-    explore_noise: float = _f(0.1, "td3: Gaussian exploration noise (normalised action units)")
-    alpha: float = _f(0.0, "sac: fixed entropy temperature; 0 means learned (target entropy -action_dim)")
-    eval_interval: int = _f(5_000, "environment steps between deterministic evaluations")
-    eval_episodes: int = _f(10, "episodes per evaluation")
-    stop_return: float = _f(math.nan, "stop early once an evaluation's mean return reaches this (nan: never)")
-    checkpoint_interval: int = _f(50_000, "environment steps between checkpoints (0: only at the end)")
-    threads: int = _f(1, "torch intra-op threads (1 suits a shared, busy machine; "
-                         "on an idle one its core count is faster)")
-    progress: bool = _f(True, "draw a progress line on stderr")
-    tensorboard: bool = _f(False, "also write the logged scalars as TensorBoard events to RUN_DIR/tensorboard")
+    algo: str = field("sac", "algorithm: sac or td3")
+    env_id: str = field("Pendulum-v1", "gymnasium environment id (" + ", ".join(ENVS) + " are tested)")
+    variant: str = field("rlx2", "network variant: " + ", ".join(VARIANTS))
+    seed: int = field(0, "seed of networks, replay sampling, exploration and environments")
+    total_steps: int = field(10_000, "environment steps to train for")
+    warmup_steps: int = field(1_000, "uniform-random environment steps before learning starts")
+    batch_size: int = field(256, "minibatch size of each gradient step")
+    updates_per_step: int = field(1, "gradient steps per environment step (update-to-data ratio)")
+    hidden: int = field(256, "width of each hidden layer (small_dense picks its own width)")
+    depth: int = field(2, "number of hidden layers of actor and critics")
+    lr: float = field(3e-4, "Adam learning rate of actor, critics (and SAC temperature)")
+    gamma: float = field(0.99, "discount factor")
+    tau: float = field(0.005, "Polyak rate of the target networks")
+    actor_sparsity: float = field(0.9, "fraction of actor weights that are zero (sparse variants)")
+    critic_sparsity: float = field(0.8, "fraction of critic weights that are zero (sparse variants)")
+    mask_interval: int = field(10_000, "RLx2/RigL/SET Delta T: optimizer updates of a network between its mask updates")
+    zeta0: float = field(0.5, "initial drop/grow fraction of the cosine schedule")
+    sparse_init: str = field("topk", "initial weights of a sparse layer: topk (the paper's: the largest |w| of the "
+                                     "dense init) or scaled (U(+-1/sqrt(active fan-in)) per unit, the dense layer's "
+                                     "scale)")
+    nstep: int = field(3, "rlx2: multi-step TD horizon n used after the delay")
+    nstep_delay: int = field(300_000, "rlx2: gradient steps with 1-step TD before switching to n-step")
+    buffer_size: int = field(1_000_000, "replay capacity (rlx2: maximum of the dynamic capacity)")
+    buffer_min: int = field(100_000, "rlx2: the dynamic buffer never shrinks below this many transitions")
+    buffer_check_interval: int = field(10_000, "rlx2: environment steps between policy-distance checks")
+    buffer_check_size: int = field(2_048, "rlx2: oldest transitions the policy distance is measured on (K)")
+    buffer_threshold: float = field(0.2, "rlx2: policy distance above which the oldest transitions are dropped")
+    buffer_drop_fraction: float = field(0.1, "rlx2: fraction of the stored transitions dropped per shrink")
+    policy_delay: int = field(2, "td3: critic updates per actor update")
+    policy_noise: float = field(0.2, "td3: target policy smoothing noise (normalised action units)")
+    noise_clip: float = field(0.5, "td3: clip of the target smoothing noise")
+    explore_noise: float = field(0.1, "td3: Gaussian exploration noise (normalised action units)")
+    alpha: float = field(0.0, "sac: fixed entropy temperature; 0 means learned (target entropy -action_dim)")
+    eval_interval: int = field(5_000, "environment steps between deterministic evaluations")
+    eval_episodes: int = field(10, "episodes per evaluation")
+    stop_return: float = field(math.nan, "stop early once an evaluation's mean return reaches this (nan: never)")
+    checkpoint_interval: int = field(50_000, "environment steps between checkpoints (0: only at the end)")
+    threads: int = field(1, "torch intra-op threads (1 suits a shared, busy machine; on an idle one its core count "
+                            "is faster)")
+    progress: bool = field(True, "draw a progress line on stderr")
+    tensorboard: bool = field(False, "also write the logged scalars as TensorBoard events to RUN_DIR/tensorboard")
 
     def __post_init__(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ValueError(f"TrainConfig: {msg}")
+        need = functools.partial(require, owner="TrainConfig")
 
         need(self.algo in ALGOS, f"algo={self.algo!r} is unknown; use one of {ALGOS}")
         need(self.variant in VARIANTS, f"variant={self.variant!r} is unknown; use one of {VARIANTS}")
@@ -174,22 +173,4 @@ def parse_overrides(items: list[str], flag: str) -> dict[str, str]:
 
 def coerce(f: dataclasses.Field, value: Any) -> Any:
     """Convert a YAML/CLI value to the field's type, with a message naming the field on failure."""
-    kind = type(f.default)
-    try:
-        if kind is bool:
-            if isinstance(value, str):
-                if value.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if value.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
-        if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) else int(value)
-        if kind is float:
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"TrainConfig: {f.name}={value!r} is not a valid {kind.__name__}") from None
+    return config.coerce(f, value, owner="TrainConfig")
