@@ -12,7 +12,8 @@ import torch
 from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
 from lowrl_ros.core.runtime.engines import load_artifact
 from lowrl_ros.core.finetune.kit import load_kit, write_kit
-from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner
+from lowrl_ros.core.finetune.learner import FineTuner
+from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.versions import VersionRecord, VersionTracker
 from lowrl_ros.core.train.checkpoint import load_checkpoint
 from lowrl_ros.core.train.config import TrainConfig

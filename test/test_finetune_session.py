@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from lowrl_ros.core.finetune.kit import load_kit
-from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner
+from lowrl_ros.core.finetune.learner import FineTuner
+from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.session import FineTuneSession, Judged, Paused, Rollback, VersionMade
 from lowrl_ros.core.finetune.status import (
     ERROR, OK, WARN, FineTuneFacts, LearnGate, finetune_status, learn_gate,

@@ -7,7 +7,7 @@ import pytest
 
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.finetune.kit import load_kit
-from lowrl_ros.core.finetune.learner import FineTuneConfig
+from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.offboard import OffboardLearner
 from lowrl_ros.core.finetune.versions import EpisodeJudge
 from lowrl_ros.core.finetune.wire import decode_transitions, encode_transitions, row_width

@@ -178,6 +178,6 @@ def test_session_parameter_files_are_declared_and_valid(ros_context):
         finally:
             node.destroy_node()
     ft = yaml.safe_load((root / "sim_to_real" / "finetune_node.yaml").read_text())["finetune_node"]["ros__parameters"]
-    from lowrl_ros.core.finetune.learner import FineTuneConfig
+    from lowrl_ros.core.finetune.config import FineTuneConfig
 
     FineTuneConfig(**ft)  # only FineTuneConfig fields, valid values

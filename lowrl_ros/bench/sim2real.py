@@ -208,7 +208,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
 
     from lowrl_ros.core.runtime.engines import load_artifact
     from lowrl_ros.core.finetune.kit import load_kit
-    from lowrl_ros.core.finetune.learner import FineTuneConfig
+    from lowrl_ros.core.finetune.config import FineTuneConfig
     from lowrl_ros.core.finetune.session import FineTuneSession, Rollback, VersionMade
     from lowrl_ros.core.finetune.transition_log import Transition
     from lowrl_ros.core.finetune.versions import EpisodeJudge
@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"lowrl bench sim2real: {exc}")
         return 2
     if args.lr is None:
-        from lowrl_ros.core.finetune.learner import FineTuneConfig
+        from lowrl_ros.core.finetune.config import FineTuneConfig
 
         args.lr = FineTuneConfig.lr
     from lowrl_ros.core.sim.reality_gap import RealityGapConfig

@@ -10,7 +10,7 @@ Each sub-package is named by its role and states its side once, in its own ``__i
 | stream   | both sides, no torch | runtime                     | (stdlib hmac/zlib) |
 | train    | off-board            | runtime                     | torch, gymnasium |
 | sim      | off-board and tests  | runtime                     | gymnasium, mujoco, matplotlib |
-| finetune | robot process or off-board | runtime, train | torch only in learner and offboard |
+| finetune | robot process or off-board | runtime, train | torch only in kit, learner, session, offboard |
 | compress | off-board            | runtime, train, sim         | torch (teacher, sb3, distill), stable_baselines3 |
 
 test/test_import_rules.py enforces this table; docs/architecture.md explains it.

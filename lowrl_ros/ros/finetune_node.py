@@ -45,7 +45,8 @@ from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 
 from lowrl_ros.core.config import field, require
 from lowrl_ros.core.finetune.kit import load_kit
-from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner
+from lowrl_ros.core.finetune.learner import FineTuner
+from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
 from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
 from lowrl_ros.core.finetune.versions import EpisodeJudge

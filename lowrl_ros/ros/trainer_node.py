@@ -107,7 +107,7 @@ class TrainerNode(Node):
     # ---- off-board fine-tuning ----------------------------------------------------------------
     def _start_learner(self, config: StreamConfig) -> None:
         from lowrl_ros.core.finetune.kit import load_kit  # torch: only in this mode
-        from lowrl_ros.core.finetune.learner import FineTuneConfig
+        from lowrl_ros.core.finetune.config import FineTuneConfig
         from lowrl_ros.core.finetune.offboard import OffboardLearner
 
         if not config.watch_dir:

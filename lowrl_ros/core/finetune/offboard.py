@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lowrl_ros.core.finetune.kit import FineTuneKit
-from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner
+from lowrl_ros.core.finetune.learner import FineTuner
+from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Rollback, VersionMade
 from lowrl_ros.core.finetune.transition_log import Transition, TransitionLogConfig, TransitionLogWriter
 from lowrl_ros.core.finetune.versions import EpisodeJudge, VersionRecord

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from lowrl_ros.core.finetune.kit import FineTuneKit
-from lowrl_ros.core.finetune.learner import FineTuneConfig, FineTuner
+from lowrl_ros.core.finetune.learner import FineTuner
+from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.status import LEARNING, LearnGate, learn_gate
 from lowrl_ros.core.finetune.transition_log import Transition, read_log
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord

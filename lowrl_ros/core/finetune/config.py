@@ -1,0 +1,70 @@
+"""FineTuneConfig: how the robot fine-tunes (no torch; the fine-tuner node, the trainer node's
+``finetune.<name>`` parameters and `lowrl bench sim2real` all read it)."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from lowrl_ros.core.config import field, require
+
+
+@dataclass(frozen=True)
+class FineTuneConfig:
+    """How the robot fine-tunes (finetune_node's parameters of the same names; trainer_node's ``finetune.<name>``)."""
+
+    # 1e-3, measured in `lowrl bench sim2real` (docs/sim_to_real.md): as good as 1e-4 on Pendulum-v1 and far
+    # better on InvertedPendulum-v5 (all 3 seeds to ~1000 on the gapped robot, against 29-43 % of the gap at 1e-4).
+    lr: float = field(1e-3, "Adam learning rate of the fine-tuner", range=(1e-7, 1.0))
+    batch_size: int = field(128, "minibatch size of each update", range=(1, 4096))
+    buffer_size: int = field(50_000, "replay capacity (transitions in memory; the log on disk keeps "
+                                     "everything)", range=(1, 10_000_000))
+    min_transitions: int = field(400, "updates start once the buffer holds this many transitions",
+                                 range=(1, 10_000_000))
+    updates_per_transition: float = field(1.0, "at most this many updates per transition recorded "
+                                               "(update-to-data cap)", range=(1e-3, 100.0))
+    version_every_updates: int = field(1000, "updates between new policy versions", range=(1, 10_000_000))
+    eval_episodes: int = field(3, "episodes a version runs before it is judged", range=(1, 1000))
+    rollback_margin: float = field(150.0, "roll back when a version's mean return is this much below the "
+                                          "best (return units)", range=(0.0, 1e9))
+    # dynamic: a YAML or -p value may come as an int (-1500); NaN does not survive every YAML parser.
+    min_return: float = field(math.nan, "safety floor: any episode below it trips a rollback (nan: off)",
+                              dynamic=True)
+    seed: int = field(0, "seed of replay sampling and of the networks' noise", range=(0, 2**31 - 1))
+    threads: int = field(1, "torch threads of the learner (1 leaves the other core to control)",
+                         range=(1, 64))
+    memory_cap_mb: float = field(1500.0, "resident memory (MB) of the fine-tuner above which learning "
+                                         "pauses", range=(64.0, 1e6))
+    nice: int = field(10, "niceness added to the learner thread (0..19; higher = lower priority than "
+                          "control)", range=(0, 19))
+    updates_per_slice: int = field(8, "updates between checks of the tier, memory and events",
+                                   range=(1, 10_000))
+    # The critics learn the robot's dynamics before the actor follows them: a sim critic on a small, fresh
+    # buffer otherwise drags the policy down first (the offline-to-online dip). Versions count from its end.
+    critic_warmup_updates: int = field(0, "first updates that train the critics only (versions count "
+                                          "from their end)", range=(0, 10_000_000))
+    # TD3+BC: the Q term divided by its mean |Q|, plus bc_weight x the squared distance to the recorded action;
+    # keeps the actor near what the robot did, where the critic has data.
+    bc_weight: float = field(0.0, "weight of a behaviour-cloning term in the actor loss (TD3+BC; 0: off)",
+                             range=(0.0, 1e6))
+    # See the module docstring: the baseline is the frozen kit critic's value of each episode's start state.
+    judge_baseline: bool = field(True, "judge versions by their mean return adjusted for each episode's "
+                                       "start state (false: plain mean returns)")
+
+    def __post_init__(self) -> None:
+        need = functools.partial(require, owner="FineTuneConfig")
+
+        need(self.lr > 0, f"lr={self.lr} must be > 0 (e.g. 1e-3)")
+        for name in ("batch_size", "buffer_size", "min_transitions", "version_every_updates", "eval_episodes",
+                     "threads", "updates_per_slice"):
+            need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
+        need(self.min_transitions <= self.buffer_size,
+             f"min_transitions={self.min_transitions} exceeds buffer_size={self.buffer_size}; lower it")
+        need(self.critic_warmup_updates >= 0, f"critic_warmup_updates={self.critic_warmup_updates} must be >= 0")
+        need(math.isfinite(self.bc_weight) and self.bc_weight >= 0,
+             f"bc_weight={self.bc_weight} must be >= 0 (0: off; e.g. 0.4, TD3+BC's 1/2.5)")
+        need(self.updates_per_transition > 0, f"updates_per_transition={self.updates_per_transition} must be > 0")
+        need(self.rollback_margin >= 0, f"rollback_margin={self.rollback_margin} must be >= 0 (return units)")
+        need(self.seed >= 0, f"seed={self.seed} must be >= 0")
+        need(self.memory_cap_mb >= 64, f"memory_cap_mb={self.memory_cap_mb} must be >= 64 (torch alone is ~230 MB)")
+        need(0 <= self.nice <= 19, f"nice={self.nice} must be in 0..19 (10: below the control path)")
