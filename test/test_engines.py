@@ -133,10 +133,10 @@ def test_bench_inference_smoke(tmp_path):
 
     assert lowrl_main(["bench", "inference", "--calls", "40", "--rounds", "2", "--nets", "64",
                        "--out", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "inference.json").read_text())
+    result = json.loads((tmp_path / "inference" / "seed0.json").read_text())
     rows = {r["variant"]: r for r in result["results"]["rows"]}
     assert rows["sb3_predict"]["speedup_vs_sb3_p50"] == pytest.approx(1.0)
     assert {"torch_eager_fp32", "ort_int8", "numpy_int8_s90", "auto_int8_s95"} <= set(rows)
     assert rows["ort_int8_s90"]["bytes"] < rows["ort_fp32"]["bytes"]
-    assert (tmp_path / "inference.png").stat().st_size > 0
+    assert (tmp_path / "inference" / "seed0.png").stat().st_size > 0
     assert "command" in result and "machine" in result

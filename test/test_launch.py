@@ -141,10 +141,10 @@ def test_bench_loop_smoke(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     import json
 
-    results = json.loads((tmp_path / "loop.json").read_text())["results"]
+    results = json.loads((tmp_path / "loop" / "result.json").read_text())["results"]
     for node in ("lowrl", "torch"):
         assert results[node]["samples"] > 50 and results[node]["rtt_p50_ms"] > 0
-    assert results["lowrl"]["rss_mb_max"] > 0 and (tmp_path / "loop.png").is_file()
+    assert results["lowrl"]["rss_mb_max"] > 0 and (tmp_path / "loop" / "result.png").is_file()
 
 
 def test_shutdown_escalates_when_a_node_ignores_sigint(tmp_path, monkeypatch):

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-rclpy = pytest.importorskip("rclpy")
+# Every case starts a real node with its shipped YAML.
+pytestmark = pytest.mark.ros
+
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from shipped_nodes import NODES, ROOT, declared, start, stop  # noqa: E402

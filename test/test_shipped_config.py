@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-pytest.importorskip("rclpy")
+# Every case starts a real node with its shipped YAML.
+pytestmark = pytest.mark.ros
+
 from shipped_nodes import CONFIG, ROOT, declared, start, stop  # noqa: E402
 
 from lowrl_ros.core.budget.monitor import BudgetConfig  # noqa: E402
