@@ -232,8 +232,12 @@ def test_a_swap_rejected_after_the_node_is_destroyed_raises_nothing(rig, tmp_pat
     node = build()
     executor.remove_node(node)
     node.destroy_node()  # publishers gone, as after shutdown with a worker still running
-    node._swap_rejected(str(tmp_path / "late.onnx"), "checked after shutdown")  # must not raise
-    assert "checked after shutdown" in node._swap_status[1]
+    late = tmp_path / "late.onnx"
+    late.write_bytes(b"checked after shutdown")
+    assert node.swapper.request_path(str(late))
+    assert node.swapper.wait(10.0)  # the worker ended normally: publishing the rejection did not kill it
+    status = node.swapper.status()
+    assert status.state == "rejected" and status.path == str(late) and "late.onnx" in status.message
 
 
 def test_diagnostics_and_stats_content(rig):
@@ -387,3 +391,60 @@ def test_extra_observation_is_appended(rig, tmp_path):
     extra.publish(Float32MultiArray(data=[0.25]))
     assert spin_until(executor, lambda: node.adapter._extra is not None)
     assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+
+
+def test_safe_action_reaches_the_robot_before_the_lifecycle_publishers_go_silent(rig):
+    """Deactivate and shutdown send the safe action (here a recognisable default pose) to a real
+    subscriber first; after deactivate rclpy's lifecycle publisher, not a hand check, drops commands."""
+    build, robot, executor = rig
+    node = build(safe_action="default_pose", default_pose=[0.25])
+    connect(robot, executor)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    n = len(robot.commands)
+    node.trigger_deactivate()
+    assert spin_until(executor, lambda: len(robot.commands) > n)
+    assert robot.commands[-1] == pytest.approx(0.25)
+    assert not node._cmd_pub.is_activated
+    robot.js_pub.publish(robot.joint_state())
+    assert not spin_until(executor, lambda: len(robot.commands) > n + 1, timeout=0.3)
+    assert node.controller.ticks > 0  # the observation was handled: the publisher dropped the command
+    node.trigger_activate()
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    n = len(robot.commands)
+    node.trigger_shutdown()
+    assert spin_until(executor, lambda: len(robot.commands) > n)
+    assert robot.commands[-1] == pytest.approx(0.25)
+
+
+def test_swap_outcomes_are_published_as_keys_a_reader_can_use(rig, tmp_path):
+    """What the fine-tuner sees: a rejected policy_path as swap_* keys (diagnostics.swap_rejection), then a
+    good one as swapped, on the real /diagnostics topic."""
+    from lowrl_ros.ros.diagnostics import swap_rejection
+
+    build, robot, executor = rig
+    node = build()
+    connect(robot, executor)
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"not an onnx file")
+    robot.diags.clear()
+    node.set_parameters([Parameter("policy_path", value=str(corrupt))])
+    assert spin_until(executor, lambda: any(swap_rejection(s) == (str(corrupt), 0) for s in robot.diags))
+    status = next(s for s in robot.diags if swap_rejection(s))
+    values = {kv.key: kv.value for kv in status.values}
+    assert level_of(status) == 2 and values["swap_code"] == "invalid_artifact" and values["version"] == "1"
+    assert status.message.startswith(f"rejected {corrupt}: ")  # the text rqt shows is unchanged
+
+    good = constant_policy(tmp_path / "v2.onnx", -1.0, version=2)
+    node.set_parameters([Parameter("policy_path", value=str(good))])
+    node.wait_for_swap(10.0)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(-1.0, abs=0.02)
+    robot.diags.clear()
+
+    def swapped() -> bool:
+        return any({kv.key: kv.value for kv in s.values}.get("swap_state") == "swapped"
+                   for s in robot.statuses("lowrl/policy/policy"))
+    assert spin_until(executor, swapped)
+    values = {kv.key: kv.value for kv in robot.statuses("lowrl/policy/policy")[-1].values}
+    assert (values["swap_path"], values["swap_version"], values["swap_code"], values["version"]) == (
+        str(good), "2", "", "2")
+    assert swap_rejection(robot.statuses("lowrl/policy/policy")[-1]) is None

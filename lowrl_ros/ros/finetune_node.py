@@ -40,7 +40,6 @@ from rcl_interfaces.msg import (Parameter, ParameterDescriptor, ParameterType,
                                 ParameterValue, SetParametersResult)
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 
@@ -49,22 +48,16 @@ from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdap
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter, read_log
 from lowrl_ros.ros.params import FINETUNE_RANGES, descriptor
-from lowrl_ros.ros.spinning import make_executor, run_node
+from lowrl_ros.core.types import Level
+from lowrl_ros.ros.spinning import guarded, make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.qos import LATCHED
+from lowrl_ros.ros.qos import LATCHED, RECORD
 
 DIAG_PREFIX = "lowrl/finetune"
-POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status naming its running version and path
-OK, WARN, ERROR = 0, 1, 2
 INPUTS = ("joint_states", "observation")
 LEARNERS = ("robot", "offboard")
 END_KINDS = ("truncated", "terminated")
 LOG_PREFIX = "log_"  # TransitionLogConfig fields appear as log_<field> parameters
-# A recorder must not drop what a controller may: the control topics are KEEP_LAST 1 for the policy
-# node (a stale observation is worse than none), but here every message counts, so the reader keeps
-# 2 s at 100 Hz while the learner holds the GIL (compatible with the publishers' QoS: depth is local).
-RECORD = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200, reliability=ReliabilityPolicy.RELIABLE,
-                    durability=DurabilityPolicy.VOLATILE)
 
 
 def _desc(text: str, **kwargs) -> ParameterDescriptor:
@@ -135,9 +128,7 @@ class FineTuneNode(Node):
             self.adapter = ObservationAdapter(ObsAdapterConfig(
                 obs_fields=tuple(f for f in get("obs_fields") if f), obs_offset=tuple(get("obs_offset") or ()),
                 obs_scale=tuple(get("obs_scale") or ())))
-            if self.adapter.obs_dim != obs_dim:
-                raise ValueError(f"obs_fields give {self.adapter.obs_dim} observation entries but the kit's policy "
-                                 f"reads {obs_dim}; use the policy node's obs_fields")
+            self.adapter.check_against(kit.contract)  # the kit's policy: use the policy node's obs_fields
         self.obs_dim, self.action_dim = obs_dim, kit.action_dim
         self.work_dir = Path(get("work_dir")).expanduser()
         log_dir = self.work_dir / "transitions"
@@ -201,8 +192,9 @@ class FineTuneNode(Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         service = f"/{get('policy_node').strip('/')}/set_parameters"
         self._set_params = self.create_client(SetParameters, service)
-        self.create_timer(0.1, self._guarded(self._housekeeping))
-        self.create_timer(get("diagnostics_period_s"), self._guarded(self._publish_diagnostics))
+        self.create_timer(0.1, guarded(self, self._housekeeping, on_error=self._callback_failed, throttle_s=1.0))
+        self.create_timer(get("diagnostics_period_s"),
+                          guarded(self, self._publish_diagnostics, on_error=self._callback_failed, throttle_s=1.0))
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="finetune-learner", daemon=True)
         # Off-board: transitions numbered from 0 at each start (the receiver sees a restart as a new run).
@@ -228,16 +220,8 @@ class FineTuneNode(Node):
                 self.paused_reason = ""  # an operator re-enabling clears a safety pause
         return SetParametersResult(successful=True)
 
-    def _guarded(self, fn):
-        """Wrap a timer callback (no arguments: rclpy passes TimerInfo to one that takes any)."""
-        def run() -> None:
-            try:
-                fn()
-            except Exception as exc:  # noqa: BLE001 - reporting must never stop recording
-                self.callback_errors += 1
-                self.get_logger().error(f"{fn.__name__} failed: {type(exc).__name__}: {exc}",
-                                        throttle_duration_sec=1.0)
-        return run
+    def _callback_failed(self, _exc: Exception) -> None:
+        self.callback_errors += 1  # shown in the log diagnostics: reporting must never stop recording
 
     # ---- recording (executor thread) --------------------------------------------------------
     # Callbacks take (msg, info): the pairing uses each message's DDS source timestamp (when its
@@ -348,14 +332,14 @@ class FineTuneNode(Node):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name != POLICY_DIAG:
+            if status.name != diag.POLICY_STATUS:
                 continue
             values = {kv.key: kv.value for kv in status.values}
-            if diag.level_of(status) == ERROR and status.message.startswith("rejected "):
-                path = status.message[len("rejected "):].split(":", 1)[0]
-                version = self._requested.pop(path, None)
+            rejected = diag.swap_rejection(status)  # the swap_* keys (docs/CONTRACTS.md), never the text
+            if rejected is not None:
+                version = self._requested.pop(rejected[0], None)
                 if version is not None:
-                    self._to_learner.append(("trip", f"the policy node rejected v{version}: {status.message}"))
+                    self._to_learner.append(("trip", f"the policy node rejected v{version}: {values.get('swap', '')}"))
             if "version" in values:
                 try:
                     self.running_version = int(values["version"])
@@ -474,8 +458,8 @@ class FineTuneNode(Node):
     # ---- reporting ---------------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
         t = self.tuner
-        log_level = WARN if self.assembler.incomplete or self.writer.dropped_segments else OK
-        learn_level = {"paused_safety": ERROR, "paused_memory": WARN}.get(self.state, OK)
+        log_level = Level.WARN if self.assembler.incomplete or self.writer.dropped_segments else Level.OK
+        learn_level = {"paused_safety": Level.ERROR, "paused_memory": Level.WARN}.get(self.state, Level.OK)
         log_status = diag.status(
             f"{DIAG_PREFIX}/log", log_level, f"{self.recorded} transitions recorded",
             {"recorded": self.recorded, "resumed": self.resumed, "rebuilt_from_wal": self.resumed_from_wal,
@@ -484,7 +468,7 @@ class FineTuneNode(Node):
              "dir": str(self.writer.directory), **{f"received_{k}": v for k, v in sorted(self.received.items())}})
         if t is None:  # off-board learning: this node records and streams
             statuses = [log_status, diag.status(
-                f"{DIAG_PREFIX}/learner", OK, f"off-board: {self.streamed} transitions streamed",
+                f"{DIAG_PREFIX}/learner", Level.OK, f"off-board: {self.streamed} transitions streamed",
                 {"state": self.state, "streamed": self.streamed, "topic": self._get("transitions_topic"),
                  "running_version": self.running_version})]
             self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
@@ -499,7 +483,7 @@ class FineTuneNode(Node):
                          "rss_mb": round(self.rss_mb, 1),
                          "memory_cap_mb": self.config.memory_cap_mb,
                          "tier": self.tier.label if self.tier is not None else "unknown"}),
-            diag.status(f"{DIAG_PREFIX}/versions", OK, self.last_decision,
+            diag.status(f"{DIAG_PREFIX}/versions", Level.OK, self.last_decision,
                         {"running": self.running_version, "current": tracker.current, "best": tracker.best,
                          "next": tracker.next_version}),
         ]
