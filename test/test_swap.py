@@ -307,3 +307,11 @@ def test_receiver_config_warnings():
     assert len(no_key) == 1 and "no key_file: bundles on /lowrl/policy_bundle will be rejected" in no_key[0]
     insecure = ReceiverConfig(require_signature=False).warnings(key_loaded=False)
     assert len(insecure) == 1 and "UNSIGNED bundles will be accepted" in insecure[0]
+
+
+def test_the_engines_policy_satisfies_the_policy_protocol(real):
+    from lowrl_ros.core.types import Policy
+
+    swapper, controller, *_ = real
+    assert all(isinstance(p, Policy) for p in controller.bundle.policies.values())
+    assert not isinstance(object(), Policy)
