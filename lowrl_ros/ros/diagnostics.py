@@ -8,7 +8,8 @@ node's status name and swap keys are read back (``swap_rejection``).
 from __future__ import annotations
 
 import socket
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
@@ -16,8 +17,8 @@ from lowrl_ros.core.runtime.status import POLICY_STATUS
 from lowrl_ros.core.runtime.swap import SwapState
 from lowrl_ros.core.types import Level, StatusEntry
 
-__all__ = ["DiagnosticArray", "DiagnosticStatus", "HARDWARE_ID", "POLICY_STATUS", "Level", "array", "from_entries",
-           "level_of", "status", "swap_rejection"]
+__all__ = ["HARDWARE_ID", "POLICY_STATUS", "DiagnosticArray", "DiagnosticStatus", "Level", "array",
+           "from_entries", "level_of", "status", "swap_rejection"]
 
 HARDWARE_ID = socket.gethostname()
 # Level -> the message's one-byte level (rclpy exposes DiagnosticStatus.OK etc. as ``bytes``).

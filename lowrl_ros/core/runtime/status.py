@@ -15,8 +15,8 @@ The five statuses, under ``lowrl/policy/``:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from lowrl_ros.core.runtime.swap import StreamStatus, SwapStatus
 from lowrl_ros.core.runtime.tiers import ComputeTier
