@@ -356,6 +356,11 @@ def test_invalid_live_parameter_is_rejected_with_a_reason(rig):
     assert not result.successful and "safe_action 'brake' is unknown" in result.reason
     assert node.set_parameters([Parameter("soft_start_steps", value=7)])[0].successful
     assert node.controller.config.soft_start_steps == 7
+    # What only the running policy can judge (PolicyController.check_config): one default_pose value per action.
+    result = node.set_parameters_atomically([Parameter("safe_action", value="default_pose"),
+                                             Parameter("default_pose", value=[0.1, 0.2])])
+    assert not result.successful and "default_pose has 2 values but the policy has 1 actions" in result.reason
+    assert node.controller.config.safe_action == "zero"
 
 
 def test_plain_observation_topic_input(rig):
@@ -448,3 +453,24 @@ def test_swap_outcomes_are_published_as_keys_a_reader_can_use(rig, tmp_path):
     assert (values["swap_path"], values["swap_version"], values["swap_code"], values["version"]) == (
         str(good), "2", "", "2")
     assert swap_rejection(robot.statuses("lowrl/policy/policy")[-1]) is None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(policy_path=""), "policy_path is empty; set it to a .onnx artifact"),
+    (dict(policy_path="p.onnx", input="camera"), "input 'camera' is unknown; use one of joint_states, observation"),
+    (dict(policy_path="p.onnx", engine="tensorrt"), "engine 'tensorrt' is unknown; use one of auto, ort, numpy"),
+])
+def test_node_settings_are_checked_when_built(kwargs, message):
+    from lowrl_ros.ros.policy_node import PolicyNodeSettings
+
+    with pytest.raises(ValueError, match=message):
+        PolicyNodeSettings(**kwargs)
+    assert PolicyNodeSettings("p.onnx").engine == "auto"
+
+
+def test_configure_fails_on_an_unknown_engine_with_the_settings_message(rig):
+    build, robot, executor = rig
+    node = build(activate=False, engine="tensorrt")
+    assert spin_until(executor, lambda: robot.node.count_publishers("/diagnostics") > 0)
+    assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
+    assert spin_until(executor, lambda: any("engine 'tensorrt' is unknown" in s.message for s in robot.diags))
