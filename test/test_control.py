@@ -255,3 +255,19 @@ def test_tick_schedule_does_not_drift_and_counts_skipped_periods():
     due, skipped = schedule.tick(1.0755)  # a stall: ticks due at 1.05 and 1.06 never ran
     assert skipped == 2 and due == pytest.approx(1.07)
     assert schedule.tick(1.0801) == (pytest.approx(1.08), 0)
+
+
+def test_check_config_refuses_a_default_pose_of_the_wrong_size_before_it_is_applied():
+    """A live change is checked against the running policy (the node's on-set callback calls this)."""
+    c, _ = make()
+    c.check_config(ControlConfig(safe_action="default_pose", default_pose=(0.3,)))  # one action: fits
+    bad = ControlConfig(safe_action="default_pose", default_pose=(0.3, 0.3))
+    with pytest.raises(ValueError, match="default_pose has 2 values but the policy has 1 actions"):
+        c.check_config(bad)
+    assert c.config.safe_action == "zero"  # checking changed nothing
+
+
+def test_fake_policy_satisfies_the_policy_protocol():
+    from lowrl_ros.core.types import Policy
+
+    assert isinstance(FakePolicy(0.5), Policy)

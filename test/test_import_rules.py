@@ -55,7 +55,8 @@ s.finetune_status(s.FineTuneFacts(state=s.learn_gate(s.LearnGate(), '', True)))
 # (case id, modules imported, code run after the imports, modules that must stay out of sys.modules)
 CASES = [
     ("runtime", ["lowrl_ros.core.runtime." + m for m in
-                 ("artifact", "engines", "onnx_graph", "bundle", "tiers", "policy_stats", "control", "obs_adapter")],
+                 ("artifact", "engines", "onnx_graph", "bundle", "tiers", "policy_stats", "control", "obs_adapter",
+                  "swap", "status")] + ["lowrl_ros.core.types"],
      RUN_ARTIFACT, ROBOT_FORBIDDEN),
     ("budget", ["lowrl_ros.core.budget.monitor", "lowrl_ros.core.budget.probes", "lowrl_ros.core.budget.profile"],
      "", ROBOT_FORBIDDEN),

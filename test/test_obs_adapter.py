@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -86,3 +87,22 @@ def test_from_array_checks_size_and_values():
 def test_config_errors_say_how_to_fix(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ObsAdapterConfig(**kwargs)
+
+
+@dataclass
+class _Contract:
+    obs_names: tuple
+    obs_dim: int = 3
+
+
+def test_check_against_passes_a_matching_contract_and_says_what_to_fix_otherwise():
+    three = ("cos_theta", "sin_theta", "theta_dot")
+    adapter = ObservationAdapter(ObsAdapterConfig(obs_fields=("j.cos_position", "j.sin_position")))
+    with pytest.raises(ValueError, match=r"obs_fields give 2 observation entries but the policy reads 3 "
+                                         r"\(cos_theta, sin_theta, theta_dot\); list one"):
+        adapter.check_against(_Contract(three))
+    ObservationAdapter(ObsAdapterConfig(obs_fields=("j.cos_position", "j.sin_position"), extra_obs_dim=1)
+                       ).check_against(_Contract(three))
+    with pytest.raises(ValueError, match=r"give 4 observation entries \(extra_obs_dim=2 included\)"):
+        ObservationAdapter(ObsAdapterConfig(obs_fields=("j.position", "j.velocity"), extra_obs_dim=2)
+                           ).check_against(_Contract(three))

@@ -178,8 +178,12 @@ def test_a_swap_rejected_after_the_node_is_destroyed_raises_nothing(rig, tmp_pat
     node = build()
     executor.remove_node(node)
     node.destroy_node()  # publishers gone, as after shutdown with a worker still running
-    node._swap_rejected(str(tmp_path / "late.onnx"), "checked after shutdown")  # must not raise
-    assert "checked after shutdown" in node._swap_status[1]
+    late = tmp_path / "late.onnx"
+    late.write_bytes(b"checked after shutdown")
+    assert node.swapper.request_path(str(late))
+    assert node.swapper.wait(10.0)  # the worker ended normally: publishing the rejection did not kill it
+    status = node.swapper.status()
+    assert status.state == "rejected" and status.path == str(late) and "late.onnx" in status.message
 
 
 def test_diagnostics_and_stats_content(rig):
@@ -298,6 +302,11 @@ def test_invalid_live_parameter_is_rejected_with_a_reason(rig):
     assert not result.successful and "safe_action 'brake' is unknown" in result.reason
     assert node.set_parameters([Parameter("soft_start_steps", value=7)])[0].successful
     assert node.controller.config.soft_start_steps == 7
+    # What only the running policy can judge (PolicyController.check_config): one default_pose value per action.
+    result = node.set_parameters_atomically([Parameter("safe_action", value="default_pose"),
+                                             Parameter("default_pose", value=[0.1, 0.2])])
+    assert not result.successful and "default_pose has 2 values but the policy has 1 actions" in result.reason
+    assert node.controller.config.safe_action == "zero"
 
 
 def test_plain_observation_topic_input(rig):
@@ -333,3 +342,81 @@ def test_extra_observation_is_appended(rig, tmp_path):
     extra.publish(Float32MultiArray(data=[0.25]))
     assert spin_until(executor, lambda: node.adapter._extra is not None)
     assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+
+
+def test_safe_action_reaches_the_robot_before_the_lifecycle_publishers_go_silent(rig):
+    """Deactivate and shutdown send the safe action (here a recognisable default pose) to a real
+    subscriber first; after deactivate rclpy's lifecycle publisher, not a hand check, drops commands."""
+    build, robot, executor = rig
+    node = build(safe_action="default_pose", default_pose=[0.25])
+    connect(robot, executor)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    n = len(robot.commands)
+    node.trigger_deactivate()
+    assert spin_until(executor, lambda: len(robot.commands) > n)
+    assert robot.commands[-1] == pytest.approx(0.25)
+    assert not node._cmd_pub.is_activated
+    robot.js_pub.publish(robot.joint_state())
+    assert not spin_until(executor, lambda: len(robot.commands) > n + 1, timeout=0.3)
+    assert node.controller.ticks > 0  # the observation was handled: the publisher dropped the command
+    node.trigger_activate()
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
+    n = len(robot.commands)
+    node.trigger_shutdown()
+    assert spin_until(executor, lambda: len(robot.commands) > n)
+    assert robot.commands[-1] == pytest.approx(0.25)
+
+
+def test_swap_outcomes_are_published_as_keys_a_reader_can_use(rig, tmp_path):
+    """What the fine-tuner sees: a rejected policy_path as swap_* keys (diagnostics.swap_rejection), then a
+    good one as swapped, on the real /diagnostics topic."""
+    from lowrl_ros.ros.diagnostics import swap_rejection
+
+    build, robot, executor = rig
+    node = build()
+    connect(robot, executor)
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"not an onnx file")
+    robot.diags.clear()
+    node.set_parameters([Parameter("policy_path", value=str(corrupt))])
+    assert spin_until(executor, lambda: any(swap_rejection(s) == (str(corrupt), 0) for s in robot.diags))
+    status = next(s for s in robot.diags if swap_rejection(s))
+    values = {kv.key: kv.value for kv in status.values}
+    assert level_of(status) == 2 and values["swap_code"] == "invalid_artifact" and values["version"] == "1"
+    assert status.message.startswith(f"rejected {corrupt}: ")  # the text rqt shows is unchanged
+
+    good = constant_policy(tmp_path / "v2.onnx", -1.0, version=2)
+    node.set_parameters([Parameter("policy_path", value=str(good))])
+    node.wait_for_swap(10.0)
+    assert exchange(robot, executor, robot.joint_state()) == pytest.approx(-1.0, abs=0.02)
+    robot.diags.clear()
+
+    def swapped() -> bool:
+        return any({kv.key: kv.value for kv in s.values}.get("swap_state") == "swapped"
+                   for s in robot.statuses("lowrl/policy/policy"))
+    assert spin_until(executor, swapped)
+    values = {kv.key: kv.value for kv in robot.statuses("lowrl/policy/policy")[-1].values}
+    assert (values["swap_path"], values["swap_version"], values["swap_code"], values["version"]) == (
+        str(good), "2", "", "2")
+    assert swap_rejection(robot.statuses("lowrl/policy/policy")[-1]) is None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(policy_path=""), "policy_path is empty; set it to a .onnx artifact"),
+    (dict(policy_path="p.onnx", input="camera"), "input 'camera' is unknown; use one of joint_states, observation"),
+    (dict(policy_path="p.onnx", engine="tensorrt"), "engine 'tensorrt' is unknown; use one of auto, ort, numpy"),
+])
+def test_node_settings_are_checked_when_built(kwargs, message):
+    from lowrl_ros.ros.policy_node import PolicyNodeSettings
+
+    with pytest.raises(ValueError, match=message):
+        PolicyNodeSettings(**kwargs)
+    assert PolicyNodeSettings("p.onnx").engine == "auto"
+
+
+def test_configure_fails_on_an_unknown_engine_with_the_settings_message(rig):
+    build, robot, executor = rig
+    node = build(activate=False, engine="tensorrt")
+    assert spin_until(executor, lambda: robot.node.count_publishers("/diagnostics") > 0)
+    assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
+    assert spin_until(executor, lambda: any("engine 'tensorrt' is unknown" in s.message for s in robot.diags))

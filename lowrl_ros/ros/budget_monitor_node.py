@@ -30,7 +30,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, UInt8
 
-from lowrl_ros.core.budget.monitor import Assessment, BudgetConfig, BudgetMonitor, Severity
+from lowrl_ros.core.budget.monitor import Assessment, BudgetConfig, BudgetMonitor, budget_status
 from lowrl_ros.core.budget.probes import ProbeSet
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
@@ -42,21 +42,11 @@ TIER_TOPIC = "/lowrl/compute_tier"
 STATS_TOPIC = "/lowrl/policy/stats"
 DIAG_PREFIX = "lowrl/budget"
 
-# diagnostic_msgs levels as ints (rclpy's DiagnosticStatus.OK etc. are one-byte `bytes`, which
-# diagnostics.status() cannot take).
-OK, WARN, ERROR, STALE = 0, 1, 2, 3
-_LEVEL = {Severity.OK: OK, Severity.WARN: WARN, Severity.HARD: ERROR, Severity.STALE: STALE}
-
 # Changing these rebuilds the probes (rates are read by the sampler at every sample).
 _PROBE_FIELDS = {"process_names", "temperature_source", "temperature_file", "ambient_c", "thermal_rise_c",
                  "thermal_time_constant_s"}
 
 
-def _tier_label(value: float) -> str:
-    try:
-        return ComputeTier.parse(int(value)).label
-    except (ValueError, OverflowError):
-        return f"unknown ({value:g})"
 
 
 class BudgetMonitorNode(Node):
@@ -227,21 +217,8 @@ class BudgetMonitorNode(Node):
     def _publish_diagnostics(self) -> None:
         if self.last is None:
             return
-        statuses = []
-        for s in self.last.statuses:
-            margin = s.margin
-            values = {"value": "" if s.value is None else s.value, "unit": s.unit,
-                      "limit": "" if s.hard is None else s.hard, "warn": "" if s.warn is None else s.warn,
-                      "margin": "" if margin is None else margin, "source": s.source,
-                      "asks_tier": s.tier.label}
-            statuses.append(diag.status(f"{DIAG_PREFIX}/{s.name}", _LEVEL[s.severity], s.message, values))
-        policy = self.monitor.policy
-        tier_level = OK if self.tier == ComputeTier.FULL else (ERROR if self.tier == ComputeTier.SAFE else WARN)
-        statuses.append(diag.status(f"{DIAG_PREFIX}/tier", tier_level, f"compute tier {self.tier.label}", {
-            "tier": self.tier.label, "wanted": self.last.wanted.label, "last_change": self.last_change,
-            "policy_applies": "" if policy is None else _tier_label(policy.tier),
-        }))
-        self.diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+        entries = budget_status(self.last, self.tier, self.monitor.policy, self.last_change, DIAG_PREFIX)
+        self.diag_pub.publish(diag.array(self.get_clock().now().to_msg(), diag.from_entries(entries)))
 
 
 def main(args: list[str] | None = None) -> int:

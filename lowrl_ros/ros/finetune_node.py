@@ -39,7 +39,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
 
@@ -55,22 +54,15 @@ from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdap
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter
 from lowrl_ros.ros.params import config_from_params, declare_config
-from lowrl_ros.ros.spinning import make_executor, run_node
+from lowrl_ros.ros.spinning import guarded, make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.qos import LATCHED
+from lowrl_ros.ros.qos import LATCHED, RECORD
 
 DIAG_PREFIX = "lowrl/finetune"
-POLICY_DIAG = "lowrl/policy/policy"  # the policy node's status naming its running version and path
-OK, WARN, ERROR = 0, 1, 2
 INPUTS = ("joint_states", "observation")
 LEARNERS = ("robot", "offboard")
 END_KINDS = ("truncated", "terminated")
 LOG_PREFIX = "log_"  # TransitionLogConfig fields appear as log_<field> parameters
-# A recorder must not drop what a controller may: the control topics are KEEP_LAST 1 for the policy
-# node (a stale observation is worse than none), but here every message counts, so the reader keeps
-# 2 s at 100 Hz while the learner holds the GIL (compatible with the publishers' QoS: depth is local).
-RECORD = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200, reliability=ReliabilityPolicy.RELIABLE,
-                    durability=DurabilityPolicy.VOLATILE)
 
 
 @dataclass(frozen=True)
@@ -134,9 +126,7 @@ class FineTuneNode(Node):
         if get("input") == "joint_states":
             self.adapter = ObservationAdapter(config_from_params(
                 self, ObsAdapterConfig, **_ADAPTER_PARAMS, obs_fields=tuple(f for f in get("obs_fields") if f)))
-            if self.adapter.obs_dim != obs_dim:
-                raise ValueError(f"obs_fields give {self.adapter.obs_dim} observation entries but the kit's policy "
-                                 f"reads {obs_dim}; use the policy node's obs_fields")
+            self.adapter.check_against(kit.contract)  # the kit's policy: use the policy node's obs_fields
         self.obs_dim, self.action_dim = obs_dim, kit.action_dim
         self.work_dir = Path(get("work_dir")).expanduser()
         log_dir = self.work_dir / "transitions"
@@ -197,8 +187,9 @@ class FineTuneNode(Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         service = f"/{get('policy_node').strip('/')}/set_parameters"
         self._set_params = self.create_client(SetParameters, service)
-        self.create_timer(0.1, self._guarded(self._housekeeping))
-        self.create_timer(get("diagnostics_period_s"), self._guarded(self._publish_diagnostics))
+        self.create_timer(0.1, guarded(self, self._housekeeping, on_error=self._callback_failed, throttle_s=1.0))
+        self.create_timer(get("diagnostics_period_s"),
+                          guarded(self, self._publish_diagnostics, on_error=self._callback_failed, throttle_s=1.0))
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="finetune-learner", daemon=True)
         # Off-board: transitions numbered from 0 at each start (the receiver sees a restart as a new run).
@@ -232,16 +223,8 @@ class FineTuneNode(Node):
             if prm.name == "enabled" and prm.value and self.session is not None:
                 self.session.clear_pause()  # an operator re-enabling clears a safety pause
 
-    def _guarded(self, fn):
-        """Wrap a timer callback (no arguments: rclpy passes TimerInfo to one that takes any)."""
-        def run() -> None:
-            try:
-                fn()
-            except Exception as exc:  # noqa: BLE001 - reporting must never stop recording
-                self.callback_errors += 1
-                self.get_logger().error(f"{fn.__name__} failed: {type(exc).__name__}: {exc}",
-                                        throttle_duration_sec=1.0)
-        return run
+    def _callback_failed(self, _exc: Exception) -> None:
+        self.callback_errors += 1  # shown in the log diagnostics: reporting must never stop recording
 
     # ---- recording (executor thread) --------------------------------------------------------
     # Callbacks take (msg, info): the pairing uses each message's DDS source timestamp (when its
@@ -351,14 +334,14 @@ class FineTuneNode(Node):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name != POLICY_DIAG:
+            if status.name != diag.POLICY_STATUS:
                 continue
             values = {kv.key: kv.value for kv in status.values}
-            if diag.level_of(status) == ERROR and status.message.startswith("rejected "):
-                path = status.message[len("rejected "):].split(":", 1)[0]
-                version = self._requested.pop(path, None)
+            rejected = diag.swap_rejection(status)  # the swap_* keys (docs/CONTRACTS.md), never the text
+            if rejected is not None:
+                version = self._requested.pop(rejected[0], None)
                 if version is not None:
-                    self._to_learner.append(("rejected", version, status.message))
+                    self._to_learner.append(("rejected", version, values.get("swap", "")))
             if "version" in values:
                 try:
                     self.running_version = int(values["version"])
@@ -474,7 +457,7 @@ class FineTuneNode(Node):
         if t is not None:
             facts.updates, facts.buffer, facts.transitions_seen = t.updates, len(t.buffer), t.transitions_seen
             facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
-        statuses = [diag.status(e.name, e.level, e.message, e.values) for e in finetune_status(facts, DIAG_PREFIX)]
+        statuses = diag.from_entries(finetune_status(facts, DIAG_PREFIX))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
 
     def close(self) -> None:

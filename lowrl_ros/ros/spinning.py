@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import rclpy
 import rclpy.executors
@@ -44,6 +45,24 @@ def spin_until_signal(node, executor=None) -> None:
     executor.add_node(node)
     while not stop.is_set() and rclpy.ok():
         executor.spin_once(timeout_sec=0.1)
+
+
+def guarded(node, fn: Callable[[], Any], *, on_error: Callable[[Exception], None] | None = None,
+            throttle_s: float = 0.0) -> Callable[[], None]:
+    """Wrap a timer callback so an exception is logged on ``node``'s logger instead of stopping the executor.
+
+    The wrapper takes no arguments (rclpy passes TimerInfo to a callback that takes any).
+    ``on_error`` runs after logging (e.g. to count errors); ``throttle_s`` throttles the log line.
+    """
+    def run() -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - a callback failing must never take the node down
+            throttle = {"throttle_duration_sec": throttle_s} if throttle_s > 0 else {}
+            node.get_logger().error(f"{getattr(fn, '__name__', fn)} failed: {type(exc).__name__}: {exc}", **throttle)
+            if on_error is not None:
+                on_error(exc)
+    return run
 
 
 def run_node(name: str, make_node: Callable[[], object], *, args: list[str] | None = None,

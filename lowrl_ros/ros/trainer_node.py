@@ -42,14 +42,13 @@ from lowrl_ros.core.config import field
 from lowrl_ros.core.finetune.wire import decode_transitions
 from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.sender import BundleSender, SendEvent, StreamConfig
+from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import config_from_params, declare_config
-from lowrl_ros.ros.spinning import run_node
-from lowrl_ros.ros.qos import LATCHED
-from lowrl_ros.ros.qos import STATS as BUNDLE_STATUS  # reliable, volatile, depth 10: what a status reply needs
+from lowrl_ros.ros.spinning import guarded, run_node
+from lowrl_ros.ros.qos import LATCHED, STATUS
 
 DIAG_PREFIX = "lowrl/trainer"
-OK, WARN, ERROR = diag.OK, diag.WARN, diag.ERROR
 
 
 @dataclass(frozen=True)
@@ -85,18 +84,18 @@ class TrainerNode(Node):
         self.sender = BundleSender(config, key)
         topic = self.get_parameter("bundle_topic").value
         self._bundle_pub = self.create_publisher(UInt8MultiArray, topic, LATCHED)
-        self.create_subscription(String, f"{topic.rstrip('/')}/status", self._on_status, BUNDLE_STATUS)
+        self.create_subscription(String, f"{topic.rstrip('/')}/status", self._on_status, STATUS)
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         self.publications = 0  # messages put on the wire (first sends and re-sends)
-        self._stream = (OK, "nothing published yet", {})
-        self._robot = (OK, "no answer from a robot yet", {})
+        self._stream = (Level.OK, "nothing published yet", {})
+        self._robot = (Level.OK, "no answer from a robot yet", {})
         self.add_on_set_parameters_callback(self._validate_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
         self.learner = None
         if self.get_parameter("finetune_kit").value:
             self._start_learner(config)
-        self.create_timer(config.poll_period_s, self._guarded(self.poll))
-        self.create_timer(self.get_parameter("diagnostics_period_s").value, self._guarded(self._publish_diagnostics))
+        self.create_timer(config.poll_period_s, guarded(self, self.poll))
+        self.create_timer(self.get_parameter("diagnostics_period_s").value, guarded(self, self._publish_diagnostics))
         if key is None:
             self.get_logger().warning("INSECURE: no key_file, bundles go out UNSIGNED; only a robot with "
                                       "require_signature:=false accepts them. Set key_file for a real robot.")
@@ -201,12 +200,12 @@ class TrainerNode(Node):
             self._bundle_pub.publish(msg)
             self.publications += 1
             log.info(f"published {event.message}")
-            self._stream = (OK, f"published v{event.version}", {
+            self._stream = (Level.OK, f"published v{event.version}", {
                 "version": event.version, "path": event.path, "bytes": len(event.wire),
                 "chunks": self.sender.n_chunks, "resends": self.sender.resends, "publications": self.publications})
         else:  # refused / unreadable: nothing goes out, the robot keeps what it runs
             log.warning(event.message) if event.kind == "unreadable" else log.error(event.message)
-            self._stream = (WARN if event.kind == "unreadable" else ERROR, event.message,
+            self._stream = (Level.WARN if event.kind == "unreadable" else Level.ERROR, event.message,
                             {"version": self.sender.published_version, "refused": event.path})
         self._publish_diagnostics()
 
@@ -220,11 +219,11 @@ class TrainerNode(Node):
         values = {"version": status.version, "code": status.code, "running_version": status.running_version}
         if status.accepted:
             self.get_logger().info(f"robot accepted v{status.version}")
-            self._robot = (OK, f"robot accepted v{status.version}", values)
+            self._robot = (Level.OK, f"robot accepted v{status.version}", values)
         elif status.code == "duplicate":
-            self._robot = (OK, f"robot already runs v{status.version}", values)
+            self._robot = (Level.OK, f"robot already runs v{status.version}", values)
         elif mine or status.version is None:
-            level = WARN if status.resend else ERROR
+            level = Level.WARN if status.resend else Level.ERROR
             self.get_logger().error(f"robot rejected v{status.version}: [{status.code}] {status.reason}")
             self._robot = (level, f"robot rejected v{status.version}: [{status.code}] {status.reason}", values)
         if (self.learner is not None and not status.accepted and not status.resend and status.code != "duplicate"
@@ -237,27 +236,20 @@ class TrainerNode(Node):
             self._publish_diagnostics()
 
     # ---- reporting ---------------------------------------------------------------------------
-    def _guarded(self, fn):
-        def run() -> None:
-            try:
-                fn()
-            except Exception as exc:  # noqa: BLE001 - a bad file must not stop the executor
-                self.get_logger().error(f"{fn.__name__} failed: {type(exc).__name__}: {exc}")
-        return run
-
     def _publish_diagnostics(self) -> None:
         signed = self.sender.key is not None
         statuses = [
             diag.status(f"{DIAG_PREFIX}/stream", *self._stream),
             diag.status(f"{DIAG_PREFIX}/robot", *self._robot),
-            diag.status(f"{DIAG_PREFIX}/security", OK if signed else ERROR,
+            diag.status(f"{DIAG_PREFIX}/security", Level.OK if signed else Level.ERROR,
                         "bundles signed (HMAC-SHA256)" if signed else
                         "INSECURE: bundles are UNSIGNED (insecure:=true, no key_file); set key_file",
                         {"signed": signed, "key_file": self.sender.config.key_file or "none"}),
         ]
         if self.learner is not None:
             lr, tr = self.learner, self.learner.tuner.tracker
-            level = ERROR if self.learner_error or lr.paused_reason else (WARN if lr.judge.lost else OK)
+            level = (Level.ERROR if self.learner_error or lr.paused_reason
+                     else Level.WARN if lr.judge.lost else Level.OK)
             statuses.append(diag.status(
                 f"{DIAG_PREFIX}/finetune", level, self.learner_error or lr.paused_reason or lr.last_decision,
                 {"received": lr.received, "lost": lr.judge.lost, "bad_messages": self.bad_transitions,

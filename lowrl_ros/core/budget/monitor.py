@@ -45,6 +45,7 @@ from typing import Any, Mapping, Sequence
 
 from lowrl_ros.core.config import field as config_field
 from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.core.types import Level, StatusEntry
 
 TEMPERATURE_SOURCES = ("auto", "file", "estimated", "none")
 
@@ -57,6 +58,13 @@ class Severity(enum.IntEnum):
     HARD = 2
     STALE = 3
 
+    @property
+    def level(self) -> Level:
+        """The diagnostic level of this severity (past the hard limit is an ERROR)."""
+        return _LEVEL_OF[self]
+
+
+_LEVEL_OF = {Severity.OK: Level.OK, Severity.WARN: Level.WARN, Severity.HARD: Level.ERROR, Severity.STALE: Level.STALE}
 
 # Signals that the policy's own tier changes: past the hard limit on the very tier they asked
 # for, after the policy has run that tier for a whole window, they ask for one tier cheaper.
@@ -482,3 +490,37 @@ class BudgetMonitor:
         if changed and self.decider.backoff > 1:
             reason += f" (dwell now {self.decider.dwell_s:g} s: flap damping)"
         return Assessment(tuple(statuses), self.decider.tier, wanted, changed, reason)
+
+
+def _tier_label(value: float) -> str:
+    try:
+        return ComputeTier.parse(int(value)).label
+    except (ValueError, OverflowError):
+        return f"unknown ({value:g})"
+
+
+def budget_status(last: Assessment, tier: ComputeTier, policy: PolicyReport | None, last_change: str,
+                  prefix: str = "lowrl/budget") -> list[StatusEntry]:
+    """The budget monitor's diagnostics, pure: one status per signal, then ``<prefix>/tier``.
+
+    A signal's level is its severity's (:attr:`Severity.level`); the tier status is OK on the full
+    tier, ERROR on the safe action and WARN in between.
+
+    Args:
+        last: the latest assessment (``BudgetMonitor.step``).
+        tier: the tier now published; policy: the policy node's latest stats (None: none yet).
+        last_change: why the tier last changed ("none yet" before the first change).
+        prefix: the diagnostic name prefix.
+    """
+    statuses = []
+    for s in last.statuses:
+        margin = s.margin
+        values = {"value": "" if s.value is None else s.value, "unit": s.unit,
+                  "limit": "" if s.hard is None else s.hard, "warn": "" if s.warn is None else s.warn,
+                  "margin": "" if margin is None else margin, "source": s.source, "asks_tier": s.tier.label}
+        statuses.append(StatusEntry(f"{prefix}/{s.name}", s.severity.level, s.message, values))
+    level = Level.OK if tier == ComputeTier.FULL else (Level.ERROR if tier == ComputeTier.SAFE else Level.WARN)
+    statuses.append(StatusEntry(f"{prefix}/tier", level, f"compute tier {tier.label}", {
+        "tier": tier.label, "wanted": last.wanted.label, "last_change": last_change,
+        "policy_applies": "" if policy is None else _tier_label(policy.tier)}))
+    return statuses

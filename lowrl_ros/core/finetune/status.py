@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.core.types import Level, StatusEntry
 
-# Diagnostic levels (diagnostic_msgs' OK, WARN, ERROR, STALE values); ros/diagnostics.py maps them to ROS.
-OK, WARN, ERROR, STALE = 0, 1, 2, 3
+OK, WARN, ERROR, STALE = Level.OK, Level.WARN, Level.ERROR, Level.STALE
 
 # The learner's states, in the order learn_gate checks them.
 DISABLED = "disabled"
@@ -61,16 +60,6 @@ def learn_gate(gate: LearnGate, paused_reason: str, can_update: bool) -> str:
     if not can_update:
         return WAITING_FOR_DATA
     return LEARNING
-
-
-@dataclass(frozen=True)
-class StatusEntry:
-    """One diagnostic status: ``name`` under the node's prefix, a level (OK..STALE), text and key values."""
-
-    name: str
-    level: int
-    message: str
-    values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -27,17 +27,12 @@ import numpy as np
 
 from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.core.types import Policy
 
 MODES = ("event", "fixed_rate")
 SAFE_ACTIONS = ("zero", "hold", "default_pose")
 
-
-class PolicyLike(Protocol):
-    """What the controller needs of a policy (lowrl_ros.core.runtime.artifact's Policy fits)."""
-
-    contract: object
-
-    def act(self, obs: np.ndarray) -> np.ndarray: ...
+PolicyLike = Policy  # what the controller needs of a policy: core/types.py's Policy protocol
 
 
 class BundleLike(Protocol):
@@ -182,9 +177,7 @@ class PolicyController:
         self._clock = clock
         self._policy = self._prepare(bundle)
         self.obs_dim, self.action_dim = policy_dims(self._policy.full)
-        if config.safe_action == "default_pose" and len(config.default_pose) != self.action_dim:
-            raise ValueError(f"default_pose has {len(config.default_pose)} values but the policy has "
-                             f"{self.action_dim} actions; give one value per action")
+        self.check_config(config)
         self.latency = LatencyWindow(config.latency_window)
         self.requested_tier = ComputeTier.FULL
         self.tier = ComputeTier.FULL
@@ -200,6 +193,16 @@ class PolicyController:
         self._last_action = np.zeros(self.action_dim)
         self._soft_from = self._last_action.copy()
         self._soft_step = 0
+
+    def check_config(self, config: ControlConfig) -> None:
+        """Raise ValueError if ``config`` does not fit the running policy (checked before a live change).
+
+        ControlConfig checks itself; what it cannot know is the policy's action size, which a
+        ``default_pose`` safe action must match.
+        """
+        if config.safe_action == "default_pose" and len(config.default_pose) != self.action_dim:
+            raise ValueError(f"default_pose has {len(config.default_pose)} values but the policy has "
+                             f"{self.action_dim} actions; give one value per action")
 
     # ---- policies -------------------------------------------------------------------------
     @staticmethod

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowrl_ros.core.config import field
+from lowrl_ros.core.types import ContractLike
 
 FIELDS: tuple[str, ...] = ("position", "velocity", "effort", "cos_position", "sin_position")
 
@@ -93,6 +94,19 @@ class ObservationAdapter:
     @property
     def obs_dim(self) -> int:
         return self.config.obs_dim
+
+    def check_against(self, contract: ContractLike) -> None:
+        """Raise ValueError unless this adapter builds the observation ``contract`` reads.
+
+        Checked once at start (policy node, fine-tuner) so a wrong ``obs_fields`` list fails with
+        what to fix instead of sending the safe action on every message.
+        """
+        if self.obs_dim == contract.obs_dim:
+            return
+        extra = f" (extra_obs_dim={self.config.extra_obs_dim} included)" if self.config.extra_obs_dim else ""
+        names = ", ".join(contract.obs_names)
+        raise ValueError(f"obs_fields give {self.obs_dim} observation entries{extra} but the policy reads "
+                         f"{contract.obs_dim} ({names}); list one '<joint>.<field>' per policy observation")
 
     def set_extra(self, values) -> None:
         """Store the latest extra observation; raises ObservationError on a wrong size."""

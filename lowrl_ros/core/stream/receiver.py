@@ -29,6 +29,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -37,8 +38,9 @@ from onnx import numpy_helper
 from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.artifact import ArtifactError, PolicyContract, parse_artifact, reference_action
 from lowrl_ros.core.runtime.bundle import MANIFEST, PolicyBundle, is_bundle_file, load_bundle
-from lowrl_ros.core.stream.protocol import BundleHeader, BundleRejected, decode_bundle, read_header
 from lowrl_ros.core.runtime.engines import probe_observations
+from lowrl_ros.core.runtime.swap import RejectCode
+from lowrl_ros.core.stream.protocol import BundleHeader, BundleRejected, BundleStatus, decode_bundle, read_header
 
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
@@ -64,6 +66,21 @@ class ReceiverConfig:
             raise ValueError(f"probe_count {self.probe_count} must be 1..10000")
         if self.engine not in ("auto", "ort", "numpy"):
             raise ValueError(f"engine {self.engine!r} is unknown; use auto, ort or numpy")
+
+    def warnings(self, *, key_loaded: bool, topic: str = "the bundle topic") -> list[str]:
+        """What an operator must be told at start about these settings (one line each).
+
+        Args:
+            key_loaded: whether the robot holds the trainer's key.
+            topic: the bundle topic, named in the message.
+        """
+        if not self.require_signature:
+            return ["require_signature is false: UNSIGNED bundles will be accepted "
+                    "(bench only; anyone on the network can replace the policy)"]
+        if not key_loaded:
+            return [f"no key_file: bundles on {topic} will be rejected "
+                    "(set key_file to the trainer's key to accept streamed policies)"]
+        return []
 
 
 @dataclass
@@ -166,6 +183,35 @@ class BundleReceiver:
             policy.path = final
         self._clean_up({Path(p).resolve() for p in (*protect, final)})
         return Received(header, final, bundle)
+
+    def answer(self, message: bytes, *, current_version: int, running: PolicyBundle,
+               protect: tuple[str | Path, ...] = (),
+               check: Callable[[PolicyBundle], None] | None = None) -> tuple[Received | None, BundleStatus]:
+        """:meth:`receive`, then ``check``, never raising: the result and the reply for the trainer.
+
+        Any failure that is not a BundleRejected (a bug, ``check`` refusing the bundle) is answered
+        as ``invalid_artifact`` with its type and text, so the trainer always gets a coded reply
+        and the caller keeps running what it runs.
+
+        Returns:
+            (the accepted bundle, its ``ok`` reply), or (None, the rejection reply).
+        """
+        try:
+            version: int | None = read_header(message).version
+        except BundleRejected:
+            version = None
+        try:
+            got = self.receive(message, current_version=current_version, running=running.contract,
+                               running_sha256=running.sha256, protect=protect)
+            if check is not None:
+                check(got.bundle)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the running policy keeps acting
+            if not isinstance(exc, BundleRejected):
+                exc = BundleRejected(RejectCode.INVALID_ARTIFACT, f"{type(exc).__name__}: {exc}")
+            return None, BundleStatus.rejected(exc, version, current_version)
+        v = got.header.version
+        return got, BundleStatus(version=v, accepted=True, code="ok",
+                                 reason=f"validated, swapping at the next tick ({got.path})", running_version=v)
 
     def _write(self, tmp: Path, data: bytes) -> None:
         try:

@@ -1,0 +1,109 @@
+"""The policy node's diagnostics as a pure function of plain state (no ROS, no clock of its own).
+
+Autoware's ``determine_diagnostics`` idea (autoware_gyro_odometer): the node gathers state, this
+module decides levels and words, and tests drive it with made-up state (test/test_status.py).
+``lowrl_ros/ros/diagnostics.py`` turns the entries into a DiagnosticArray.
+
+The five statuses, under ``lowrl/policy/``:
+
+- ``latency``: WARN once any output missed its deadline;
+- ``input``: ERROR while the newest bad observation (or watchdog trip) is under ``ERROR_HOLD_S`` old;
+- ``policy``: the running version, or the last swap's outcome (ERROR when rejected), with the
+  ``swap_*`` keys of :class:`lowrl_ros.core.runtime.swap.SwapStatus` (docs/CONTRACTS.md);
+- ``bundle``: the bundle stream (ERROR after a rejection);
+- ``tier``: WARN on any compute tier below full.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lowrl_ros.core.runtime.swap import StreamStatus, SwapStatus
+from lowrl_ros.core.runtime.tiers import ComputeTier
+from lowrl_ros.core.types import Level, StatusEntry
+
+PREFIX = "lowrl/policy"
+# The policy node's own status; its values name the running policy (version, path) and the last
+# swap (swap_state, swap_path, swap_version, swap_code), read by the sim robot and the fine-tuner.
+POLICY_STATUS = f"{PREFIX}/policy"
+ERROR_HOLD_S = 2.0  # an input error keeps the status at ERROR this long after the last bad message
+REPORT_INTERVAL_S = 0.2  # a new input error is reported at once, but a flood at most this often
+
+
+@dataclass(frozen=True)
+class RunningPolicy:
+    """What the controller runs and what it last saw (a snapshot taken by the node).
+
+    Attributes:
+        version, path, tiers: the running bundle.
+        active: the lifecycle state is active.
+        last_error: the newest input error ("" if none); last_error_time: when (node clock), or None.
+        bundle_topic: where bundles arrive (shown beside the stream status).
+    """
+
+    version: int
+    path: str
+    tiers: tuple[str, ...]
+    active: bool
+    last_error: str = ""
+    last_error_time: float | None = None
+    bundle_topic: str = ""
+
+
+@dataclass(frozen=True)
+class TierView:
+    """The compute tier applied and the one the budget monitor asked for (they differ when a
+    one-policy bundle runs LITE as DECIMATED)."""
+
+    applied: ComputeTier
+    requested: ComputeTier
+
+
+def policy_status(stats: Mapping[str, float], swap: SwapStatus, stream: StreamStatus, tier: TierView,
+                  now: float, running: RunningPolicy) -> list[StatusEntry]:
+    """The policy node's five statuses (see the module docstring).
+
+    Args:
+        stats: ``PolicyController.stats()``.
+        swap, stream: ``PolicySwapper.status()`` and ``stream_status()``.
+        tier: applied and requested compute tier.
+        now: the clock ``running.last_error_time`` was taken on.
+        running: the running policy and its newest input error.
+    """
+    misses = int(stats["deadline_misses"])
+    recent = running.last_error_time is not None and now - running.last_error_time < ERROR_HOLD_S
+    return [
+        StatusEntry(f"{PREFIX}/latency", Level.WARN if misses > 0 else Level.OK,
+                    f"p99 {stats['window_p99_us']:.0f} us, {misses} deadline misses",
+                    {"p50_us": stats["window_p50_us"], "p99_us": stats["window_p99_us"], "deadline_misses": misses,
+                     "ticks": int(stats["ticks"]), "deadline_us": stats["deadline_us"]}),
+        StatusEntry(f"{PREFIX}/input", Level.ERROR if recent else Level.OK,
+                    running.last_error if recent else "observations OK",
+                    {"last_error": running.last_error or "none"}),
+        StatusEntry(POLICY_STATUS, swap.level,
+                    swap.message if swap.level != Level.OK else f"v{running.version} {running.path}",
+                    {"version": running.version, "path": running.path, "tiers": ",".join(running.tiers),
+                     "active": running.active, **swap.values()}),
+        StatusEntry(f"{PREFIX}/bundle", stream.level, stream.message,
+                    {"topic": running.bundle_topic, **stream.values()}),
+        StatusEntry(f"{PREFIX}/tier", Level.OK if tier.applied == ComputeTier.FULL else Level.WARN,
+                    f"tier {tier.applied.label}",
+                    {"tier": tier.applied.label, "requested": tier.requested.label, "tier_value": int(tier.applied)}),
+    ]
+
+
+class InputErrorReports:
+    """When a new input error deserves an immediate status: at once, but a flood at most every
+    ``interval_s`` (the periodic diagnostics repeat it anyway)."""
+
+    def __init__(self, interval_s: float = REPORT_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._last_report = float("-inf")
+        self._reported: float | None = None  # the error time last reported
+
+    def due(self, error_time: float | None, now: float) -> bool:
+        """True if the error stamped ``error_time`` is new and may be reported ``now`` (then it counts as reported)."""
+        if error_time == self._reported or now - self._last_report <= self.interval_s:
+            return False
+        self._last_report, self._reported = now, error_time
+        return True

@@ -1,0 +1,71 @@
+"""Small shared vocabulary of the core, both sides of the robot boundary (imports numpy only).
+
+- ``Observation`` / ``Action``: the numpy boundary every policy, adapter and controller speaks
+  (float64 vectors; Stable-Baselines3's ``type_aliases`` idea).
+- ``Level``: diagnostic levels with the byte values of diagnostic_msgs/DiagnosticStatus, so a pure
+  status function in core can say OK/WARN/ERROR/STALE without importing ROS; only
+  ``lowrl_ros/ros/diagnostics.py`` turns a Level into a message.
+- ``StatusEntry``: one named status (what a DiagnosticStatus carries), the output of the pure
+  status functions (``core/runtime/status.py``, ``core/budget/monitor.py: budget_status``).
+- ``Policy``: what running a policy needs (``act`` and the I/O ``contract``); the engines'
+  ``Policy`` satisfies it, as does a test's fake.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+Observation = npt.NDArray[np.float64]  # one observation vector [obs_dim], normalised by the policy itself
+Action = npt.NDArray[np.float64]  # one action vector [action_dim], clamped to the contract's limits
+
+
+class Level(enum.IntEnum):
+    """Diagnostic level; the values are diagnostic_msgs/DiagnosticStatus's OK, WARN, ERROR, STALE bytes."""
+
+    OK = 0
+    WARN = 1
+    ERROR = 2
+    STALE = 3
+
+
+@dataclass(frozen=True)
+class StatusEntry:
+    """One named status: what ``lowrl_ros.ros.diagnostics`` turns into a DiagnosticStatus.
+
+    Attributes:
+        name: the diagnostic name, grouped under ``lowrl/<node>/...`` for the aggregator.
+        level: OK, WARN, ERROR or STALE.
+        message: one line for rqt_robot_monitor.
+        values: key/value pairs shown beside it (formatted by the ROS side).
+    """
+
+    name: str
+    level: Level
+    message: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ContractLike(Protocol):
+    """The part of an artifact's PolicyContract that the runtime checks against."""
+
+    obs_names: Sequence[str]
+    obs_dim: int
+    action_dim: int
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A policy the control loop can run: ``act(obs) -> action`` and its I/O contract.
+
+    The engines' ``lowrl_ros.core.runtime.engines.Policy`` satisfies it (ONNX Runtime or numpy),
+    and so does any fake with the same two members.
+    """
+
+    contract: Any
+
+    def act(self, obs: Observation) -> Action: ...
