@@ -402,7 +402,6 @@ def test_swap_outcomes_are_published_as_keys_a_reader_can_use(rig, tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(policy_path=""), "policy_path is empty; set it to a .onnx artifact"),
     (dict(policy_path="p.onnx", input="camera"), "input 'camera' is unknown; use one of joint_states, observation"),
     (dict(policy_path="p.onnx", engine="tensorrt"), "engine 'tensorrt' is unknown; use one of auto, ort, numpy"),
 ])
@@ -412,6 +411,16 @@ def test_node_settings_are_checked_when_built(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PolicyNodeSettings(**kwargs)
     assert PolicyNodeSettings("p.onnx").engine == "auto"
+
+
+def test_configure_fails_on_an_empty_policy_path_with_a_hint(rig):
+    build, robot, executor = rig
+    node = build(activate=False)
+    assert node.set_parameters([Parameter("policy_path", value="")])[0].successful
+    assert spin_until(executor, lambda: robot.node.count_publishers("/diagnostics") > 0)
+    assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
+    assert spin_until(executor, lambda: any("policy_path is empty; set it to a .onnx artifact" in s.message
+                                            for s in robot.diags))
 
 
 def test_configure_fails_on_an_unknown_engine_with_the_settings_message(rig):

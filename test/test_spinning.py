@@ -1,7 +1,11 @@
 """ros/spinning.guarded: a timer callback that raises is logged (and counted), never raised into the executor."""
 from __future__ import annotations
 
+import pytest
+
 from lowrl_ros.ros.spinning import guarded
+
+pytestmark = pytest.mark.ros  # imports the ros layer (rclpy), though it spins no node
 
 
 class FakeLogger:

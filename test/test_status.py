@@ -13,6 +13,8 @@ from lowrl_ros.core.runtime.tiers import ComputeTier as T
 from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 
+pytestmark = pytest.mark.ros  # the level rules are pure; some cases check their ROS messages too
+
 STATS = {"window_p50_us": 20.0, "window_p99_us": 41.4, "deadline_misses": 0.0, "ticks": 500.0,
          "deadline_us": 10000.0}
 RUNNING = RunningPolicy(version=3, path="/m/v3.onnx", tiers=("full", "lite"), active=True,
