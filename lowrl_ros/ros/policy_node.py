@@ -322,9 +322,11 @@ class PolicyNode(LifecycleNode):
             self._tick(time.perf_counter())
 
     def _tick(self, reference: float) -> None:
-        # No "inactive?" check here: inactive, the controller chooses the safe action and the
-        # lifecycle publishers drop it (rclpy enforces the silence).
+        # Inactive: no control work at all (ticks are not counted); the lifecycle publishers would
+        # drop the output anyway, so rclpy enforces the silence a second time.
         c = self.controller
+        if c is None or not c.active:
+            return
         try:
             self.swapper.take()
             result = c.step(reference)
