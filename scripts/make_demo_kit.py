@@ -49,7 +49,7 @@ def main() -> int:
 
     torch.set_num_threads(1)
     from lowrl_ros.bench.sim2real import gap_returns
-    from lowrl_ros.core.finetune.learner import write_kit
+    from lowrl_ros.core.finetune.kit import write_kit
     from lowrl_ros.core.sim.reality_gap import RealityGapConfig
     from lowrl_ros.core.train.config import TrainConfig
     from lowrl_ros.core.train.export import export_actor

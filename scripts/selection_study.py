@@ -39,7 +39,8 @@ RULES = {  # name: (adjusted, all episodes, z)
 def pools_of(run_dir: Path, episodes: int) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]]]:
     from lowrl_ros.bench.sim2real import BENCH_GAP
     from lowrl_ros.core.runtime.engines import load_artifact
-    from lowrl_ros.core.finetune.learner import FineTuner, load_kit
+    from lowrl_ros.core.finetune.kit import load_kit
+    from lowrl_ros.core.finetune.learner import FineTuner
     from lowrl_ros.core.finetune.config import FineTuneConfig
     from lowrl_ros.core.sim.reality_gap import RealityGapConfig, make_gapped_env
 

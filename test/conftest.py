@@ -114,7 +114,7 @@ TINY_TRAIN = dict(total_steps=300, warmup_steps=100, batch_size=32, hidden=32, e
 @pytest.fixture(scope="session")
 def tiny_kit(tmp_path_factory):
     """(kit dir, its int8 artifact) from one tiny `lowrl train` run, shared by the session."""
-    from lowrl_ros.core.finetune.learner import write_kit
+    from lowrl_ros.core.finetune.kit import write_kit
     from lowrl_ros.core.train.config import TrainConfig
     from lowrl_ros.core.train.export import export_actor
     from lowrl_ros.core.train.trainer import Trainer

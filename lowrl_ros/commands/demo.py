@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the shipped "
                         "models/pendulum_rlx2/actor_int8.onnx, with its kit)")
     parser.add_argument("--kit", default=None,
-                        help="fine-tune kit of --policy (lowrl_ros.core.finetune.learner.write_kit); "
+                        help="fine-tune kit of --policy (lowrl_ros.core.finetune.kit.write_kit); "
                         "without it the session runs without the fine-tuner")
     parser.add_argument("--no-finetune", action="store_true", help="run the session without the fine-tuner")
     parser.add_argument("--session-dir", type=Path, default=None,

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from lowrl_ros.core.finetune.config import FineTuneConfig
-from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit, load_kit, write_kit  # noqa: F401 - the kit's old import path (docs, scripts)
+from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
 from lowrl_ros.core.runtime.artifact import save_artifact
