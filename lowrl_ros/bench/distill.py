@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         cfg = DistillConfig(students=tuple(args.students), env_id=env_id, eval_episodes=args.eval_episodes,
                             bc_steps=args.bc_steps, dagger_rounds=args.dagger_rounds, dagger_steps=args.dagger_steps,
-                            seed=args.seed)
+                            seed=args.seed, qat_steps=0)  # post-training int8; the QAT table below compares both
         print(f"{env_id}: distilling {source} into {', '.join(cfg.students)}", file=sys.stderr)
         res = distill(teacher, cfg, args.work_dir / env_id)
         plot = stem.parent / f"{stem.name}_{env_id}.png"

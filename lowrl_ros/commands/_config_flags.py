@@ -1,13 +1,22 @@
 """Config dataclasses as command-line flags: one ``--flag`` per field, a YAML preset underneath.
 
 The order of precedence is the dataclass default, then the preset (``--config YAML``, one section of
-it or the whole flat mapping), then the flags that were given (nanoGPT's configurator, without exec).
-Each flag's help is the field's help (lowrl_ros/core/config.py); the dataclass validates the result.
+it or the whole flat mapping), then the environment variable ``LOWRL_SET``, then the flags that were
+given (nanoGPT's configurator, without exec). Each flag's help is the field's help
+(lowrl_ros/core/config.py); the dataclass validates the result.
+
+``LOWRL_SET="train.total_steps=3000 distill.bc_steps=500 release.eval_episodes=5"`` changes fields of
+every command it reaches without editing the command lines: a smaller budget for a documented
+pipeline run as written (test/test_documented_commands.py does exactly that). ``SECTION`` is the
+preset section of the config (``train`` for TrainConfig, ``distill``, ``release``); each command
+says on stderr which fields it took from there.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import sys
 from pathlib import Path
 from typing import Any, Collection
 
@@ -54,6 +63,10 @@ def config_from(cls: Any, args: argparse.Namespace, preset: dict | None) -> Any:
     unknown = set(data) - {f.name for f in fields}
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)} for {cls.__name__}; known: {[f.name for f in fields]}")
+    from_env = env_overrides(cls)
+    if from_env:
+        print(f"{ENV_VAR}: {cls.__name__} " + " ".join(f"{k}={v}" for k, v in from_env.items()), file=sys.stderr)
+    data.update(from_env)
     for f in fields:
         value = getattr(args, f.name, None)
         if value is not None:
@@ -61,6 +74,40 @@ def config_from(cls: Any, args: argparse.Namespace, preset: dict | None) -> Any:
         if data.get(f.name) is not None:  # None: a preset's "no value" (e.g. parent_version: null)
             data[f.name] = coerce(f, data[f.name], owner=cls.__name__)
     return cls(**data)
+
+
+ENV_VAR = "LOWRL_SET"
+ENV_SECTIONS = ("train", "distill", "release")
+
+
+def env_section(cls: Any) -> str:
+    """The ``LOWRL_SET`` section of a config class: its preset section (TrainConfig -> ``train``)."""
+    return cls.__name__.removesuffix("Config").lower()
+
+
+def env_overrides(cls: Any, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The fields of ``cls`` that ``LOWRL_SET`` sets, as strings (converted later like flags).
+
+    Raises:
+        ValueError: an item that is not ``SECTION.FIELD=VALUE``, an unknown section, or an unknown
+            field of this class's section (the known ones are listed).
+    """
+    text = (os.environ if environ is None else environ).get(ENV_VAR, "")
+    names = [f.name for f in dataclasses.fields(cls)]
+    out: dict[str, str] = {}
+    for item in text.replace(",", " ").split():
+        key, sep, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot or not name or not value:
+            raise ValueError(f"{ENV_VAR}: {item!r} is not SECTION.FIELD=VALUE, e.g. train.total_steps=3000")
+        if section not in ENV_SECTIONS:
+            raise ValueError(f"{ENV_VAR}: unknown section {section!r} in {item!r}; use one of {list(ENV_SECTIONS)}")
+        if section != env_section(cls):
+            continue
+        if name not in names:
+            raise ValueError(f"{ENV_VAR}: {cls.__name__} has no field {name!r}; known: {names}")
+        out[name] = value
+    return out
 
 
 def read_preset(path: str | Path | None, section: str | None = None, *, flag: str = "--config") -> dict:

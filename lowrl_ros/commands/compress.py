@@ -10,7 +10,9 @@ was measured either way. Exit status: 0 released, 1 a gate stopped the release, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -31,8 +33,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where to keep the students when distilling a teacher (default: a temporary dir)")
     add_config_flags(parser, ReleaseConfig)
-    shared = {"env_id", "eval_episodes", "eval_seed", "clip_percentile", "seed"}
-    add_config_flags(parser, DistillConfig, skip=shared)
+    add_config_flags(parser, DistillConfig, skip=SHARED, title="DistillConfig fields (only when SOURCE is a teacher)")
+
+
+# Fields of both stages: one flag sets them for distillation and release alike.
+SHARED = ("env_id", "eval_episodes", "eval_seed", "clip_percentile", "seed")
+# DistillConfig fields a re-distil command line never needs to repeat.
+_NOT_REPEATED = ("progress", "threads", "qat_steps")
+
+
+def distill_flags_given(args: argparse.Namespace) -> list[str]:
+    """The distillation flags on this command line, with their values: they only act when compress distils."""
+    from lowrl_ros.core.compress.distill import DistillConfig
+
+    given = []
+    for f in dataclasses.fields(DistillConfig):
+        value = None if f.name in SHARED else getattr(args, f.name, None)
+        if value is not None:
+            values = value if isinstance(value, (list, tuple)) else [value]
+            flag = "--" + f.name.replace("_", "-") if not isinstance(value, bool) else \
+                ("--" if value else "--no-") + f.name.replace("_", "-")
+            given.append(" ".join([flag] + ([] if isinstance(value, bool) else [shlex.quote(str(v)) for v in values])))
+    return given
+
+
+def redistill_for(students_dir: Path, teacher_arg: str | None):
+    """The `lowrl distill` line that re-makes a students dir as it was made (every non-default field)."""
+    from lowrl_ros.core.compress.distill import DistillConfig
+    from lowrl_ros.core.compress.release import Redistill
+
+    doc = json.loads((students_dir / "distill.json").read_text())
+    teacher = teacher_arg or doc["teacher"]["source"]
+    if not Path(teacher).exists():  # made from another directory: the absolute path still names it
+        teacher = doc["teacher"].get("path", teacher)
+    made = doc.get("config", {})
+    defaults = DistillConfig()
+    parts = ["lowrl distill", shlex.quote(str(teacher)), "-o", shlex.quote(str(students_dir))]
+    for f in dataclasses.fields(DistillConfig):
+        value = made.get(f.name, getattr(defaults, f.name))
+        if f.name in _NOT_REPEATED or f.name == "env_id" and not value:
+            continue
+        default = getattr(defaults, f.name)
+        if isinstance(default, tuple):
+            value = tuple(value)
+        if value != default or f.name == "students":  # the students are always spelled out
+            flag = "--" + f.name.replace("_", "-")
+            parts += [flag] + [shlex.quote(str(v)) for v in (value if isinstance(value, tuple) else (value,))]
+    return Redistill(" ".join(parts), int(made.get("qat_steps", 0)),
+                     int(made.get("dagger_rounds", defaults.dagger_rounds)))
 
 
 def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
@@ -62,7 +110,7 @@ def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
 def run(args: argparse.Namespace) -> int:
     try:
         from lowrl_ros.core.compress.distill import DistillConfig, distill, load_teacher, torch_action_fn
-        from lowrl_ros.core.compress.release import Candidate, ReleaseConfig, release
+        from lowrl_ros.core.compress.release import Candidate, Redistill, ReleaseConfig, release
     except ImportError as exc:
         print(f"lowrl compress: needs torch (an off-board extra): {exc}", file=sys.stderr)
         return 2
@@ -71,19 +119,32 @@ def run(args: argparse.Namespace) -> int:
         source = Path(args.source)
         with tempfile.TemporaryDirectory(prefix="lowrl-compress-") as tmp:
             if (source / "distill.json").is_file():
+                redistill = redistill_for(source, args.teacher)
+                given = " ".join(distill_flags_given(args))
+                # Accepted by the parser for a teacher; with trained students they would change nothing: refuse.
+                if given:
+                    raise ValueError(f"{given}: distillation flags act only when compress distils a teacher, and "
+                                     f"{source} holds students already distilled. Re-distil them with the change, "
+                                     f"`{redistill.with_flags(given)}`, then run this compress again (or give "
+                                     "compress the teacher to distil and release in one go)")
+                if args.work_dir is not None:
+                    raise ValueError(f"--work-dir keeps the students compress distils from a teacher; {source} is "
+                                     "a students dir already: drop --work-dir")
                 teacher, cands = candidates_from_dir(source, args.teacher)
             else:
                 dpreset = read_preset(args.config, "distill")
-                for name in ("env_id", "eval_episodes", "eval_seed", "clip_percentile", "seed"):
+                for name in SHARED:
                     dpreset[name] = getattr(rcfg, name)  # one value for both stages
                 dcfg = config_from(DistillConfig, args, dpreset)
+                redistill = Redistill("", dcfg.qat_steps, dcfg.dagger_rounds)  # the flags are this command's
                 teacher = load_teacher(source, env_id=dcfg.env_id or None)
                 work = args.work_dir or Path(tmp)
                 result = distill(teacher, dcfg, work)
                 cands = [Candidate(s.spec.name, s.weights, torch_action_fn(s.state, teacher.contract),
                                    {"student": str(s.spec)}) for s in result.students]
             report = release(cands, teacher.weights, teacher.contract, rcfg, args.output,
-                             provenance={"teacher": Path(teacher.source).name, "teacher_kind": teacher.kind})
+                             provenance={"teacher": Path(teacher.source).name, "teacher_kind": teacher.kind},
+                             redistill=redistill)
     except (ValueError, ImportError, KeyError) as exc:
         print(f"lowrl compress: {exc}", file=sys.stderr)
         return 2

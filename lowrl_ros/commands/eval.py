@@ -39,12 +39,17 @@ def run(args: argparse.Namespace) -> int:
         if not env_id:
             raise ValueError(f"{args.artifact} does not name its environment; pass --env (e.g. Pendulum-v1)")
         results = {}
+        # On a terminal one line per tier, redrawn; in a log (not a terminal) one line per episode.
+        # Either way every line ends: a tier's progress never runs into the next tier's.
+        tty = sys.stderr.isatty()
         for name, policy in tiers.items():
             def tick(k: int, name: str = name) -> None:
-                print(f"\r{name}: episode {k}/{args.episodes}", end="", file=sys.stderr, flush=True)
+                line = f"{name}: episode {k}/{args.episodes}"
+                print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
             res = evaluate(policy.act, env_id, args.episodes, args.seed, progress=tick)
-            print(file=sys.stderr)
+            if tty:
+                print(file=sys.stderr)
             results[name] = {"mean": res.mean, "std": res.std, "returns": list(res.returns), "bytes": policy.nbytes,
                              "macs": policy.macs, "engine": policy.engine}
             print(f"{args.artifact}:{name} ({policy.engine}, {policy.nbytes} bytes): return {res}")

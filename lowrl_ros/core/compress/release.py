@@ -100,6 +100,48 @@ class Candidate:
     provenance: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Redistill:
+    """Where the distillation flags a gate's fix names belong, so that the fix runs as written.
+
+    ``lowrl compress TEACHER`` distils and releases in one go: ``--qat-steps`` is its own flag.
+    ``lowrl compress STUDENTS_DIR`` releases students that are already trained: a distillation flag
+    only acts through ``lowrl distill``, so the fix names that command line (the one that made the
+    students, from their ``distill.json``) with the change, and says to run compress again.
+
+    Attributes:
+        command: the `lowrl distill ...` line that re-makes the students ("" when the running
+            command distils them itself).
+        qat_steps: quantization-aware steps the students already had (a fix asks for more).
+        dagger_rounds: DAgger rounds they already had.
+    """
+
+    command: str = ""
+    qat_steps: int = 0
+    dagger_rounds: int = 3
+
+    def flags(self, flags: str) -> str:
+        """``flags`` as the user can act on them here: the flags alone, or the re-distil line carrying them."""
+        if not self.command:
+            return f"`{flags}`"
+        return f"re-distil with `{self.with_flags(flags)}`, then run this compress again"
+
+    def with_flags(self, flags: str) -> str:
+        """The re-distil line with ``flags`` in place of its own values of the same flags."""
+        changed = {w for w in flags.split() if w.startswith("--")}
+        kept, skipping = [], False
+        for word in self.command.split(" "):
+            if word.startswith("--"):
+                skipping = word in changed
+            if not skipping:
+                kept.append(word)
+        return " ".join(kept + [flags])
+
+    @property
+    def more_qat(self) -> int:
+        return max(500, 2 * self.qat_steps)
+
+
 @dataclass
 class GateResult:
     gate: str
@@ -151,48 +193,58 @@ def _batch_act(policy, obs: np.ndarray) -> np.ndarray:
 
 
 def gate_parity(tier: str, torch_act: Callable[[np.ndarray], np.ndarray], fp32_artifact: Path,
-                probes: np.ndarray, tol: float) -> GateResult:
+                probes: np.ndarray, tol: float, redistill: Redistill = Redistill()) -> GateResult:
     """fp32 ONNX (ONNX Runtime) vs torch on the probes: max abs action error ≤ ``tol``."""
     onnx_a = _batch_act(load_artifact(fp32_artifact, engine="ort"), probes)
     err = float(np.max(np.abs(onnx_a - np.asarray(torch_act(probes), np.float64))))
+    if redistill.command:
+        fix = (f"the students dir's fp32 artifact does not compute what its torch student (<tier>.pt) does: a stale "
+               f"or hand-edited file; re-distil with `{redistill.command}` (it writes both together), then run "
+               "this compress again")
+    else:
+        fix = ("the fp32 artifact was exported from this very student, so this is an exporter bug: report it; "
+               f"--parity-tol above {err:.0e} releases anyway")
     return GateResult("fp32 ONNX vs torch parity", tier, err <= tol, err, tol,
-                      f"max |Δaction| {err:.2e} on {len(probes)} probes (limit {tol:.0e})",
-                      "the exported graph does not compute what the torch student does: re-export the fp32 "
-                      "artifact from this student (a stale or hand-edited artifact, or an exporter bug)")
+                      f"max |Δaction| {err:.2e} on {len(probes)} probes (limit {tol:.0e})", fix)
 
 
 def gate_int8(tier: str, fp32_artifact: Path, int8_artifact: Path, probes: np.ndarray,
-              max_error: float, contract: PolicyContract, mean_error: float = 1.0) -> GateResult:
+              max_error: float, contract: PolicyContract, mean_error: float = 1.0,
+              redistill: Redistill = Redistill(), clip_percentile: float = 100.0) -> GateResult:
     """int8 vs fp32 artifact on the probes, |Δaction| / (high - low): mean ≤ ``mean_error``, max ≤ ``max_error``."""
     a32 = _batch_act(load_artifact(fp32_artifact, engine="ort"), probes)
     a8 = _batch_act(load_artifact(int8_artifact, engine="ort"), probes)
     span = np.array(contract.action_high) - np.array(contract.action_low)
     rel = np.abs(a8 - a32) / span
     worst, mean = float(rel.max()), float(rel.mean())
+    # Each remedy is one the running command (or the distill line named) acts on, in the order they help most.
+    remedies = [f"more quantization-aware distillation ({redistill.flags(f'--qat-steps {redistill.more_qat}')})"]
+    if clip_percentile >= 100.0:
+        remedies.append("clip int8 weight outliers (`--clip-percentile 99.9` on this compress)")
+    remedies.append("or accept more error (`--int8-max-error`, `--int8-mean-error` on this compress)")
     return GateResult("int8 vs fp32 action error", tier, worst <= max_error and mean <= mean_error, worst, max_error,
                       f"|Δaction| mean {mean:.2%} (budget {mean_error:.2%}), worst {worst:.2%} (budget "
                       f"{max_error:.2%}) of the action range on {len(probes)} probes",
-                      "post-training int8 loses too much here: clip weight outliers (--clip-percentile 99.9), "
-                      "fine-tune with quantization-aware training (--qat-steps 500), or raise --int8-mean-error/"
-                      "--int8-max-error")
+                      "post-training int8 loses too much here: " + ", ".join(remedies))
 
 
 def gate_return(tier: str, int8_artifact: Path, teacher: EvalResult, cfg: ReleaseConfig,
-                env_id: str) -> tuple[GateResult, EvalResult]:
+                env_id: str, redistill: Redistill = Redistill()) -> tuple[GateResult, EvalResult]:
     """Deployed (int8, load_artifact) return keeps ``return_fraction`` of the teacher's, same seeds."""
     deployed = evaluate(load_artifact(int8_artifact).act, env_id, cfg.eval_episodes, cfg.eval_seed)
     kept = kept_fraction(deployed.mean, teacher.mean)
+    more = redistill.flags(f"--dagger-rounds {redistill.dagger_rounds + 2}")
     gate = GateResult("deployed return vs teacher", tier, kept >= cfg.return_fraction, kept, cfg.return_fraction,
                       f"int8 artifact {deployed.mean:.1f} ± {deployed.std:.1f} vs teacher {teacher.mean:.1f} "
                       f"± {teacher.std:.1f}: keeps {kept:.1%} (needs {cfg.return_fraction:.0%})",
-                      "distil longer or bigger (more --dagger-rounds, --bc-steps, a wider student or lower "
-                      "sparsity), or lower --return-fraction if this tier is meant to trade return for compute")
+                      f"distil longer ({more}; or more --bc-steps, a wider student, lower sparsity there), or "
+                      "`--return-fraction` lower on this compress if this tier is meant to trade return for compute")
     return gate, deployed
 
 
 def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: PolicyContract,
             cfg: ReleaseConfig, bundle_path: str | Path, provenance: dict[str, str] | None = None,
-            log: Callable[[str], None] = print) -> ReleaseReport:
+            log: Callable[[str], None] = print, redistill: Redistill = Redistill()) -> ReleaseReport:
     """Export every candidate, run the gates, and write the bundle only if all pass.
 
     Args:
@@ -203,6 +255,7 @@ def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: 
         bundle_path: where the bundle goes; untouched when a gate fails.
         provenance: extra provenance for every tier.
         log: where progress lines go.
+        redistill: where the distillation flags a fix names belong (see :class:`Redistill`).
 
     Returns:
         The report (``released`` False when any gate failed); JSON/markdown written beside the bundle.
@@ -215,6 +268,8 @@ def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: 
     if not env_id:
         raise ValueError("no environment for the return gate: the contract has no env_id; pass --env-id")
     _check_version_goes_up(bundle_path, cfg.version)
+    # The reports go beside the bundle either way; `-o releases/v2.lowrl` on a fresh clone names a new dir.
+    bundle_path.parent.mkdir(parents=True, exist_ok=True)
     teacher_act = lambda o: reference_action(teacher_weights, contract, np.atleast_2d(o))[0]  # noqa: E731
     log(f"teacher: evaluating {cfg.eval_episodes} episodes of {env_id}")
     teacher_eval = evaluate(teacher_act, env_id, cfg.eval_episodes, cfg.eval_seed)
@@ -234,12 +289,12 @@ def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: 
             fp32 = save_artifact(tmp / f"{cand.tier}_fp32.onnx", cand.weights, c)
             int8 = save_artifact(tmp / f"{cand.tier}.onnx", clip_outliers(cand.weights, cfg.percentile), c, int8=True)
             int8_paths[cand.tier] = int8
-            tier_gates = [gate_parity(cand.tier, cand.torch_act, fp32, probes, cfg.parity_tol),
+            tier_gates = [gate_parity(cand.tier, cand.torch_act, fp32, probes, cfg.parity_tol, redistill),
                           gate_int8(cand.tier, fp32, int8, probes, cfg.int8_max_error, c,
-                                    cfg.int8_mean_error)]
+                                    cfg.int8_mean_error, redistill, cfg.clip_percentile)]
             deployed = None
             if all(g.passed for g in tier_gates):  # returns are slow; skip them when a tier already failed
-                g, deployed = gate_return(cand.tier, int8, teacher_eval, cfg, env_id)
+                g, deployed = gate_return(cand.tier, int8, teacher_eval, cfg, env_id, redistill)
                 tier_gates.append(g)
             for g in tier_gates:
                 log(g.line())

@@ -1,0 +1,136 @@
+"""Every "fix:" a release gate or `lowrl compress` prints names a flag or step that exists there and
+changes the outcome (issue 20, part 3): each test makes a gate fail, applies its hint exactly as
+printed, and checks that the gate's figure moved (or the release went through).
+
+In-process through `lowrl_ros.cli.main` (the `lowrl` script's entry point) to skip a torch start-up
+per command; the students are tiny so that a re-distil costs seconds.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lowrl_ros.cli import main
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+TEACHER = str(ROOT / "models/pendulum_sac_int8.onnx")
+TINY = ["--students", "lite:32x2@0.8", "--teacher-episodes", "8", "--bc-steps", "1200", "--dagger-rounds", "1",
+        "--dagger-episodes", "3", "--dagger-steps", "400", "--eval-episodes", "3", "--qat-steps", "0", "--no-progress"]
+FAST = ["--eval-episodes", "3", "--probe-count", "128"]
+TIGHT = ["--int8-mean-error", "1e-7", "--int8-max-error", "1e-6"]  # an int8 gate every int8 student fails
+
+
+def lowrl(capsys, *args) -> tuple[int, str, str]:
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def gates(bundle: Path) -> dict[tuple[str, str], dict]:
+    doc = json.loads(bundle.with_name(bundle.name + ".release.json").read_text())
+    return {(g["tier"], g["gate"]): g for g in doc["gates"]}
+
+
+def quoted_commands(fix: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", fix)
+
+
+@pytest.fixture(scope="module")
+def students(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hints") / "students"
+    rc = main(["distill", TEACHER, "-o", str(out), *TINY])
+    assert rc == 0 and (out / "distill.json").is_file()
+    return out
+
+
+def test_int8_hints_each_change_the_figure(students, tmp_path, capsys):
+    bundle = tmp_path / "b.lowrl"
+    rc, out, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST, *TIGHT)
+    assert rc == 1 and "[FAIL] lite: int8 vs fp32 action error" in out
+    g = gates(bundle)[("lite", "int8 vs fp32 action error")]
+    fix = g["fix"]
+    # The students are trained: the QAT hint is the `lowrl distill` line that made them, plus the change.
+    redistill = next(c for c in quoted_commands(fix) if c.startswith("lowrl distill"))
+    assert redistill.endswith("--qat-steps 500") and "--students lite:32x2@0.8" in redistill
+    assert "`--clip-percentile 99.9` on this compress" in fix and "--int8-max-error" in fix
+
+    # Hint 1: clip outliers on this compress.
+    rc, _, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST, *TIGHT,
+                     "--clip-percentile", "99.9")
+    clipped = gates(bundle)[("lite", "int8 vs fp32 action error")]
+    assert rc == 1 and clipped["measured"] != g["measured"]
+    assert "--clip-percentile" not in clipped["fix"]  # already applied: not offered again
+
+    # Hint 2: the re-distil line, run as printed, then this compress again.
+    assert lowrl(capsys, *shlex.split(redistill)[1:])[0] == 0
+    assert json.loads((students / "distill.json").read_text())["config"]["qat_steps"] == 500
+    rc, _, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST, *TIGHT)
+    qat = gates(bundle)[("lite", "int8 vs fp32 action error")]
+    assert rc == 1 and qat["measured"] != g["measured"]
+    assert "--qat-steps 1000" in qat["fix"]  # asks for more than the students already had
+
+    # Hint 3: a wider budget on this compress passes the gate.
+    lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST, "--int8-max-error", "0.5",
+          "--int8-mean-error", "0.5")
+    assert gates(bundle)[("lite", "int8 vs fp32 action error")]["passed"]
+
+
+def test_compress_refuses_distill_flags_for_a_students_dir_and_names_where_they_belong(students, tmp_path, capsys):
+    rc, _, err = lowrl(capsys, "compress", students, "-o", tmp_path / "b.lowrl", "--version", 2, "--qat-steps", 500)
+    assert rc == 2 and "--qat-steps 500" in err and "lowrl distill" in err and not (tmp_path / "b.lowrl").exists()
+    (cmd,) = [c for c in quoted_commands(err) if c.startswith("lowrl distill")]
+    assert cmd.endswith("--qat-steps 500")
+    rc, _, err = lowrl(capsys, "compress", students, "-o", tmp_path / "b.lowrl", "--version", 2, "--work-dir", tmp_path)
+    assert rc == 2 and "drop --work-dir" in err
+
+
+def test_qat_hint_of_a_teacher_compress_is_its_own_flag(tmp_path, capsys):
+    bundle = tmp_path / "t.lowrl"
+    args = ["compress", TEACHER, "-o", bundle, "--version", 2, *FAST, *TIGHT, *TINY[:-1]]  # --qat-steps 0
+    rc, _, _ = lowrl(capsys, *args)
+    g = gates(bundle)[("lite", "int8 vs fp32 action error")]
+    assert rc == 1 and "`--qat-steps 500`" in g["fix"] and "lowrl distill" not in g["fix"]  # had 0
+    rc, _, _ = lowrl(capsys, *args, "--qat-steps", 500)  # the hint, on the same command
+    assert rc == 1 and gates(bundle)[("lite", "int8 vs fp32 action error")]["measured"] != g["measured"]
+
+
+def test_parity_hint_re_distils_a_stale_students_dir(students, tmp_path, capsys):
+    stale = tmp_path / "stale"
+    shutil.copytree(students, stale)
+    shutil.copyfile(stale / "lite_int8.onnx", stale / "lite_fp32.onnx")  # not exactly what lite.pt computes
+    bundle = tmp_path / "p.lowrl"
+    rc, out, _ = lowrl(capsys, "compress", stale, "-o", bundle, "--version", 2, *FAST)
+    g = gates(bundle)[("lite", "fp32 ONNX vs torch parity")]
+    assert rc == 1 and not g["passed"], out
+    (cmd,) = [c for c in quoted_commands(g["fix"]) if c.startswith("lowrl distill")]
+    assert lowrl(capsys, *shlex.split(cmd)[1:])[0] == 0
+    lowrl(capsys, "compress", stale, "-o", bundle, "--version", 2, *FAST)
+    assert gates(bundle)[("lite", "fp32 ONNX vs torch parity")]["passed"]
+
+
+def test_return_and_version_hints(students, tmp_path, capsys):
+    bundle = tmp_path / "r.lowrl"
+    rc, _, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST, "--return-fraction", "1.5",
+                     "--int8-max-error", "0.5", "--int8-mean-error", "0.5")
+    g = gates(bundle)[("lite", "deployed return vs teacher")]
+    assert rc == 1 and not g["passed"]
+    (cmd,) = [c for c in quoted_commands(g["fix"]) if c.startswith("lowrl distill")]
+    assert cmd.endswith("--dagger-rounds 3") and cmd.count("--dagger-rounds") == 1
+    assert "`--return-fraction` lower on this compress" in g["fix"]
+    rc, _, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST, "--return-fraction", "0.5",
+                     "--int8-max-error", "0.5", "--int8-mean-error", "0.5")
+    assert rc == 0 and bundle.is_file()
+
+    # Versions only go up: the message names the version to give, and giving it releases.
+    rc, _, err = lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST)
+    assert rc == 2 and "give --version 3" in err
+    rc, _, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 3, *FAST, "--return-fraction", "0.5",
+                     "--int8-max-error", "0.5", "--int8-mean-error", "0.5")
+    assert rc == 0
