@@ -134,3 +134,58 @@ def test_return_and_version_hints(students, tmp_path, capsys):
     rc, _, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 3, *FAST, "--return-fraction", "0.5",
                      "--int8-max-error", "0.5", "--int8-mean-error", "0.5")
     assert rc == 0
+
+
+# Where each module's messages are read: the `lowrl` commands that print them.
+MESSAGE_HOMES = {
+    "lowrl_ros/core/compress/release.py": ("compress", "distill"),  # a fix names distill flags in its distill line
+    "lowrl_ros/core/compress/distill.py": ("distill", "compress"),
+    "lowrl_ros/core/compress/export_c.py": ("export-c",),
+    "lowrl_ros/core/budget/profile.py": ("profile",),
+    "lowrl_ros/core/train/config.py": ("train",),
+    "lowrl_ros/core/train/agent.py": ("train",),
+    "lowrl_ros/core/train/checkpoint.py": ("train",),
+    "lowrl_ros/core/train/trainer.py": ("train",),
+    "lowrl_ros/commands/compress.py": ("compress", "distill"),
+    "lowrl_ros/commands/distill.py": ("distill",),
+    "lowrl_ros/commands/train.py": ("train",),
+    "lowrl_ros/commands/eval.py": ("eval",),
+    "lowrl_ros/commands/profile.py": ("profile",),
+}
+
+
+def flags_in_strings(path: Path) -> set[str]:
+    """Every ``--flag`` inside a string literal (f-strings included) of a module, docstrings left out."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9](?![\w-])", node.value))
+    return found
+
+
+def option_strings(command: str) -> set[str]:
+    import argparse
+    import importlib
+
+    from lowrl_ros.cli import COMMANDS
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    return {o for a in parser._actions for o in a.option_strings}
+
+
+@pytest.mark.parametrize("module", sorted(MESSAGE_HOMES))
+def test_every_flag_a_message_names_exists_on_its_command(module):
+    options = set().union(*(option_strings(c) for c in MESSAGE_HOMES[module]))
+    missing = sorted(flags_in_strings(ROOT / module) - options)
+    assert not missing, f"{module} names {missing}, which {'/'.join(MESSAGE_HOMES[module])} do(es) not accept"
+
+
+def test_the_flag_check_can_fail(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text('raise ValueError("raise --timeout or --no-such-flag")\n')
+    assert flags_in_strings(bad) - option_strings("profile") == {"--timeout", "--no-such-flag"}

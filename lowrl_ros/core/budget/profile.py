@@ -250,7 +250,7 @@ def measure_peak_rss(mode: str, path: str | Path = "-", engine: str = "auto", ca
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"the {mode} memory probe took over {timeout_s} s; raise --timeout") from None
+        raise RuntimeError(f"the {mode} memory probe took over {timeout_s} s; raise --timeout-s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"the {mode} memory probe failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -223,6 +223,21 @@ class Student:
                   for w, b in zip(self.net.weights, self.net.biases)]
         return MlpWeights(layers, "relu", self.output_activation)
 
+    def snap_to_int8(self, percentile: float | None = None) -> None:
+        """Replace the float weights by their int8 values (quantized, dequantized), in place.
+
+        After quantization-aware training the student *is* its quantized weights: the loss of its
+        last steps was measured through them, and the float "shadow" weights between grid points are
+        a training device (Jacob et al. 2018 keep them only to accumulate small gradient steps).
+        Snapping makes the fp32 artifact, the torch state and the int8 artifact one policy, so the
+        release's int8 gate measures what int8 inference changes (the activations) rather than the
+        distance between the shadow weights and the policy that was trained. Zeros stay zeros.
+        """
+        snapped = fake_quantize(self.weights(), percentile)
+        with torch.no_grad():
+            for (w, _), param in zip(snapped.layers, self.net.weights):
+                param.copy_(torch.from_numpy(w.T.copy())[None])
+
     def state(self) -> dict[str, Any]:
         """What `lowrl compress` needs to rebuild the torch student (for its parity gate)."""
         return {"spec": str(self.spec), "sizes": self.net.sizes, "output_activation": self.output_activation,
@@ -365,6 +380,7 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
             fit(cfg.dagger_steps)
         if cfg.qat_steps:
             fit(cfg.qat_steps, fake_quant=True)
+            student.snap_to_int8(cfg.percentile)
         weights = student.weights()
         overrides = dict(contract_overrides or {})
         # The teacher's provenance describes the teacher (its sparsity, its training steps): keep it, prefixed.
