@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lowrl_ros.cli import main
+from lowrl_ros.core.runtime.artifact import MlpWeights, load_weights, save_artifact
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +52,7 @@ def students(tmp_path_factory):
 
 
 def test_int8_hints_each_change_the_figure(students, tmp_path, capsys):
+    students = Path(shutil.copytree(students, tmp_path / "students"))  # re-distilled below: a copy of its own
     bundle = tmp_path / "b.lowrl"
     rc, out, _ = lowrl(capsys, "compress", students, "-o", bundle, "--version", 2, *FAST, *TIGHT)
     assert rc == 1 and "[FAIL] lite: int8 vs fp32 action error" in out
@@ -104,7 +106,12 @@ def test_qat_hint_of_a_teacher_compress_is_its_own_flag(tmp_path, capsys):
 def test_parity_hint_re_distils_a_stale_students_dir(students, tmp_path, capsys):
     stale = tmp_path / "stale"
     shutil.copytree(students, stale)
-    shutil.copyfile(stale / "lite_int8.onnx", stale / "lite_fp32.onnx")  # not exactly what lite.pt computes
+    # A stale fp32 artifact: its output bias moved, so it no longer computes what lite.pt does.
+    weights, contract = load_weights(stale / "lite_fp32.onnx")
+    w, b = weights.layers[-1]
+    moved = MlpWeights(list(weights.layers[:-1]) + [(w, b + 0.05)], weights.hidden_activation,
+                       weights.output_activation)
+    save_artifact(stale / "lite_fp32.onnx", moved, contract)
     bundle = tmp_path / "p.lowrl"
     rc, out, _ = lowrl(capsys, "compress", stale, "-o", bundle, "--version", 2, *FAST)
     g = gates(bundle)[("lite", "fp32 ONNX vs torch parity")]

@@ -62,7 +62,11 @@ def redistill_for(students_dir: Path, teacher_arg: str | None):
     from lowrl_ros.core.compress.distill import DistillConfig
     from lowrl_ros.core.compress.release import Redistill
 
-    doc = json.loads((students_dir / "distill.json").read_text())
+    manifest = students_dir / "distill.json"
+    try:
+        doc = json.loads(manifest.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{manifest}: cannot read it ({exc}); run `lowrl distill` into {students_dir} first") from None
     teacher = teacher_arg or doc["teacher"]["source"]
     if not Path(teacher).exists():  # made from another directory: the absolute path still names it
         teacher = doc["teacher"].get("path", teacher)
