@@ -9,7 +9,9 @@ directory holding nothing but copies of config/, launch/ and models/. The only c
 budget, injected through the documented environment variable ``LOWRL_SET``
 (lowrl_ros/commands/_config_flags.py), never by editing a command. Each step must leave what the
 next reads: the run dir's actor, the students dir, the released bundle, a profile verdict. A line
-that runs forever or needs a robot (``lowrl launch``) is checked by parsing only.
+that runs forever or needs a robot (``lowrl launch``) is checked by parsing only. The runnable
+blocks of docs/compression.md and docs/profile.md run the same way (long training and benchmark
+lines are parsed only).
 """
 from __future__ import annotations
 
@@ -183,6 +185,40 @@ def test_readme_pipeline_runs_as_written(tmp_path):
             assert re.search(r"^verdict: (PASS|WARN)$", proc.stdout, re.M), proc.stdout
     print("step seconds:", {k: round(v, 1) for k, v in timings.items()})
     assert set(timings) == {"train", "report", "distill", "compress", "profile"}
+
+
+# docs/ pages whose blocks run here, in page order, each line as written; a line whose input is made
+# elsewhere (by the README's `lowrl train` run) is listed, so no line is skipped silently.
+DOC_RUNS = {"docs/compression.md": ["lowrl distill runs/pendulum "], "docs/profile.md": []}
+DOCS_BUDGET = ("distill.teacher_episodes=5 distill.bc_steps=500 distill.dagger_rounds=1 distill.dagger_steps=300 "
+               "distill.qat_steps=200 distill.eval_episodes=3 release.eval_episodes=3")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sorted(DOC_RUNS))
+def test_docs_blocks_run_as_written(page, tmp_path):
+    work = tmp_path / "clone"
+    for d in ("config", "launch", "models"):
+        shutil.copytree(ROOT / d, work / d)
+    env = lowrl_env(tmp_path, DOCS_BUDGET)
+    ran, elsewhere = [], []
+    for block in bash_blocks((ROOT / page).read_text(encoding="utf-8")):
+        for line in command_lines(block):
+            if line.startswith(NOT_RUN + ("lowrl train",)):  # forever, a robot, or minutes to hours: parsed above
+                continue
+            if any(line.startswith(p) for p in DOC_RUNS[page]):
+                elsewhere.append(line)
+                continue
+            proc = subprocess.run(line, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=300)
+            tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            assert proc.returncode in ((0, 1) if line.startswith("lowrl profile") else (0,)), f"`{line}`:\n{tail}"
+            ran.append(line)
+    assert ran and len(elsewhere) == len(DOC_RUNS[page]), (ran, elsewhere)
+    if page == "docs/compression.md":
+        assert (work / "pendulum.lowrl").is_file() and (work / "pendulum_direct.lowrl").is_file()
+        assert json.loads((work / "lite.json").read_text())["tiers"]
+    else:
+        assert json.loads((work / "profile.json").read_text())["verdict"] in ("PASS", "WARN")
 
 
 @pytest.mark.slow
