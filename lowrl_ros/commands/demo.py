@@ -328,8 +328,8 @@ def run(args: argparse.Namespace) -> int:
                 load.stop()
                 load_info["end_unix"] = time.time()
                 write_session_info(session, {"load": load_info})
-                print(f"lowrl demo: t={t:.0f} s: CPU load stopped; the budget monitor steps back up after its dwell",
-                      flush=True)
+                print(f"lowrl demo: t={t:.0f} s: CPU load stopped (a tier the monitor stepped down comes back "
+                      "after its dwell)", flush=True)
             cpu.sample()
             time.sleep(0.2)
     except KeyboardInterrupt:

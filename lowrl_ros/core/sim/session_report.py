@@ -469,9 +469,11 @@ def adaptive_compute_lines(data: SessionData) -> list[str]:
             f"{state} {s:.0f} s" for state, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
     cpu = process_cpu_by_tier(data)
     if cpu:
+        def pct(row: dict[str, float], key: str) -> str:
+            return f"{row[key]:.0f}" if key in row else "—"
+
         lines.append("CPU use, % of one core, mean on the full tier / below it: " + "; ".join(
-            f"{name} {row.get('full', float('nan')):.0f} / {row.get('below full', float('nan')):.0f}"
-            for name, row in cpu.items()))
+            f"{name} {pct(row, 'full')} / {pct(row, 'below full')}" for name, row in cpu.items()))
     return lines
 
 
