@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load-at", type=float, default=None, metavar="S",
                         help="when the load phase starts, seconds into the session (default: half of --seconds)")
     parser.add_argument("--load-seconds", type=float, default=None, metavar="S",
-                        help="how long the load lasts (default: --seconds / 6, at most 15: 15 s of a 90 s demo)")
+                        help="how long the load lasts (default: --seconds / 9, at most 10: 10 s of a 90 s demo)")
     parser.add_argument("--cpu-load-limit", type=float, default=None, metavar="PCT",
                         help="the budget monitor's CPU-load limit, %% (0 = off; default: config/sim_to_real/"
                              "budget_monitor.yaml's 90, turned off when the machine is busy with other work)")
@@ -174,14 +174,15 @@ def machine_cpu_load(seconds: float = 2.0) -> float:
 
 
 def load_phase(args: argparse.Namespace) -> LoadPhase | None:
-    """When the load runs, from the flags: by default it starts halfway and lasts a sixth of the
-    session (at most 15 s), which leaves the fine-tuner most of the session on the full tier; None
+    """When the load runs, from the flags: by default it starts halfway and lasts a ninth of the
+    session (at most 10 s): the fine-tuner pauses for the load plus ~1 s to step down and the 3 s dwell
+    to come back, which leaves it most of the session on the full tier; None
     with ``--no-load``. ValueError (with the fix) when the phase does not fit in the session."""
     if args.no_load:
         return None
     seconds = float(args.seconds)
     at = seconds / 2 if args.load_at is None else float(args.load_at)
-    length = min(15.0, seconds / 6) if args.load_seconds is None else float(args.load_seconds)
+    length = min(10.0, seconds / 9) if args.load_seconds is None else float(args.load_seconds)
     burners = (os.cpu_count() or 2) if args.burners is None else int(args.burners)
     if burners < 1 or length <= 0 or at < 0 or at + length > seconds:
         raise ValueError(f"the load phase ({burners} burners from t={at:g} s for {length:g} s) does not fit in "
