@@ -591,13 +591,12 @@ def _plot(data: SessionData, png: Path) -> None:
     ln = data.learner
     if len(ln.get("state", ())):
         end = float(ln["time_s"][-1])
-        for i, (a, b, state) in enumerate(_intervals(ln["time_s"], ln["state"], end)):
-            if state == WAITING_FOR_FULL_TIER:
-                ax.axvspan(a - t0, b - t0, ymin=0.0, ymax=0.08, color="red", alpha=0.6, lw=0,
-                           label="fine-tuner paused (waiting for full tier)" if i < 2 else None)
-            elif state == LEARNING:
-                ax.axvspan(a - t0, b - t0, ymin=0.0, ymax=0.08, color="green", alpha=0.6, lw=0,
-                           label="fine-tuner learning" if i < 2 else None)
+        look = {WAITING_FOR_FULL_TIER: ("red", "fine-tuner paused (waiting for the full tier)"),
+                LEARNING: ("green", "fine-tuner learning")}
+        for a, b, state in _intervals(ln["time_s"], ln["state"], end):
+            if state in look:  # the legend keeps one entry per label (deduplicated below)
+                ax.axvspan(a - t0, b - t0, ymin=0.0, ymax=0.08, color=look[state][0], alpha=0.6, lw=0,
+                           label=look[state][1])
     _shade_load(ax, out)
     ax.set_ylim(-0.3, 3.3)
     ax.invert_yaxis()  # cheaper tiers lower on the plot
