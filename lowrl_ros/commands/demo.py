@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long the load lasts (default: --seconds / 9, at most 10: 10 s of a 90 s demo)")
     parser.add_argument("--cpu-load-limit", type=float, default=None, metavar="PCT",
                         help="the budget monitor's CPU-load limit, %% (0 = off; default: config/sim_to_real/"
-                             "budget_monitor.yaml's 90, turned off when the machine is busy with other work)")
+                             "budget_monitor.yaml's 97, turned off when the machine is busy with other work)")
     parser.add_argument("--burners", type=int, default=None, metavar="N",
                         help="busy-looping processes of the load (default: one per CPU core, which fills the machine)")
 
@@ -157,11 +157,11 @@ class ProcessCpu:
         self._log.close()
 
 
-# The demo's robot stack keeps a 2-core machine ~50 % busy; config/sim_to_real/budget_monitor.yaml's
-# CPU-load limit (90 %) sits between that and the load phase's 100 %. Other work already using more
+# The demo's robot stack keeps a 2-core machine 70-90 % busy; config/sim_to_real/budget_monitor.yaml's
+# CPU-load limit (97 % for 1.5 s) sits between that and the load phase's 100 %. Other work already using more
 # than this much of the machine before the session would trip it without the demo's load (and pause
 # the fine-tuner with it), so the demo then runs with that limit off and says so.
-BUSY_MACHINE_PCT = 35.0
+BUSY_MACHINE_PCT = 10.0
 
 
 def machine_cpu_load(seconds: float = 2.0) -> float:
@@ -175,7 +175,7 @@ def machine_cpu_load(seconds: float = 2.0) -> float:
 
 def load_phase(args: argparse.Namespace) -> LoadPhase | None:
     """When the load runs, from the flags: by default it starts halfway and lasts a ninth of the
-    session (at most 10 s): the fine-tuner pauses for the load plus ~1 s to step down and the 3 s dwell
+    session (at most 10 s): the fine-tuner pauses for the load plus ~1.5 s to step down and the 3 s dwell
     to come back, which leaves it most of the session on the full tier; None
     with ``--no-load``. ValueError (with the fix) when the phase does not fit in the session."""
     if args.no_load:
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
                  f"{BUSY_MACHINE_PCT:.0f} %, so the limit would trip without the demo's load")
         monitor.params.append(("cpu_load_limit_pct", "0.0"))
         print(f"lowrl demo: budget monitor's CPU-load limit {limit}; the load phase still runs, the monitor "
-              "acts on it only through the policy's latency and misses (--cpu-load-limit 90 to force it)",
+              "acts on it only through the policy's latency and misses (--cpu-load-limit 97 to force it)",
               flush=True)
     else:
         limit = f"as configured (the machine was {busy:.0f} % busy before the session)"
