@@ -172,3 +172,45 @@ def test_demo_refuses_a_kit_without_its_policy(tmp_path):
     out = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "demo", "--kit", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--kit needs --policy" in out.stderr
+
+
+def test_demo_load_phase_steps_the_tier_down_and_back_and_pauses_the_fine_tuner(tmp_path):
+    """`lowrl demo` with its CPU-load phase (a short session): the budget monitor steps the tier below full
+    during the load (not before it), back to full after it, the fine-tuner waits for the full tier while
+    it is down and learns again after, and the report says so. The burners are gone afterwards.
+
+    On a machine already busy with other work the demo turns the CPU-load limit off (it would trip
+    without the load); then there is nothing to check and the test says why it skips."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from lowrl_ros.core.runtime.tiers import ComputeTier
+    from lowrl_ros.core.sim.session_report import load_outcome
+
+    session = tmp_path / "session"
+    proc = subprocess.Popen([sys.executable, "-m", "lowrl_ros.cli", "demo", "--seconds", "45", "--load-at", "18",
+                             "--load-seconds", "8", "--quiet", "--session-dir", str(session),
+                             "--log-dir", str(tmp_path / "logs")],
+                            stdout=open(tmp_path / "demo.out", "w"), stderr=subprocess.STDOUT)
+    rc = proc.wait(timeout=200)
+    text = (tmp_path / "demo.out").read_text()
+    assert rc == 0, text[-3000:]
+    assert "loading the CPU (" in text and "CPU load stopped" in text
+    # this demo's burners carry its pid as their argument (they watch it)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[-1] == str(proc.pid)
+                and "parent = int(sys.argv[1])" in " ".join(p.info["cmdline"])], "a burner outlived the demo"
+    data = read_session(session)
+    if str(data.info.get("cpu_load_limit", "")).startswith("off"):
+        pytest.skip(f"CPU-load limit {data.info['cpu_load_limit']}")
+    o = load_outcome(data)
+    report = (session / "session_report.md").read_text()
+    assert o is not None and o.step_down_s is not None, report
+    assert o.start_s <= o.step_down_s <= o.start_s + 3.0, report  # stepped down by the load, within 3 s
+    assert o.lowest_tier > ComputeTier.FULL
+    assert o.back_to_full_s is not None and o.back_to_full_s > o.end_s, report
+    assert o.paused_s is not None and o.start_s <= o.paused_s <= o.end_s + 1.5, report
+    assert o.resumed_s is not None and o.resumed_s >= o.back_to_full_s - 1.5, report
+    assert "## Adaptive compute" in report and "waiting_for_full_tier" in report
+    assert f"full -> {o.lowest_tier.label} at t=" in report

@@ -100,3 +100,111 @@ def test_csv_log_rejects_wrong_row_length(tmp_path):
     with pytest.raises(ValueError, match="needs 2 values"):
         log.append([1])
     log.close()
+
+
+def make_load_session(d):
+    """A recorded 60 s session: a CPU load at 20..30 s; the tier (published and applied) decimated from 21 to
+    35 s; misses only while the load runs on the full tier; the fine-tuner paused 21..36 s; per-process CPU."""
+    from lowrl_ros.core.sim.session_report import (
+        BUDGET_CSV, BUDGET_FIELDS, LEARNER_CSV, LEARNER_FIELDS, PROCESS_CPU_CSV, PROCESS_CPU_FIELDS,
+    )
+
+    t0 = 1000.0
+    write_session_info(d, {"env_id": "Pendulum-v1", "gap": "mass_scale=1.3", "finetune": "on",
+                           "started_unix": t0 + 2.0, "demo_started_unix": t0,
+                           "load": {"at_s": 20.0, "seconds": 10.0, "burners": 8,
+                                    "start_unix": t0 + 20.0, "end_unix": t0 + 30.0}})
+    episodes = CsvLog(d / EPISODES_CSV, EPISODE_FIELDS)
+    for i in range(25):
+        episodes.append([t0 + 2.0 * (i + 1), i + 1, -800.0 + 10 * i, 200, 0, 1, 1])
+    episodes.close()
+    tiers = CsvLog(d / TIERS_CSV, TIER_FIELDS)
+    for t, tier in ((1.0, 0), (10.0, 0), (21.0, 2), (25.0, 0), (25.5, 2), (35.0, 0), (50.0, 0)):
+        tiers.append([t0 + t, tier])
+    tiers.close()
+
+    def tier_at(t: float) -> int:
+        return 2 if 21.0 <= t < 35.0 else 0  # the published step up at 25 s did not hold (not applied here)
+
+    stats = CsvLog(d / POLICY_STATS_CSV, STATS_CSV_FIELDS)
+    lat = CsvLog(d / LATENCY_CSV, LATENCY_FIELDS)
+    misses = ticks = 0
+    for k in range(1, 600):  # 10 Hz stats, 0.1..59.9 s
+        t = 0.1 * k
+        tier = tier_at(t)
+        per = 10 if tier == 0 else 3  # the decimated tier runs a quarter of the ticks (rounded)
+        ticks += per
+        misses += 1 if (20.05 < t < 20.95) else 0  # the load, before the monitor acted: 9 stats periods
+        stats.append([t0 + t, 150.0, 250.0, misses, ticks, 10000, 10000, tier, 123])
+        for j in range(per):  # one inference per tick; the decimated tier's are slower here (40 us)
+            lat.append([t0 + t - 0.1 + (j + 0.5) * 0.1 / per, 40.0 if tier else 20.0])
+    stats.close()
+    lat.close()
+    budget = CsvLog(d / BUDGET_CSV, BUDGET_FIELDS)
+    learner = CsvLog(d / LEARNER_CSV, LEARNER_FIELDS)
+    cpu = CsvLog(d / PROCESS_CPU_CSV, PROCESS_CPU_FIELDS)
+    for s in range(60):
+        budget.append([t0 + s, 100.0 if 20 <= s < 30 else 50.0, 0.0, "nan", "full"])
+        state = "waiting_for_data" if s < 5 else ("waiting_for_full_tier" if 21 <= s < 36 else "learning")
+        learner.append([t0 + s + 0.5, state, 10 * s])
+        cpu.append([t0 + s + 0.2, "finetune_node", 5.0 if 21 <= s < 35 else 55.0])
+        cpu.append([t0 + s + 0.2, "policy_node", 6.0 if 21 <= s < 35 else 16.0])
+    budget.close()
+    learner.close()
+    cpu.close()
+
+
+def test_report_shows_the_load_phase_tiers_misses_and_the_fine_tuners_pause(tmp_path):
+    from lowrl_ros.core.runtime.tiers import ComputeTier
+    from lowrl_ros.core.sim.session_report import learner_seconds, load_outcome, process_cpu_by_tier, tier_costs
+
+    make_load_session(tmp_path)
+    data = read_session(tmp_path)
+    out = load_outcome(data)
+    assert (out.start_s, out.end_s, out.burners) == (20.0, 30.0, 8)  # counted from the demo's start
+    assert out.step_down_s == 21.0 and out.lowest_tier == ComputeTier.DECIMATED and out.back_to_full_s == 35.0
+    assert out.misses[0] == 9 and out.misses_before == (0, 1000)
+    assert (out.paused_s, out.resumed_s) == (21.5, 36.5)
+    costs = {c.tier: c for c in tier_costs(data)}
+    assert set(costs) == {ComputeTier.FULL, ComputeTier.DECIMATED}
+    assert costs[ComputeTier.DECIMATED].seconds == pytest.approx(14.0, abs=0.15)
+    assert costs[ComputeTier.FULL].misses == 9 and costs[ComputeTier.DECIMATED].misses == 0
+    assert costs[ComputeTier.FULL].inferences_per_s == pytest.approx(100.0, rel=0.02)
+    assert costs[ComputeTier.DECIMATED].inferences_per_s == pytest.approx(30.0, rel=0.02)
+    assert costs[ComputeTier.DECIMATED].latency_p50_us == 40.0 and costs[ComputeTier.FULL].latency_p50_us == 20.0
+    assert learner_seconds(data)["waiting_for_full_tier"] == pytest.approx(15.0)
+    cpu = process_cpu_by_tier(data)
+    assert cpu["finetune_node"]["full"] == pytest.approx(55.0, abs=1.0)
+    assert cpu["finetune_node"]["below full"] == pytest.approx(5.0, abs=1.0)
+    text = write_session_report(tmp_path).read_text()
+    assert "## Adaptive compute" in text
+    assert "- CPU load: 8 burner processes from t=20.0 s to t=30.0 s (10 s)" in text
+    assert "full -> decimated at t=21.0 s (1.0 s into the load), back to full at t=35.0 s (5.0 s after" in text
+    assert "deadline misses during the load: 9 over 363 ticks (2.5 %); in the 10 s before it: 0 over 1000" in text
+    assert "paused (waiting_for_full_tier) t=21.5 s, learning again t=36.5 s" in text
+    assert "| decimated | 14.0 s |" in text and "| full |" in text
+    assert "finetune_node 55 / 5" in text
+    assert (tmp_path / "session_report.png").stat().st_size > 10_000
+
+
+def test_report_without_a_load_phase_says_so(tmp_path):
+    make_session(tmp_path)
+    text = summarize(read_session(tmp_path))
+    assert "No CPU-load phase in this session (lowrl demo --no-load" in text
+
+
+def test_report_says_when_the_monitor_did_not_act(tmp_path):
+    make_load_session(tmp_path)
+    tiers = CsvLog(tmp_path / "t.csv", TIER_FIELDS)  # replace the tiers by full only
+    tiers.append([1001.0, 0])
+    tiers.close()
+    (tmp_path / "t.csv").replace(tmp_path / TIERS_CSV)
+    text = summarize(read_session(tmp_path))
+    assert "budget monitor: did **not** step the tier down during the load" in text
+
+
+def test_learner_state_names_match_the_fine_tuners():
+    from lowrl_ros.core.finetune import status
+    from lowrl_ros.core.sim import session_report as sr
+
+    assert (sr.LEARNING, sr.WAITING_FOR_FULL_TIER) == (status.LEARNING, status.WAITING_FOR_FULL_TIER)

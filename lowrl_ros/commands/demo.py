@@ -12,7 +12,14 @@ summary printed. Nothing in the summary is computed anywhere but from those mess
 
 By default the robot starts with the shipped sim policy models/pendulum_rlx2/actor_int8.onnx (RLx2
 SAC, 90 % sparse int8, trained in simulation by scripts/make_demo_kit.py) and the fine-tuner
-learns on the gapped robot from its kit (models/pendulum_rlx2/kit). ``--no-finetune`` runs the
+learns on the gapped robot from its kit (models/pendulum_rlx2/kit).
+
+Adaptive compute: halfway through, the demo makes the robot computer busy itself (``--burners``
+busy-looping processes for ``--load-seconds``, announced in its output; ``--no-load`` skips it). The
+budget monitor sees the CPU load (config/sim_to_real/budget_monitor.yaml), steps the policy down to a
+cheaper tier, the fine-tuner pauses (it learns only on the full tier), and both come back after the
+load ends and the monitor's dwell. The burners are always stopped: on the phase's end, Ctrl-C, a node
+that dies, or (watching their parent) this process being killed. ``--no-finetune`` runs the
 same session without the fine-tuner; ``--policy`` without ``--kit`` too (the SB3 bundle
 models/pendulum_sac.lowrl, for instance, has no kit: a kit needs a `lowrl train` checkpoint).
 """
@@ -29,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lowrl_ros.launcher import Launcher, LaunchError, package_share, parse_launch, PACKAGE
+from lowrl_ros.core.sim.session_report import LoadPhase
 
 if TYPE_CHECKING:
     from lowrl_ros.ros.recorder_node import Recorder
@@ -49,6 +57,138 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gap", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the sim robot's reality gap (config/sim_to_real/sim_robot_gap.yaml), e.g. "
                              "--gap joint_offset=0.3: the encoder offset of lowrl bench sim2real's Pendulum")
+    parser.add_argument("--no-load", action="store_true",
+                        help="skip the CPU-load phase (by default the demo busies the CPU for a while, halfway "
+                             "through, so the budget monitor steps the tier down and back up)")
+    parser.add_argument("--load-at", type=float, default=None, metavar="S",
+                        help="when the load phase starts, seconds into the session (default: half of --seconds)")
+    parser.add_argument("--load-seconds", type=float, default=None, metavar="S",
+                        help="how long the load lasts (default: --seconds / 9, at most 10: 10 s of a 90 s demo)")
+    parser.add_argument("--cpu-load-limit", type=float, default=None, metavar="PCT",
+                        help="the budget monitor's CPU-load limit, %% (0 = off; default: config/sim_to_real/"
+                             "budget_monitor.yaml's 97, turned off when the machine is busy with other work)")
+    parser.add_argument("--burners", type=int, default=None, metavar="N",
+                        help="busy-looping processes of the load (default: one per CPU core, which fills the machine)")
+
+
+# A burner busy-loops until killed; it also exits by itself when its parent (the demo) is gone, so a
+# killed demo (SIGKILL, no finally) never leaves the robot computer loaded.
+_BURNER_CODE = """\
+import os, sys
+parent = int(sys.argv[1])
+while os.getppid() == parent:
+    for _ in range(200000):
+        pass
+"""
+
+
+class CpuLoad:
+    """``n`` busy-looping processes (real CPU load on this machine), started and always stopped by the demo.
+
+    Args:
+        n: how many processes (one per core fills the machine).
+    """
+
+    def __init__(self, n: int) -> None:
+        import subprocess
+
+        self.n = n
+        self.procs: list = []
+        for _ in range(n):
+            self.procs.append(subprocess.Popen([sys.executable, "-c", _BURNER_CODE, str(os.getpid())],
+                                               stdin=subprocess.DEVNULL))
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    @property
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def stop(self) -> None:
+        """Kill every burner and reap it (idempotent)."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            p.wait(timeout=10)
+
+
+class ProcessCpu:
+    """Each node's (and burner's) CPU use, % of one core, sampled about once a second from /proc (psutil)
+    into the session's process_cpu.csv: what the fine-tuner's pause and the cheaper tier really saved."""
+
+    def __init__(self, session: Path, period_s: float = 1.0) -> None:
+        from lowrl_ros.core.sim.session_report import CsvLog, PROCESS_CPU_CSV, PROCESS_CPU_FIELDS
+
+        self._log = CsvLog(session / PROCESS_CPU_CSV, PROCESS_CPU_FIELDS)
+        self._procs: dict[str, object] = {}
+        self._period_s = period_s
+        self._next = 0.0
+
+    def watch(self, pids: dict[str, int]) -> None:
+        import psutil
+
+        for name, pid in pids.items():
+            try:
+                proc = psutil.Process(pid)
+                proc.cpu_percent(None)  # the first call only sets the baseline
+                self._procs[name] = proc
+            except psutil.Error:
+                pass
+
+    def sample(self) -> None:
+        import psutil
+
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self._period_s
+        for name, proc in list(self._procs.items()):
+            try:
+                pct = proc.cpu_percent(None)
+            except psutil.Error:  # gone (a stopped burner): stop watching it
+                del self._procs[name]
+                continue
+            self._log.append([f"{time.time():.4f}", name, f"{pct:.1f}"])
+
+    def close(self) -> None:
+        self._log.close()
+
+
+# The demo's robot stack keeps a 2-core machine 70-90 % busy; config/sim_to_real/budget_monitor.yaml's
+# CPU-load limit (97 % for 1.5 s) sits between that and the load phase's 100 %. Other work already using more
+# than this much of the machine before the session would trip it without the demo's load (and pause
+# the fine-tuner with it), so the demo then runs with that limit off and says so.
+BUSY_MACHINE_PCT = 10.0
+
+
+def machine_cpu_load(seconds: float = 2.0) -> float:
+    """System CPU load (%) over ``seconds``, measured as the budget monitor measures it (core.budget.probes)."""
+    from lowrl_ros.core.budget.probes import CpuLoadProbe
+
+    probe = CpuLoadProbe()
+    time.sleep(seconds)
+    return float(probe.read().value)
+
+
+def load_phase(args: argparse.Namespace) -> LoadPhase | None:
+    """When the load runs, from the flags: by default it starts halfway and lasts a ninth of the
+    session (at most 10 s): the fine-tuner pauses for the load plus ~1.5 s to step down and the 3 s dwell
+    to come back, which leaves it most of the session on the full tier; None
+    with ``--no-load``. ValueError (with the fix) when the phase does not fit in the session."""
+    if args.no_load:
+        return None
+    seconds = float(args.seconds)
+    at = seconds / 2 if args.load_at is None else float(args.load_at)
+    length = min(10.0, seconds / 9) if args.load_seconds is None else float(args.load_seconds)
+    burners = (os.cpu_count() or 2) if args.burners is None else int(args.burners)
+    if burners < 1 or length <= 0 or at < 0 or at + length > seconds:
+        raise ValueError(f"the load phase ({burners} burners from t={at:g} s for {length:g} s) does not fit in "
+                         f"--seconds {seconds:g}: give --burners >= 1, --load-seconds > 0 and --load-at + "
+                         "--load-seconds <= --seconds, or --no-load")
+    return LoadPhase(at, length, burners)
 
 
 def set_gap(nodes: list, changes: dict) -> None:
@@ -98,6 +238,11 @@ def make_session_key(path: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    try:
+        phase = load_phase(args)
+    except ValueError as exc:
+        print(f"lowrl demo: {exc}", file=sys.stderr)
+        return 2
     if args.kit and not args.policy:
         print("lowrl demo: --kit needs --policy: the artifact the kit was written for (write_kit's artifact), "
               "which the robot starts with and the fine-tuner rolls back to", file=sys.stderr)
@@ -129,31 +274,74 @@ def run(args: argparse.Namespace) -> int:
     else:
         finetune = f"on (kit {overrides['kit_path']})"
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
+    monitor = next(n for n in nodes if n.executable == "budget_monitor_node")
+    busy = machine_cpu_load()
+    if args.cpu_load_limit is not None:
+        monitor.params.append(("cpu_load_limit_pct", repr(float(args.cpu_load_limit))))
+        limit = (f"{args.cpu_load_limit:g} % (--cpu-load-limit; the machine was {busy:.0f} % busy before the "
+                 "session)")
+    elif busy > BUSY_MACHINE_PCT:
+        limit = (f"off: the machine was {busy:.0f} % busy before the session (other work), above "
+                 f"{BUSY_MACHINE_PCT:.0f} %, so the limit would trip without the demo's load")
+        monitor.params.append(("cpu_load_limit_pct", "0.0"))
+        print(f"lowrl demo: budget monitor's CPU-load limit {limit}; the load phase still runs, the monitor "
+              "acts on it only through the policy's latency and misses (--cpu-load-limit 97 to force it)",
+              flush=True)
+    else:
+        limit = f"as configured (the machine was {busy:.0f} % busy before the session)"
     make_session_key(session / "bundle.key")
     (session / "releases").mkdir(exist_ok=True)  # the trainer node streams what is released here
     from lowrl_ros.core.sim.session_report import write_session_info, write_session_report
 
     policy = dict(next(n for n in nodes if n.executable == "policy_node").params)["policy_path"]
-    write_session_info(session, {"policy_path": policy, "finetune": finetune, "started_unix": time.time()})
+    started_unix = time.time()  # t=0 of the session: the load phase and the report count from here
+    write_session_info(session, {"policy_path": policy, "finetune": finetune, "demo_started_unix": started_unix,
+                                 "load": None if phase is None else phase.planned(), "cpu_load_limit": limit})
     from lowrl_ros.ros.recorder_node import Recorder  # rclpy only when a session runs, not for --help
 
     rec = Recorder(session)
     launcher = Launcher(nodes, args.log_dir, console=None if args.quiet else sys.stdout)
     died: dict[str, int] = {}
+    load: CpuLoad | None = None
+    load_info = {} if phase is None else phase.planned()
+    cpu = ProcessCpu(session)
     started = time.monotonic()
     try:
         launcher.start()
-        print(f"lowrl demo: running for {args.seconds:.0f} s (logs in {launcher.log_dir}) ...", flush=True)
+        cpu.watch({name: p.pid for name, p in launcher.procs.items()})
+        plan = "no CPU-load phase (--no-load)" if phase is None else (
+            f"CPU-load phase at t={phase.at_s:.0f} s for {phase.seconds:.0f} s")
+        print(f"lowrl demo: running for {args.seconds:.0f} s, {plan} (logs in {launcher.log_dir}) ...", flush=True)
         deadline = time.monotonic() + args.seconds
         while time.monotonic() < deadline:
             died = launcher.exited()
             if died:
                 break
+            t = time.time() - started_unix
+            if phase is not None and load is None and t >= phase.at_s:
+                print(f"lowrl demo: t={t:.0f} s: loading the CPU ({phase.burners} burner processes, "
+                      f"{phase.seconds:.0f} s) ...", flush=True)
+                load = CpuLoad(phase.burners)
+                load_info["start_unix"] = time.time()
+                cpu.watch({f"burner{i}": pid for i, pid in enumerate(load.pids)})
+                write_session_info(session, {"load": load_info})
+            elif load is not None and load.running and t >= phase.at_s + phase.seconds:
+                load.stop()
+                load_info["end_unix"] = time.time()
+                write_session_info(session, {"load": load_info})
+                print(f"lowrl demo: t={t:.0f} s: CPU load stopped (a tier the monitor stepped down comes back "
+                      "after its dwell)", flush=True)
+            cpu.sample()
             time.sleep(0.2)
     except KeyboardInterrupt:
         print("lowrl demo: interrupted, stopping the nodes", flush=True)
     finally:
+        if load is not None and load.running:  # Ctrl-C or a dead node during the load: never leave it running
+            load.stop()
+            load_info.update(end_unix=time.time(), cut_short=True)
+            write_session_info(session, {"load": load_info})
         elapsed = time.monotonic() - started
+        cpu.close()
         launcher.shutdown()
         time.sleep(0.2)  # let the last messages reach the recorder
         rec.close()

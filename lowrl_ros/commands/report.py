@@ -3,8 +3,9 @@
 A training run (progress.csv and sparsity.csv, written by `lowrl train`): learning curves and
 per-layer sparsity as a PNG; several runs are drawn on the same axes so variants can be compared
 at a glance. A sim-to-real session directory (lowrl_ros.core.sim.session_report.is_session_dir):
-return over time of the sim policy and the fine-tuned versions, versions, tiers and a latency
-histogram, as a PNG and a markdown summary that is also printed.
+return over time of the sim policy and the fine-tuned versions, versions, tiers, the load phase
+with the fine-tuner's pause, CPU per process, misses and latency per tier (lowrl demo's "Adaptive
+compute"), as a PNG and a markdown summary that is also printed.
 """
 from __future__ import annotations
 

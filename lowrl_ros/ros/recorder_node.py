@@ -1,6 +1,7 @@
 """The demo's recorder: a node in `lowrl demo`'s own process that listens to what the session summary
-reports (episode returns, per-inference latency, the policy node's stats and version, the compute tier)
-and appends it to the session directory's CSV logs (lowrl_ros/core/sim/session_report.py reads them).
+reports (episode returns, per-inference latency, the policy node's stats and version, the compute tier,
+the budget monitor's CPU-load and miss-rate signals, the fine-tuner's learner state) and appends it to
+the session directory's CSV logs (lowrl_ros/core/sim/session_report.py reads them).
 It spins its own executor on a thread, in a context of its own, so the demo's main thread only waits.
 """
 from __future__ import annotations
@@ -20,6 +21,9 @@ from lowrl_ros.core.sim import session_report as sr
 from lowrl_ros.ros.diagnostics import POLICY_STATUS
 from lowrl_ros.ros.qos import LATCHED, STATS
 
+BUDGET_PREFIX = "lowrl/budget/"  # budget_monitor_node's diagnostics (core.budget.monitor.budget_status)
+LEARNER_STATUS = "lowrl/finetune/learner"  # the fine-tuner's learner state (core.finetune.status.finetune_status)
+
 
 class Recorder:
     """Subscribes to what the summary reports; runs its own executor on a thread."""
@@ -38,7 +42,10 @@ class Recorder:
             self._logs = {"latency": sr.CsvLog(session_dir / sr.LATENCY_CSV, sr.LATENCY_FIELDS),
                           "stats": sr.CsvLog(session_dir / sr.POLICY_STATS_CSV, sr.STATS_CSV_FIELDS),
                           "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS),
-                          "version": sr.CsvLog(session_dir / sr.SWAPS_CSV, sr.SWAP_FIELDS)}
+                          "version": sr.CsvLog(session_dir / sr.SWAPS_CSV, sr.SWAP_FIELDS),
+                          "budget": sr.CsvLog(session_dir / sr.BUDGET_CSV, sr.BUDGET_FIELDS),
+                          "learner": sr.CsvLog(session_dir / sr.LEARNER_CSV, sr.LEARNER_FIELDS)}
+        self.learner_states: list[str] = []  # the fine-tuner's learner state, one per diagnostics message
         self.version: int | None = None
         self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
         self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, STATS)
@@ -65,12 +72,24 @@ class Recorder:
         self._log("stats", [f"{v:g}" for v in msg.data])
 
     def _on_diagnostics(self, msg) -> None:
+        budget: dict[str, str] = {}
         for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if status.name.startswith(BUDGET_PREFIX):
+                budget[status.name[len(BUDGET_PREFIX):]] = values.get("value", "")
+                if status.name == BUDGET_PREFIX + "tier":
+                    budget["wanted"] = values.get("wanted", "")
+            elif status.name == LEARNER_STATUS:
+                self.learner_states.append(values.get("state", ""))
+                self._log("learner", [values.get("state", ""), values.get("updates") or "nan"])
             if status.name == POLICY_STATUS:
                 version = next((kv.value for kv in status.values if kv.key == "version"), "")
                 if version.isdigit() and int(version) != self.version:
                     self.version = int(version)
                     self._log("version", [self.version])
+        if budget:  # the budget monitor's own view, at its diagnostics period (1 s): what the tier follows
+            self._log("budget", [budget.get("cpu_load") or "nan", budget.get("deadline_miss_rate") or "nan",
+                                 budget.get("latency_p99") or "nan", budget.get("wanted", "")])
 
     def _on_tier(self, msg) -> None:
         self.tiers.append(msg.data)

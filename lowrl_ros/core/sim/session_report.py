@@ -9,6 +9,9 @@ SESSION_DIR/
   policy_stats.csv    recorder (lowrl demo): /lowrl/policy/stats rows (STATS_FIELDS), 10 Hz
   latency_us.csv      recorder: /lowrl/policy/latency_us, one row per inference
   tiers.csv           recorder: /lowrl/compute_tier, one row per tier message
+  budget_signals.csv  recorder: the budget monitor's CPU load, miss rate, p99 and wanted tier (its diagnostics, 1 Hz)
+  finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, 1 Hz)
+  process_cpu.csv     lowrl demo: each node's and load burner's CPU use, % of one core, 1 Hz
   finetune/           the fine-tuner's work_dir: versions.json, versions/, transitions/ (docs/finetune.md)
 ```
 
@@ -46,6 +49,16 @@ STATS_CSV_FIELDS = ("time_s",) + STATS_FIELDS
 LATENCY_FIELDS = ("time_s", "latency_us")
 TIER_FIELDS = ("time_s", "tier")
 SWAP_FIELDS = ("time_s", "version")
+BUDGET_CSV = "budget_signals.csv"
+BUDGET_FIELDS = ("time_s", "cpu_load_pct", "miss_rate", "latency_p99_us", "wanted")
+LEARNER_CSV = "finetune_learner.csv"
+LEARNER_FIELDS = ("time_s", "state", "updates")
+PROCESS_CPU_CSV = "process_cpu.csv"
+PROCESS_CPU_FIELDS = ("time_s", "process", "cpu_pct")
+# The fine-tuner's learner states the report names (core/finetune/status.py; core/sim may not import
+# core/finetune, so the two names are repeated here and test_session_report checks they agree).
+LEARNING = "learning"
+WAITING_FOR_FULL_TIER = "waiting_for_full_tier"
 # The policy node reports its version in /diagnostics every diagnostics_period_s (1 s): a change is
 # seen up to that late, so the misses of a swap are counted from this long before it is seen.
 SWAP_WINDOW_BEFORE_S, SWAP_WINDOW_AFTER_S = 1.5, 0.5
@@ -103,8 +116,22 @@ def is_session_dir(path: str | Path) -> bool:
     return p.is_dir() and ((p / SESSION_JSON).is_file() or (p / EPISODES_CSV).is_file())
 
 
-def _read_csv(path: Path) -> dict[str, np.ndarray]:
-    """Columns of a CSV as float arrays; a torn last line (a killed writer) is skipped."""
+@dataclass(frozen=True)
+class LoadPhase:
+    """The CPU-load phase of a session (``lowrl demo``): ``burners`` busy processes from ``at_s`` for ``seconds``."""
+
+    at_s: float
+    seconds: float
+    burners: int
+
+    def planned(self) -> dict[str, Any]:
+        """What session.json's ``load`` holds before the load starts (the demo adds start/end_unix)."""
+        return {"at_s": self.at_s, "seconds": self.seconds, "burners": self.burners}
+
+
+def _read_csv(path: Path, text: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Columns of a CSV as float arrays (the ``text`` columns as strings); a row that does not parse
+    (a torn last line of a killed writer) is skipped."""
     if not path.is_file():
         return {}
     with open(path, newline="") as f:
@@ -112,15 +139,16 @@ def _read_csv(path: Path) -> dict[str, np.ndarray]:
     if not rows:
         return {}
     header, body = rows[0], []
+    is_text = [name in set(text) for name in header]
     for row in rows[1:]:
+        if len(row) != len(header):
+            continue
         try:
-            values = [float(v) for v in row]
+            body.append([v if t else float(v) for v, t in zip(row, is_text)])
         except ValueError:
             continue
-        if len(values) == len(header):
-            body.append(values)
-    data = np.asarray(body, dtype=np.float64).reshape(len(body), len(header))
-    return {name: data[:, i] for i, name in enumerate(header)}
+    return {name: np.asarray([r[i] for r in body], dtype=str if is_text[i] else np.float64)
+            for i, name in enumerate(header)}
 
 
 @dataclass
@@ -135,6 +163,17 @@ class SessionData:
     tiers: dict[str, np.ndarray]
     versions: dict[str, Any] = field(default_factory=dict)
     swaps: dict[str, np.ndarray] = field(default_factory=dict)
+    budget: dict[str, np.ndarray] = field(default_factory=dict)
+    learner: dict[str, np.ndarray] = field(default_factory=dict)
+    process_cpu: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def t0(self) -> float:
+        """Session start (unix s): when ``lowrl demo`` started (``demo_started_unix``: its announcements count
+        from there), else when the sim robot started (``started_unix``), else the first episode's time."""
+        e = self.episodes
+        return float(self.info.get("demo_started_unix", self.info.get(
+            "started_unix", e["time_s"][0] if self.n_episodes else 0.0)))
 
     @property
     def n_episodes(self) -> int:
@@ -151,7 +190,9 @@ def read_session(session_dir: str | Path) -> SessionData:
     versions_path = p / FINETUNE_DIR / "versions.json"
     versions = json.loads(versions_path.read_text()) if versions_path.is_file() else {}
     return SessionData(p, info, _read_csv(p / EPISODES_CSV), _read_csv(p / POLICY_STATS_CSV),
-                       _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV), versions, _read_csv(p / SWAPS_CSV))
+                       _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV), versions, _read_csv(p / SWAPS_CSV),
+                       _read_csv(p / BUDGET_CSV, text=("wanted",)), _read_csv(p / LEARNER_CSV, text=("state",)),
+                       _read_csv(p / PROCESS_CPU_CSV, text=("process",)))
 
 
 @dataclass(frozen=True)
@@ -195,6 +236,245 @@ def version_returns(data: SessionData) -> dict[int, list[float]]:
         if v0 == v1 and v0 > 0:
             out.setdefault(int(v0), []).append(float(ret))
     return out
+
+
+@dataclass(frozen=True)
+class TierCost:
+    """What the policy node did on one compute tier (the tier it applied, from its 10 Hz stats)."""
+
+    tier: ComputeTier
+    seconds: float
+    ticks: int
+    misses: int
+    inferences: int  # /lowrl/policy/latency_us messages: one per inference
+    latency_p50_us: float | None
+    latency_p99_us: float | None
+
+    @property
+    def inferences_per_s(self) -> float:
+        return self.inferences / self.seconds if self.seconds > 0 else 0.0
+
+
+def _applied_tier(data: SessionData, times: np.ndarray) -> np.ndarray:
+    """The tier the policy node applied at each time (its last stats at or before it; -1 before any)."""
+    st = data.stats
+    if not len(st.get("tier", ())):
+        return np.full(len(times), -1)
+    i = np.searchsorted(st["time_s"], times, side="right") - 1
+    return np.where(i >= 0, st["tier"][np.clip(i, 0, None)].astype(int), -1)
+
+
+def tier_costs(data: SessionData) -> list[TierCost]:
+    """Per applied tier: time on it, control ticks, deadline misses, inferences and their latency.
+
+    Each interval between two stats messages is counted on the tier the later one reports (the
+    policy node applies a new tier at its next tick, so at most one 0.1 s interval is mis-assigned
+    per change); each inference on the tier of the stats that follow it.
+    """
+    st = data.stats
+    if len(st.get("ticks", ())) < 2:
+        return []
+    t, tier = st["time_s"], st["tier"].astype(int)
+    d_t, d_ticks, d_miss = np.diff(t), np.diff(st["ticks"]), np.diff(st["deadline_misses"])
+    ok = (d_ticks >= 0) & (d_miss >= 0)  # a restarted policy node resets its counters
+    lat_t = data.latency.get("time_s", np.zeros(0))
+    lat = data.latency.get("latency_us", np.zeros(0))
+    j = np.searchsorted(t, lat_t, side="left")  # the first stats at or after each inference
+    inside = j < len(t)
+    lat_tier = np.where(inside, tier[np.clip(j, 0, len(t) - 1)], -1)
+    lat_tier[lat_t < t[0]] = -1
+    out = []
+    for k in sorted(set(tier[1:])):
+        sel = ok & (tier[1:] == k)
+        if not sel.any():
+            continue
+        mine = lat[lat_tier == k]
+        p50, p99 = np.percentile(mine, [50, 99]) if len(mine) else (None, None)
+        out.append(TierCost(ComputeTier(int(k)), float(d_t[sel].sum()), int(d_ticks[sel].sum()),
+                            int(d_miss[sel].sum()), int(len(mine)), p50, p99))
+    return out
+
+
+def _misses_between(data: SessionData, lo: float, hi: float) -> tuple[int, int] | None:
+    """(deadline misses, ticks) the policy node counted between two times (its stats around them)."""
+    st = data.stats
+    if not len(st.get("ticks", ())):
+        return None
+    t = st["time_s"]
+    a = np.searchsorted(t, lo, side="right") - 1
+    b = np.searchsorted(t, hi, side="left")
+    if a < 0 or b >= len(t):
+        return None
+    return int(st["deadline_misses"][b] - st["deadline_misses"][a]), int(st["ticks"][b] - st["ticks"][a])
+
+
+def _intervals(times: np.ndarray, values: np.ndarray, end: float) -> list[tuple[float, float, Any]]:
+    """Runs of equal consecutive values as (start, end, value); the last run ends at ``end``."""
+    out: list[tuple[float, float, Any]] = []
+    for i, (t, v) in enumerate(zip(times, values)):
+        if out and out[-1][2] == v:
+            continue
+        if out:
+            out[-1] = (out[-1][0], float(t), out[-1][2])
+        out.append((float(t), end, v))
+    return out
+
+
+@dataclass(frozen=True)
+class LoadOutcome:
+    """What happened around the CPU-load phase, in session seconds (None where it did not happen)."""
+
+    start_s: float
+    end_s: float
+    burners: int
+    cut_short: bool
+    step_down_s: float | None  # first tier below full published after the load started
+    lowest_tier: ComputeTier | None  # the cheapest tier published during the load (+ one dwell)
+    back_to_full_s: float | None  # first full tier published after the load ended
+    misses: tuple[int, int] | None  # (misses, ticks) during the load
+    misses_before: tuple[int, int] | None  # the same length of time just before it
+    paused_s: float | None  # first waiting_for_full_tier after the load started
+    resumed_s: float | None  # first learning again after it
+
+
+def load_outcome(data: SessionData) -> LoadOutcome | None:
+    """The load phase from session.json's ``load`` and what the monitor and the fine-tuner did about it."""
+    load = data.info.get("load") or {}
+    if "start_unix" not in load:
+        return None
+    t0 = data.t0
+    start = float(load["start_unix"])
+    end = float(load.get("end_unix", start + float(load.get("seconds", 0.0))))
+    step_down = lowest = back = paused = resumed = None
+    tiers = data.tiers
+    if len(tiers.get("tier", ())):
+        t, k = tiers["time_s"], tiers["tier"].astype(int)
+        before = np.flatnonzero(t < start)
+        if len(before) and k[before[-1]] > ComputeTier.FULL:  # already down when the load started
+            first = before[-1]
+            while first > 0 and k[first - 1] > ComputeTier.FULL:
+                first -= 1
+            down = np.array([first])
+        else:
+            down = np.flatnonzero((t >= start) & (k > ComputeTier.FULL))
+        if len(down):
+            step_down = float(t[down[0]])
+            during = k[(t >= start) & (t <= max(end, step_down) + 1.0)]
+            lowest = ComputeTier(int(during.max()))
+            # back to full: the first full tier after the load ended (a step up during the load that
+            # did not hold is not "back")
+            up = np.flatnonzero((t > max(step_down, end)) & (k == ComputeTier.FULL))
+            back = float(t[up[0]]) if len(up) else None
+    ln = data.learner
+    if step_down is not None and len(ln.get("state", ())):
+        lt, state = ln["time_s"], ln["state"]
+        off = np.flatnonzero((lt >= start) & (state == WAITING_FOR_FULL_TIER))
+        if len(off):
+            paused = float(lt[off[0]])
+            on = np.flatnonzero((lt > paused) & (state == LEARNING))
+            resumed = float(lt[on[0]]) if len(on) else None
+
+    def rel(x: float | None) -> float | None:
+        return None if x is None else x - t0
+
+    return LoadOutcome(start - t0, end - t0, int(load.get("burners", 0)), bool(load.get("cut_short", False)),
+                       rel(step_down), lowest, rel(back), _misses_between(data, start, end),
+                       _misses_between(data, 2 * start - end, start), rel(paused), rel(resumed))
+
+
+def learner_seconds(data: SessionData) -> dict[str, float]:
+    """Seconds the fine-tuner's learner spent in each state (from its 1 Hz diagnostics)."""
+    ln = data.learner
+    if not len(ln.get("state", ())):
+        return {}
+    out: dict[str, float] = {}
+    for a, b, state in _intervals(ln["time_s"], ln["state"], float(ln["time_s"][-1])):
+        out[str(state)] = out.get(str(state), 0.0) + (b - a)
+    return out
+
+
+def process_cpu_by_tier(data: SessionData) -> dict[str, dict[str, float]]:
+    """Mean CPU use (% of one core) of each process while the policy node applied the full tier and below it."""
+    pc = data.process_cpu
+    if not len(pc.get("process", ())) or not len(data.stats.get("tier", ())):
+        return {}
+    tier = _applied_tier(data, pc["time_s"])
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted(set(pc["process"])):
+        mine = pc["process"] == name
+        row = {}
+        for label, sel in (("full", tier == ComputeTier.FULL), ("below full", tier > ComputeTier.FULL)):
+            if (mine & sel).any():
+                row[label] = float(pc["cpu_pct"][mine & sel].mean())
+        out[str(name)] = row
+    return out
+
+
+def _pct(pair: tuple[int, int] | None) -> str:
+    if pair is None:
+        return "not covered by the policy node's stats"
+    misses, ticks = pair
+    return f"{misses} over {ticks} ticks ({100.0 * misses / max(ticks, 1):.1f} %)"
+
+
+def adaptive_compute_lines(data: SessionData) -> list[str]:
+    """The report's "Adaptive compute" section: the load phase, the tiers, misses and cost per tier,
+    the fine-tuner's pause, and each process's CPU on the full tier and below it."""
+    lines = ["", "## Adaptive compute", ""]
+    load = data.info.get("load")
+    if data.info.get("cpu_load_limit"):
+        lines.append(f"- budget monitor's CPU-load limit: {data.info['cpu_load_limit']}")
+    out = load_outcome(data)
+    if out is None:
+        lines.append("No CPU-load phase in this session" + (" (it ended before the load started)." if load else
+                                                            " (lowrl demo --no-load, or not a demo session)."))
+    else:
+        def f(x: float | None) -> str:
+            return "never" if x is None else f"t={x:.1f} s"
+
+        lines.append(f"- CPU load: {out.burners} burner processes from t={out.start_s:.1f} s to "
+                     f"t={out.end_s:.1f} s ({out.end_s - out.start_s:.0f} s{', cut short' if out.cut_short else ''})")
+        if out.step_down_s is None:
+            lines.append("- budget monitor: did **not** step the tier down during the load")
+        else:
+            back = ("did not come back to full" if out.back_to_full_s is None else
+                    f"back to full at t={out.back_to_full_s:.1f} s ({out.back_to_full_s - out.end_s:.1f} s after the "
+                    "load ended)")
+            when = (f"{out.step_down_s - out.start_s:.1f} s into the load" if out.step_down_s >= out.start_s else
+                    f"{out.start_s - out.step_down_s:.1f} s **before** the load: something else loaded the machine")
+            lines.append(f"- budget monitor: full -> {out.lowest_tier.label} at t={out.step_down_s:.1f} s ({when}), "
+                         f"{back}")
+        lines.append(f"- deadline misses during the load: {_pct(out.misses)}; in the "
+                     f"{out.end_s - out.start_s:.0f} s before it: {_pct(out.misses_before)}")
+        if data.learner:
+            lines.append(f"- fine-tuner: paused ({WAITING_FOR_FULL_TIER}) {f(out.paused_s)}, learning again "
+                         f"{f(out.resumed_s)}")
+    tiers = data.tiers.get("tier")
+    if tiers is not None and len(tiers):
+        changes = _intervals(data.tiers["time_s"], tiers.astype(int), float(data.tiers["time_s"][-1]))
+        lines.append("- tiers published: " + " -> ".join(
+            f"{ComputeTier(int(v)).label} (t={a - data.t0:.1f} s)" for a, _, v in changes))
+    costs = tier_costs(data)
+    if costs:
+        lines += ["", "| tier applied | time on it | control ticks | deadline misses | inferences/s | "
+                      "inference p50 / p99 (us) |", "|---|---|---|---|---|---|"]
+        for c in costs:
+            lat = "—" if c.latency_p50_us is None else f"{c.latency_p50_us:.1f} / {c.latency_p99_us:.1f}"
+            lines.append(f"| {c.tier.label} | {c.seconds:.1f} s | {c.ticks} | {c.misses} "
+                         f"({100.0 * c.misses / max(c.ticks, 1):.1f} %) | {c.inferences_per_s:.1f} | {lat} |")
+    seconds = learner_seconds(data)
+    if seconds:
+        lines.append("")
+        lines.append("Fine-tuner's learner state (lowrl/finetune/learner): " + ", ".join(
+            f"{state} {s:.0f} s" for state, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
+    cpu = process_cpu_by_tier(data)
+    if cpu:
+        def pct(row: dict[str, float], key: str) -> str:
+            return f"{row[key]:.0f}" if key in row else "—"
+
+        lines.append("CPU use, % of one core, mean on the full tier / below it: " + "; ".join(
+            f"{name} {pct(row, 'full')} / {pct(row, 'below full')}" for name, row in cpu.items()))
+    return lines
 
 
 def summarize(data: SessionData) -> str:
@@ -253,6 +533,7 @@ def summarize(data: SessionData) -> str:
         seen = ", ".join(ComputeTier(int(t)).label for t in sorted(set(tiers.astype(int))))
         changes = int(np.sum(tiers[1:] != tiers[:-1]))
         lines.append(f"Compute tiers seen: {seen} ({changes} changes)")
+    lines += adaptive_compute_lines(data)
     missing = [name for name, d in ((LATENCY_CSV, data.latency), (TIERS_CSV, data.tiers),
                                     (POLICY_STATS_CSV, data.stats)) if not d]
     if missing:
@@ -260,12 +541,18 @@ def summarize(data: SessionData) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shade_load(ax: Any, out: "LoadOutcome | None") -> None:
+    if out is not None:
+        ax.axvspan(out.start_s, out.end_s, color="orange", alpha=0.2, label=f"CPU load ({out.burners} burners)")
+
+
 def _plot(data: SessionData, png: Path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(14, 8))
+    fig, axes = plt.subplots(3, 2, figsize=(14, 11))
     ax = axes[0][0]
     e = data.episodes
-    t0 = float(data.info.get("started_unix", e["time_s"][0] if data.n_episodes else 0.0))
+    t0 = data.t0
+    out = load_outcome(data)
     if data.n_episodes:
         t = e["time_s"] - t0
         versions = e["version_end"].astype(int)
@@ -283,27 +570,82 @@ def _plot(data: SessionData, png: Path) -> None:
         k = min(10, data.n_episodes)  # Pendulum's return depends on the start state: the trend needs a mean
         ax.plot(t[k - 1:], np.convolve(e["return"], np.ones(k) / k, mode="valid"), "k-", lw=1.5,
                 label=f"mean of the last {k} episodes")
+    _shade_load(ax, out)
+    if data.n_episodes:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set(title="episode return over time", xlabel="session time (s)", ylabel="return")
     ax = axes[0][1]
     if data.n_episodes:
         ax.step(e["time_s"] - t0, e["version_end"], where="post")
+    _shade_load(ax, out)
     ax.set(title="running policy version", xlabel="session time (s)", ylabel="version")
-    ax = axes[1][0]
+    ax = axes[1][0]  # tiers, the load and the fine-tuner's pause on one time axis
     if data.tiers:
-        ax.step(data.tiers["time_s"] - t0, data.tiers["tier"], where="post")
+        ax.step(data.tiers["time_s"] - t0, data.tiers["tier"], where="post", label="tier published (monitor)")
+        if len(data.stats.get("tier", ())):
+            ax.step(data.stats["time_s"] - t0, data.stats["tier"], where="post", ls="--",
+                    label="tier applied (policy node)")
         ax.set_yticks([t.value for t in ComputeTier], [t.label for t in ComputeTier])
     else:
         ax.text(0.5, 0.5, "tiers not recorded", ha="center", transform=ax.transAxes)
-    ax.set(title="compute tier", xlabel="session time (s)")
-    ax = axes[1][1]
+    ln = data.learner
+    if len(ln.get("state", ())):
+        end = float(ln["time_s"][-1])
+        look = {WAITING_FOR_FULL_TIER: ("red", "fine-tuner paused (waiting for the full tier)"),
+                LEARNING: ("green", "fine-tuner learning")}
+        for a, b, state in _intervals(ln["time_s"], ln["state"], end):
+            if state in look:  # the legend keeps one entry per label (deduplicated below)
+                ax.axvspan(a - t0, b - t0, ymin=0.0, ymax=0.08, color=look[state][0], alpha=0.6, lw=0,
+                           label=look[state][1])
+    _shade_load(ax, out)
+    ax.set_ylim(-0.3, 3.3)
+    ax.invert_yaxis()  # cheaper tiers lower on the plot
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="lower left")
+    ax.set(title="compute tier and the fine-tuner's learner", xlabel="session time (s)")
+    ax = axes[1][1]  # CPU: what the monitor saw, and what each process used
+    b = data.budget
+    if len(b.get("cpu_load_pct", ())):
+        ax.plot(b["time_s"] - t0, b["cpu_load_pct"], "k-", lw=1.5, label="system CPU load, % (budget monitor)")
+    pc = data.process_cpu
+    for name in sorted(set(pc.get("process", ()))):
+        if str(name).startswith("burner"):
+            continue
+        sel = pc["process"] == name
+        ax.plot(pc["time_s"][sel] - t0, pc["cpu_pct"][sel], lw=1, label=f"{name}, % of one core")
+    _shade_load(ax, out)
+    if len(b.get("cpu_load_pct", ())) or len(pc.get("process", ())):
+        ax.legend(fontsize=7, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "CPU not recorded", ha="center", transform=ax.transAxes)
+    ax.set(title="CPU use", xlabel="session time (s)", ylabel="%")
+    ax = axes[2][0]
+    st = data.stats
+    if len(st.get("ticks", ())) > 1:
+        dt = np.diff(st["time_s"])
+        rate = np.diff(st["deadline_misses"]) / np.where(dt > 0, dt, np.inf)
+        ax.plot(st["time_s"][1:] - t0, rate, "r-", lw=1, label="deadline misses per second")
+        ax.plot(st["time_s"][1:] - t0, np.diff(st["ticks"]) / np.where(dt > 0, dt, np.inf), "b-", lw=1,
+                label="control ticks per second")
+        ax.legend(fontsize=7, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "policy stats not recorded", ha="center", transform=ax.transAxes)
+    _shade_load(ax, out)
+    ax.set(title="policy node: ticks and deadline misses", xlabel="session time (s)", ylabel="per second")
+    ax = axes[2][1]
     lat = data.latency.get("latency_us")
     if lat is not None and len(lat):
-        ax.hist(lat, bins=50, range=(0, float(np.percentile(lat, 99.5)) * 1.1 or 1.0))
+        hi = float(np.percentile(lat, 99.5)) * 1.1 or 1.0
+        tiers = _applied_tier(data, data.latency["time_s"])
+        for k in sorted(set(tiers)):
+            label = "before the first stats" if k < 0 else ComputeTier(int(k)).label
+            ax.hist(lat[tiers == k], bins=50, range=(0, hi), alpha=0.6, label=f"{label} ({int((tiers == k).sum())})")
+        ax.legend(fontsize=7)
         ax.set(xlabel="inference latency (us)", ylabel="calls")
     else:
         ax.text(0.5, 0.5, "latency not recorded", ha="center", transform=ax.transAxes)
-    ax.set(title="inference latency")
+    ax.set(title="inference latency per applied tier")
     fig.suptitle(f"session {data.path.name}: {data.info.get('env_id', '')}, gap {data.info.get('gap', '')}",
                  fontsize=9)
     fig.tight_layout()

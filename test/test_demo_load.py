@@ -1,0 +1,68 @@
+"""`lowrl demo`'s CPU-load phase without ROS: when it runs, and that its burner processes are real CPU load
+and always stop (stopped, or their parent killed without a chance to stop them)."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from lowrl_ros.commands import demo
+
+
+def args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_load_phase_is_placed_by_seconds_and_can_be_skipped():
+    p = demo.load_phase(args())
+    assert (p.at_s, p.seconds) == (45.0, 10.0)  # the 90 s default: halfway, 10 s
+    p = demo.load_phase(args("--seconds", "40"))
+    assert p.at_s == 20.0 and p.seconds == pytest.approx(40 / 9)
+    p = demo.load_phase(args("--seconds", "200", "--load-at", "30", "--load-seconds", "10", "--burners", "3"))
+    assert (p.at_s, p.seconds, p.burners) == (30.0, 10.0, 3)
+    assert demo.load_phase(args("--no-load")) is None
+    with pytest.raises(ValueError, match="does not fit"):
+        demo.load_phase(args("--seconds", "20", "--load-at", "15", "--load-seconds", "10"))
+
+
+def test_burners_load_the_cpu_and_stop():
+    load = demo.CpuLoad(2)
+    try:
+        procs = [psutil.Process(pid) for pid in load.pids]
+        for p in procs:
+            p.cpu_percent(None)
+        time.sleep(1.0)
+        assert sum(p.cpu_percent(None) for p in procs) > 20.0  # busy, even on a machine shared with others
+        assert load.running
+    finally:
+        load.stop()
+    assert not load.running and all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+                                    for pid in load.pids)
+
+
+def test_burners_exit_when_the_demo_is_killed():
+    code = textwrap.dedent("""\
+        import os, signal, sys
+        from lowrl_ros.commands.demo import CpuLoad
+        load = CpuLoad(2)
+        print(" ".join(map(str, load.pids)), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # no finally, no stop(): only the burners' parent watch is left
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    pids = [int(x) for x in out.stdout.split()]
+    assert len(pids) == 2, out.stderr
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                                              for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    for p in alive:  # never leave load behind, even when the assertion fails
+        psutil.Process(p).kill()
+    assert not alive, "a burner outlived its killed parent"
