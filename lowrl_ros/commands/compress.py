@@ -57,16 +57,21 @@ def distill_flags_given(args: argparse.Namespace) -> list[str]:
     return given
 
 
+def read_manifest(students_dir: Path) -> dict:
+    """A students dir's ``distill.json``; ValueError saying how to make it when it cannot be read."""
+    manifest = students_dir / "distill.json"
+    try:
+        return json.loads(manifest.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{manifest}: cannot read it ({exc}); run `lowrl distill` into {students_dir} first") from None
+
+
 def redistill_for(students_dir: Path, teacher_arg: str | None):
     """The `lowrl distill` line that re-makes a students dir as it was made (every non-default field)."""
     from lowrl_ros.core.compress.distill import DistillConfig
     from lowrl_ros.core.compress.release import Redistill
 
-    manifest = students_dir / "distill.json"
-    try:
-        doc = json.loads(manifest.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{manifest}: cannot read it ({exc}); run `lowrl distill` into {students_dir} first") from None
+    doc = read_manifest(students_dir)
     teacher = teacher_arg or doc["teacher"]["source"]
     if not Path(teacher).exists():  # made from another directory: the absolute path still names it
         teacher = doc["teacher"].get("path", teacher)
@@ -95,11 +100,7 @@ def candidates_from_dir(students_dir: Path, teacher_arg: str | None):
     from lowrl_ros.core.compress.distill import load_teacher, torch_action_fn
     from lowrl_ros.core.compress.release import Candidate
 
-    manifest = students_dir / "distill.json"
-    try:
-        doc = json.loads(manifest.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{manifest}: cannot read it ({exc}); run `lowrl distill` into {students_dir} first") from None
+    doc = read_manifest(students_dir)
     source = teacher_arg or doc["teacher"].get("path", doc["teacher"]["source"])
     teacher = load_teacher(source, env_id=doc.get("env_id"))
     cands = []
