@@ -65,12 +65,18 @@ def test_no_sensor_says_so(tmp_path):
     assert r.value is None and "no sensor" in r.detail
 
 
-def test_throttle_from_cpufreq(tmp_path):
-    for cpu, cur in (("cpu0", "1800000"), ("cpu1", "900000")):
+def test_throttle_is_the_frequency_cap_not_idle_dvfs(tmp_path):
+    """A cap lowered by a thermal/power limit is throttling; an idle core clocked down (DVFS) is not."""
+    cpus = {"cpu0": ("600000", "1800000"),   # idle, clocked down by the governor, no cap: not throttled
+            "cpu1": ("900000", "900000")}    # capped at half its maximum: throttled by 0.5
+    for cpu, (cur, cap) in cpus.items():
         write(tmp_path / f"devices/system/cpu/{cpu}/cpufreq/scaling_cur_freq", cur)
+        write(tmp_path / f"devices/system/cpu/{cpu}/cpufreq/scaling_max_freq", cap)
         write(tmp_path / f"devices/system/cpu/{cpu}/cpufreq/cpuinfo_max_freq", "1800000")
     r = ThrottleProbe(tmp_path).read()
-    assert r.value == pytest.approx(0.5)  # the worst core lost half its speed
+    assert r.value == pytest.approx(0.5) and "scaling_max_freq" in r.source  # the worst core's cap
+    write(tmp_path / "devices/system/cpu/cpu1/cpufreq/scaling_max_freq", "1800000")  # the cap lifted
+    assert ThrottleProbe(tmp_path).read().value == pytest.approx(0.0)  # idle cpu0 alone throttles nothing
     assert ThrottleProbe(tmp_path / "nothing").read().value is None
 
 

@@ -125,7 +125,8 @@ class BudgetConfig:
                                          range=(0.0, 200.0), live=True)
     thermal_time_constant_s: float = config_field(60.0, "estimated model: first-order time constant",
                                                   range=(0.1, 3600.0), live=True)
-    throttle_limit: float = config_field(0.5, "hard limit on the fraction of max CPU frequency lost; 0 = off",
+    throttle_limit: float = config_field(0.5, "hard limit on the fraction of max CPU frequency capped by a "
+                                              "thermal/power limit; 0 = off",
                                          range=(0.0, 1.0), live=True)
     cpu_load_limit_pct: float = config_field(95.0, "hard limit on system CPU load in percent; 0 = off",
                                              range=(0.0, 100.0), live=True)
@@ -174,7 +175,7 @@ class BudgetConfig:
                              f"{self.temperature_limit_c}; the thermal headroom is the rise between them")
         self._check_range("thermal_rise_c", 0.0, 200.0, "degrees C >= 0 (steady rise at 100 % load)")
         self._check_range("thermal_time_constant_s", 0.1, 3600.0, "0.1..3600 s")
-        self._check_range("throttle_limit", 0.0, 1.0, "a fraction 0..1 of max frequency lost; 0 switches it off")
+        self._check_range("throttle_limit", 0.0, 1.0, "a fraction 0..1 of max frequency capped; 0 switches it off")
         self._check_range("cpu_load_limit_pct", 0.0, 100.0, "percent 0..100; 0 switches it off")
 
     def _check_range(self, name: str, low: float, high: float, hint: str) -> None:

@@ -235,41 +235,33 @@ class _Discovered:
 
 
 class ThrottleProbe:
-    """Fraction of the maximum CPU frequency lost (0 = full speed), the worst core.
+    """Fraction of the CPU's maximum frequency that is capped away (0 = no cap), the worst core.
 
-    Reads sysfs cpufreq (``scaling_cur_freq`` against ``cpuinfo_max_freq``), else psutil.cpu_freq;
-    STALE where neither knows a maximum (VMs without cpufreq).
+    Throttling is the frequency *cap* coming down: a thermal or power limit (cpufreq cooling
+    devices, Jetson's power modes, RAPL/PL limits) lowers the policy's ``scaling_max_freq`` below the
+    hardware's ``cpuinfo_max_freq``. The *current* frequency (``scaling_cur_freq``) is not a sign of
+    throttling: ondemand/schedutil governors lower it whenever the CPU idles (DVFS), so reading
+    "current < maximum" as throttling pushes an idle Jetson or Raspberry Pi to a cheaper tier.
+    STALE where sysfs has no cpufreq (VMs): a maximum frequency is unknown there.
     """
 
     def __init__(self, root: Path = Path("/sys")) -> None:
         self.root = Path(root)
-        self._real = self.root == Path("/sys")  # psutil reads the real /sys only
         self._dirs = _Discovered(lambda: sorted(self.root.glob("devices/system/cpu/cpu[0-9]*/cpufreq")))
-        # psutil.cpu_freq parses /proc/cpuinfo (slow); where it knows no maximum, ask again rarely.
-        self._psutil = _Discovered(lambda: [True] if self._psutil_losses() else [])
 
     def read(self) -> Reading:
         worst: float | None = None
         for d in self._dirs.get():
             try:
-                cur = float((d / "scaling_cur_freq").read_text())
+                cap = float((d / "scaling_max_freq").read_text())
                 top = float((d / "cpuinfo_max_freq").read_text())
             except (OSError, ValueError):
                 continue
             if top > 0:
-                worst = max(worst or 0.0, 1.0 - cur / top)
+                worst = max(worst or 0.0, 1.0 - cap / top)
         if worst is not None:
-            return Reading(max(worst, 0.0), "sysfs cpufreq")
-        if self._real and self._psutil.get():
-            losses = self._psutil_losses()
-            if losses:
-                return Reading(max(0.0, max(losses)), "psutil")
+            return Reading(max(worst, 0.0), "sysfs cpufreq (scaling_max_freq / cpuinfo_max_freq)")
         return Reading(None, "cpufreq", "no sensor: CPU maximum frequency unknown (no cpufreq)")
-
-    @staticmethod
-    def _psutil_losses() -> list[float]:
-        freqs = psutil.cpu_freq(percpu=True) or []
-        return [1.0 - f.current / f.max for f in freqs if f.max and f.max > 0]
 
 
 class SystemTemperatureProbe:
