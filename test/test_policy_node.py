@@ -22,7 +22,7 @@ from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros.diagnostics import level_of
 from lowrl_ros.ros.qos import CONTROL, LATCHED
 from fakes import JOINT, FakeRobot, constant_policy
-from rosutil import PENDULUM_FIELDS, active_policy_node, spin_until, wait_for_match
+from rosutil import PENDULUM_FIELDS, active_policy_node, spin_for, spin_until, wait_for_match
 
 FIELDS = PENDULUM_FIELDS
 
@@ -429,3 +429,19 @@ def test_configure_fails_on_an_unknown_engine_with_the_settings_message(rig):
     assert spin_until(executor, lambda: robot.node.count_publishers("/diagnostics") > 0)
     assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
     assert spin_until(executor, lambda: any("engine 'tensorrt' is unknown" in s.message for s in robot.diags))
+
+
+def test_live_parameters_apply_on_an_rclpy_without_post_set_callbacks(rig, monkeypatch):
+    """Humble's rclpy has no add_post_set_parameters_callback: the node must still start, apply an
+    accepted live change (on the next spin) and never apply a refused one."""
+    import rclpy.node
+
+    monkeypatch.delattr(rclpy.node.Node, "add_post_set_parameters_callback")
+    build, robot, executor = rig
+    node = build()
+    assert node.set_parameters([Parameter("soft_start_steps", value=7)])[0].successful
+    assert spin_until(executor, lambda: node.controller.config.soft_start_steps == 7)
+    safe_before = node.controller.config.safe_action
+    assert not node.set_parameters([Parameter("safe_action", value="brake")])[0].successful
+    spin_for(executor, 0.3)
+    assert node.controller.config.safe_action == safe_before

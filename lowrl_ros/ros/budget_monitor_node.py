@@ -34,7 +34,7 @@ from lowrl_ros.core.budget.monitor import Assessment, BudgetConfig, BudgetMonito
 from lowrl_ros.core.budget.probes import ProbeSet
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.params import config_from_params, declare_config
+from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import LATCHED, STATS
 
 NODE_NAME = "budget_monitor"
@@ -73,7 +73,7 @@ class BudgetMonitorNode(Node):
         self._stats_node: Node | None = None
         self._stats_sub = self._subscribe_stats()
         self.add_on_set_parameters_callback(self._validate_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
+        add_post_set_callback(self, self._apply_parameters)
         # No tier before `escalate_after` samples: a monitor restarted while the robot is hot must
         # not flash FULL to a policy node that is running the safe action.
         self._samples = 0

@@ -53,7 +53,7 @@ from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter
-from lowrl_ros.ros.params import config_from_params, declare_config
+from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.spinning import guarded, make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED, RECORD
@@ -111,7 +111,7 @@ class FineTuneNode(Node):
         declare_config(self, ObsAdapterConfig, defaults={"obs_fields": [""]}, **_ADAPTER_PARAMS)
         declare_config(self, FineTuneConfig)
         declare_config(self, TransitionLogConfig, prefix=LOG_PREFIX)
-        self.add_post_set_parameters_callback(self._on_parameters_set)
+        add_post_set_callback(self, self._on_parameters_set)
 
         get = self._get
         self.config = config_from_params(self, FineTuneConfig)

@@ -7,9 +7,10 @@ is read-only unless the field is ``live``. The dataclass's ``__post_init__`` sta
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Collection, Mapping
+import math
+from typing import Any, Callable, Collection, Mapping
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 
 from lowrl_ros.core.config import DYNAMIC, HELP, LIVE, RANGE
 
@@ -99,3 +100,40 @@ def config_from_params(node, cls: type, *, prefix: str = "", skip: Collection[st
         name = prefix + names.get(f.name, f.name)
         values[f.name] = _plain(overrides[name] if name in overrides else node.get_parameter(name).value)
     return cls(**values)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Parameter values equal, NaN included (a float parameter may hold NaN: FineTuneConfig.min_return)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    try:
+        return bool(a == b) if not hasattr(a, "__len__") else list(a) == list(b)
+    except TypeError:
+        return False
+
+
+def add_post_set_callback(node, callback: Callable[[list], None]) -> None:
+    """Run ``callback(params)`` after a parameter change is accepted: the node's state changes there,
+    while on-set callbacks only validate (any of them may still refuse the change).
+
+    rclpy on Iron and later has ``add_post_set_parameters_callback``. rclpy on Humble (the default
+    on JetPack 6) has not: there an on-set callback that accepts everything defers ``callback`` to a
+    one-shot timer of the node and hands it only the parameters the node now holds, i.e. those no
+    validator refused. The change then lands on the next spin instead of before ``set_parameters``
+    returns.
+    """
+    if hasattr(node, "add_post_set_parameters_callback"):
+        node.add_post_set_parameters_callback(callback)
+        return
+
+    def defer(params) -> SetParametersResult:
+        def apply() -> None:
+            node.destroy_timer(timer)
+            accepted = [p for p in params
+                        if node.has_parameter(p.name) and _same(node.get_parameter(p.name).value, p.value)]
+            if accepted:
+                callback(accepted)
+        timer = node.create_timer(0.0, apply)
+        return SetParametersResult(successful=True)
+
+    node.add_on_set_parameters_callback(defer)

@@ -50,7 +50,7 @@ from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
 from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.params import config_from_params, declare_config
+from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
 from lowrl_ros.ros.spinning import guarded, run_node
 
@@ -98,7 +98,7 @@ class PolicyNode(LifecycleNode):
         declare_config(self, ControlConfig)
         declare_config(self, ReceiverConfig, **_RECEIVER_PARAMS)
         self.add_on_set_parameters_callback(self._validate_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
+        add_post_set_callback(self, self._apply_parameters)
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         self._clear_runtime()
 

@@ -44,7 +44,7 @@ from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.sender import BundleSender, SendEvent, StreamConfig
 from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.params import config_from_params, declare_config
+from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.spinning import guarded, run_node
 from lowrl_ros.ros.qos import LATCHED, STATUS
 
@@ -90,7 +90,7 @@ class TrainerNode(Node):
         self._stream = (Level.OK, "nothing published yet", {})
         self._robot = (Level.OK, "no answer from a robot yet", {})
         self.add_on_set_parameters_callback(self._validate_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
+        add_post_set_callback(self, self._apply_parameters)
         self.learner = None
         if self.get_parameter("finetune_kit").value:
             self._start_learner(config)
