@@ -21,14 +21,19 @@ from typing import Any
 import numpy as np
 import onnx
 
-from lowrl_ros.core.runtime import onnx_graph
+from lowrl_ros.core.runtime import activations, onnx_graph
 from lowrl_ros.core.runtime.onnx_graph import StoredLayer
 
 METADATA_KEY = "lowrl.contract"
 FORMAT = "lowrl.policy"
-FORMAT_VERSION = 1  # bump when the graph layout or the JSON changes incompatibly
-ACTIVATIONS_HIDDEN = ("relu", "tanh")
-ACTIVATIONS_OUTPUT = ("tanh", "none")
+# Bump when the graph layout or the JSON changes incompatibly. An artifact is written with the lowest
+# version that describes it, so one that uses nothing new still loads on an older robot:
+#   1: relu/tanh, obs (offset, scale), tanh output mapped to the limits or clamp
+#   2: + the other activations of core/runtime/activations.py, obs_clip, action_scale/action_offset
+FORMAT_VERSION = 2
+ACTIVATIONS_HIDDEN = activations.HIDDEN
+ACTIVATIONS_OUTPUT = activations.OUTPUT
+_V2_CONTRACT_KEYS = ("obs_clip", "action_scale", "action_offset")
 
 
 class ArtifactError(ValueError):
@@ -56,8 +61,14 @@ class PolicyContract:
         action_names: action entries (joints/actuators), in output order.
         action_low: lower action limit per action entry.
         action_high: upper action limit per action entry (each > its low).
-        obs_offset: normalised obs = (obs - obs_offset) * obs_scale; default 0.
+        obs_offset: normalised obs = clip((obs - obs_offset) * obs_scale, -obs_clip, obs_clip); default 0.
         obs_scale: see obs_offset; default 1.
+        obs_clip: see obs_offset; None (the default) clips nothing. SB3's VecNormalize uses 10.
+        action_scale: action = clip(action_offset + action_scale * y, action_low, action_high), with
+            y the network's output. None (with action_offset None) takes them from the output
+            activation: tanh maps [-1, 1] onto [low, high], none is the identity. Isaac Lab's joint
+            position action is scale 0.5, offset the default joint positions.
+        action_offset: see action_scale; default 0 when only action_scale is given.
         control_period_s: the control period the policy was trained for, seconds.
         version: policy version, an int >= 1; versions only go up.
         parent_version: the version this one was derived from (fine-tuned, distilled), or None.
@@ -72,6 +83,9 @@ class PolicyContract:
     action_high: tuple[float, ...]
     obs_offset: tuple[float, ...] | None = None
     obs_scale: tuple[float, ...] | None = None
+    obs_clip: float | None = None
+    action_scale: tuple[float, ...] | None = None
+    action_offset: tuple[float, ...] | None = None
     control_period_s: float = 0.02
     version: int = 1
     parent_version: int | None = None
@@ -106,6 +120,16 @@ class PolicyContract:
         put("obs_scale", _floats("obs_scale", scale, self.obs_dim))
         if any(s == 0 for s in self.obs_scale):
             raise ValueError("obs_scale contains 0, which erases that observation; use a non-zero scale")
+        if self.obs_clip is not None:
+            clip = float(self.obs_clip)
+            if not (math.isfinite(clip) and clip > 0):
+                raise ValueError(f"obs_clip must be a finite number > 0 or None, got {self.obs_clip!r}")
+            put("obs_clip", clip)
+        for name in ("action_scale", "action_offset"):
+            if getattr(self, name) is not None:
+                put(name, _floats(name, getattr(self, name), self.action_dim))
+        if self.action_scale is not None and any(s == 0 for s in self.action_scale):
+            raise ValueError("action_scale contains 0, which pins that action to its offset; use a non-zero scale")
         period = float(self.control_period_s)
         if not (math.isfinite(period) and period > 0):
             raise ValueError(f"control_period_s must be > 0 seconds, got {self.control_period_s}")
@@ -138,10 +162,27 @@ class PolicyContract:
     def action_dim(self) -> int:
         return len(self.action_names)
 
+    @property
+    def uses_v2(self) -> bool:
+        """True when the contract needs format version 2 (obs clip or action scale/offset)."""
+        return any(getattr(self, k) is not None for k in _V2_CONTRACT_KEYS)
+
+    def action_transform(self, output_activation: str) -> tuple[np.ndarray, np.ndarray]:
+        """(scale, offset) float64 arrays: action = clip(offset + scale * y, low, high)."""
+        low, high = np.array(self.action_low), np.array(self.action_high)
+        if self.action_scale is None and self.action_offset is None:
+            if output_activation == "tanh":
+                return (high - low) / 2.0, (high + low) / 2.0
+            return np.ones(self.action_dim), np.zeros(self.action_dim)
+        scale = np.ones(self.action_dim) if self.action_scale is None else np.array(self.action_scale)
+        offset = np.zeros(self.action_dim) if self.action_offset is None else np.array(self.action_offset)
+        return scale, offset
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (lists, not tuples)."""
+        """JSON-ready dict (lists, not tuples); the version-2 keys only when set (older robots read the rest)."""
         d = asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()
+                if not (k in _V2_CONTRACT_KEYS and v is None)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PolicyContract":
@@ -174,9 +215,8 @@ class MlpWeights:
 
     Attributes:
         layers: (W float32 [out, in], b float32 [out]) per layer, input to output.
-        hidden_activation: "relu" or "tanh" after every layer but the last.
-        output_activation: "tanh" (action = low + (y + 1) / 2 * (high - low)) or "none" (action = y),
-            clamped to the limits either way.
+        hidden_activation: one of core/runtime/activations.HIDDEN, after every layer but the last.
+        output_activation: "tanh" or "none"; the contract's action_transform() maps y to the action.
     """
 
     layers: list[tuple[np.ndarray, np.ndarray]]
@@ -231,19 +271,18 @@ class MlpWeights:
         x = np.asarray(obs_norm, dtype=np.float64)
         for i, (w, b) in enumerate(self.layers):
             x = x @ w.T.astype(np.float64) + b
-            act = self.output_activation if i == len(self.layers) - 1 else self.hidden_activation
-            x = np.maximum(x, 0.0) if act == "relu" else np.tanh(x) if act == "tanh" else x
+            x = activations.apply(self.output_activation if i == len(self.layers) - 1 else self.hidden_activation, x)
         return x
 
 
 def reference_action(weights: MlpWeights, contract: PolicyContract, obs: np.ndarray) -> np.ndarray:
     """The float64 action the contract defines for ``obs`` (the parity reference for engines)."""
     obs = np.asarray(obs, dtype=np.float64)
-    y = weights.forward((obs - np.array(contract.obs_offset)) * np.array(contract.obs_scale))
-    low, high = np.array(contract.action_low), np.array(contract.action_high)
-    if weights.output_activation == "tanh":
-        y = low + (y + 1.0) / 2.0 * (high - low)
-    return np.clip(y, low, high)
+    x = (obs - np.array(contract.obs_offset)) * np.array(contract.obs_scale)
+    if contract.obs_clip is not None:
+        x = np.clip(x, -contract.obs_clip, contract.obs_clip)
+    scale, offset = contract.action_transform(weights.output_activation)
+    return np.clip(offset + scale * weights.forward(x), contract.action_low, contract.action_high)
 
 
 def prune_by_magnitude(weights: MlpWeights, sparsity: float, *, skip_output: bool = False) -> MlpWeights:
@@ -304,7 +343,7 @@ def reexport_artifact(src: str | Path, dst: str | Path | None = None) -> Path:
 def _write(path, stored: list, hidden_activation: str, output_activation: str, contract: PolicyContract) -> Path:
     meta = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": 2 if (contract.uses_v2 or hidden_activation not in activations.LEGACY) else 1,
         "contract": contract.to_dict(),
         "arch": {
             "kind": "mlp",
