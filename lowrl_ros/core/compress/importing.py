@@ -43,3 +43,85 @@ def write_imported(imported: Imported, output: str | Path, *, int8: bool = False
     if sparsity:
         weights = prune_by_magnitude(weights, sparsity, skip_output=True)
     return save_artifact(output, weights, imported.contract, int8=int8)
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What the user told `lowrl import` beyond the source (every importer gets the same options).
+
+    Attributes:
+        sidecar: YAML contract sidecar (plain ONNX, TorchScript; docs/import.md has the format).
+        vecnormalize: SB3 VecNormalize pickle whose observation statistics are folded in.
+        env_id: gymnasium id the policy was trained in (recorded; sets the control period when known).
+        control_period_s: seconds; overrides whatever the source says.
+        activation: hidden activation when the source does not record it (rsl_rl checkpoints).
+        version: policy version written into the contract.
+        tier: compute tier the artifact serves.
+    """
+
+    sidecar: Path | None = None
+    vecnormalize: Path | None = None
+    env_id: str | None = None
+    control_period_s: float | None = None
+    activation: str | None = None
+    version: int = 1
+    tier: str = "full"
+
+
+# kind -> (module, function): function(source: Path, options: ImportOptions) -> Imported.
+# Modules are imported only for the kind asked for (each needs its own framework: SB3, torch, onnx).
+IMPORTERS: dict[str, tuple[str, str]] = {
+    "sb3": ("lowrl_ros.core.compress.sb3", "load_sb3"),
+    "rsl_rl": ("lowrl_ros.core.compress.rsl_rl", "load_rsl_rl"),
+    "onnx": ("lowrl_ros.core.compress.onnx_import", "load_onnx"),
+    "isaaclab": ("lowrl_ros.core.compress.onnx_import", "load_isaaclab_run"),
+    "torchscript": ("lowrl_ros.core.compress.torchscript", "load_torchscript"),
+}
+
+
+def detect_kind(source: Path) -> str:
+    """The source kind from the file itself (not only its name); ImportRefused when unknown.
+
+    A directory is an Isaac Lab run (``exported/policy.onnx`` + ``params/env.yaml``); a zip with a
+    ``data`` entry is an SB3 model; a zip with ``*/code/`` or ``*/constants.pkl`` is TorchScript; any
+    other ``.pt`` is a torch pickle (an rsl_rl checkpoint); an ONNX protobuf is ``onnx``.
+    """
+    import zipfile
+
+    source = Path(source)
+    if source.is_dir():
+        return "isaaclab"
+    if not source.exists():
+        raise ImportRefused(f"{source}: no such file or directory")
+    if zipfile.is_zipfile(source):
+        try:
+            with zipfile.ZipFile(source) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise ImportRefused(f"{source}: a damaged zip ({exc}); re-save the model") from None
+        if "data" in names and any(n.endswith(".pth") for n in names):
+            return "sb3"
+        if any("/code/" in n or n.endswith("/constants.pkl") for n in names):
+            return "torchscript"
+        if any(n.endswith("/data.pkl") for n in names):
+            return "rsl_rl"
+        raise ImportRefused(f"{source}: a zip that is neither an SB3 model nor a torch file; "
+                            "give an SB3 .zip, an rsl_rl model_*.pt, a TorchScript .pt or an .onnx (or --from KIND)")
+    if source.suffix == ".onnx":
+        return "onnx"
+    if source.suffix in (".pt", ".pth"):
+        return "rsl_rl"  # a legacy (non-zip) torch pickle; the rsl_rl importer says if it is not one
+    raise ImportRefused(f"{source}: cannot tell what this is from its contents or its name; "
+                        f"name the kind with --from {{{','.join(IMPORTERS)}}}")
+
+
+def load_source(source: str | Path, kind: str | None, options: ImportOptions) -> Imported:
+    """Run the importer of ``kind`` (detected when None) on ``source``."""
+    import importlib
+
+    source = Path(source)
+    kind = kind or detect_kind(source)
+    if kind not in IMPORTERS:
+        raise ImportRefused(f"unknown source kind {kind!r}; use one of {', '.join(IMPORTERS)}")
+    module_name, function = IMPORTERS[kind]
+    return getattr(importlib.import_module(module_name), function)(source, options)
