@@ -355,6 +355,8 @@ def _write(path, stored: list, hidden_activation: str, output_activation: str, c
             ],
         },
     }
+    explicit = contract.action_scale is not None or contract.action_offset is not None
+    scale, offset = contract.action_transform(output_activation) if explicit else (None, None)
     model = onnx_graph.build_model(
         stored,
         hidden_activation=hidden_activation,
@@ -364,6 +366,10 @@ def _write(path, stored: list, hidden_activation: str, output_activation: str, c
         action_low=np.array(contract.action_low),
         action_high=np.array(contract.action_high),
         metadata={METADATA_KEY: json.dumps(meta, sort_keys=True)},
+        obs_clip=contract.obs_clip,
+        # Only an explicit transform goes in as such: the default one is built the version-1 way (same bytes).
+        action_scale=scale,
+        action_offset=offset,
     )
     path = Path(path)
     data = model.SerializeToString()
@@ -426,6 +432,10 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise fail(f"'{METADATA_KEY}' does not describe a {FORMAT} artifact", regen)
     fv = meta.get("format_version")
+    if isinstance(fv, int) and fv > FORMAT_VERSION:
+        raise fail(f"format_version {fv} was written by a newer lowrl_ros (this one reads 1..{FORMAT_VERSION}; "
+                   "version 2 adds activations beyond relu/tanh, obs_clip, action_scale/offset)",
+                   "update lowrl_ros on the robot")
     if not isinstance(fv, int) or not 1 <= fv <= FORMAT_VERSION:
         raise fail(f"format_version {fv!r} is not supported (this lowrl reads 1..{FORMAT_VERSION})",
                    "update lowrl_ros on the robot or re-export with this version")
