@@ -178,6 +178,16 @@ class PolicyContract:
         offset = np.zeros(self.action_dim) if self.action_offset is None else np.array(self.action_offset)
         return scale, offset
 
+    def normalise(self, obs: np.ndarray) -> np.ndarray:
+        """Observations as the network reads them (float64): clip((obs - offset) * scale, -obs_clip, obs_clip)."""
+        x = (np.asarray(obs, dtype=np.float64) - np.array(self.obs_offset)) * np.array(self.obs_scale)
+        return x if self.obs_clip is None else np.clip(x, -self.obs_clip, self.obs_clip)
+
+    def to_action(self, y: np.ndarray, output_activation: str) -> np.ndarray:
+        """The action (float64) for network outputs ``y``: clip(offset + scale * y, low, high)."""
+        scale, offset = self.action_transform(output_activation)
+        return np.clip(offset + scale * np.asarray(y, dtype=np.float64), self.action_low, self.action_high)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (lists, not tuples); the version-2 keys only when set (older robots read the rest)."""
         d = asdict(self)
@@ -277,12 +287,7 @@ class MlpWeights:
 
 def reference_action(weights: MlpWeights, contract: PolicyContract, obs: np.ndarray) -> np.ndarray:
     """The float64 action the contract defines for ``obs`` (the parity reference for engines)."""
-    obs = np.asarray(obs, dtype=np.float64)
-    x = (obs - np.array(contract.obs_offset)) * np.array(contract.obs_scale)
-    if contract.obs_clip is not None:
-        x = np.clip(x, -contract.obs_clip, contract.obs_clip)
-    scale, offset = contract.action_transform(weights.output_activation)
-    return np.clip(offset + scale * weights.forward(x), contract.action_low, contract.action_high)
+    return contract.to_action(weights.forward(contract.normalise(obs)), weights.output_activation)
 
 
 def prune_by_magnitude(weights: MlpWeights, sparsity: float, *, skip_output: bool = False) -> MlpWeights:
