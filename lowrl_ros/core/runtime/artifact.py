@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +187,26 @@ class PolicyContract:
         """The action (float64) for network outputs ``y``: clip(offset + scale * y, low, high)."""
         scale, offset = self.action_transform(output_activation)
         return np.clip(offset + scale * np.asarray(y, dtype=np.float64), self.action_low, self.action_high)
+
+    def retargeted(self, teacher_output: str, student_output: str) -> "PolicyContract":
+        """The contract of a network with output activation ``student_output`` that imitates this one's actions.
+
+        The observation side (names, offset, scale, obs_clip) and the limits are kept. The action
+        transform is the one that suits the student's output, not blindly the teacher's: with the same
+        output activation the student works in the teacher's output space and keeps its transform; a
+        linear ("none") student of a tanh teacher gets the teacher's transform written out explicitly;
+        a tanh student gets the default mapping of [-1, 1] onto [low, high] (the teacher's transform,
+        e.g. Isaac Lab's 0.5 * y around the default pose, would confine a tanh output to offset +- scale).
+        """
+        for name, act in (("teacher_output", teacher_output), ("student_output", student_output)):
+            if act not in activations.OUTPUT:
+                raise ValueError(f"{name} {act!r}: use one of {activations.OUTPUT}")
+        if student_output == teacher_output:
+            return self
+        if student_output == "none":
+            scale, offset = self.action_transform(teacher_output)
+            return replace(self, action_scale=tuple(scale), action_offset=tuple(offset))
+        return replace(self, action_scale=None, action_offset=None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (lists, not tuples); the version-2 keys only when set (older robots read the rest)."""
