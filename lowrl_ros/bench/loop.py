@@ -324,15 +324,17 @@ JOINT_RATE_HZ, IMU_EVERY, SCAN_EVERY, CMD_EVERY = 1000.0, 5, 20, 100  # 1 kHz, 2
 BARE_SUBSCRIBER = """
 import sys, rclpy
 from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 rclpy.init()
 node = Node("bare_joint_state_subscriber")
 count = [0]
-node.create_subscription(JointState, sys.argv[1], lambda m: count.__setitem__(0, count[0] + 1), 10)
+node.create_subscription(JointState, sys.argv[1], lambda m: count.__setitem__(0, count[0] + 1), qos_profile_sensor_data)
 try:
     rclpy.spin(node)
 except BaseException:
     pass
+print(count[0], flush=True)
 """
 BURNER = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
@@ -474,12 +476,16 @@ def run_legged(args: argparse.Namespace) -> int:
     try:
         # 1. The baseline: a bare rclpy subscriber to the same 1 kHz JointState (a Python callback each).
         bare = subprocess.Popen([sys.executable, "-c", BARE_SUBSCRIBER, "/bench_robot/joint_states"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3.0)  # start-up and discovery, not counted
+        sent0 = pub.sent
         cpu, rss = _cpu_percent(bare, seconds)
-        results["bare_subscriber"] = {"cpu_percent": cpu, "rss_mb": rss}
+        sent = pub.sent - sent0
         bare.send_signal(2)
-        bare.wait(10)
+        out, _ = bare.communicate(timeout=10)
+        received = int(out.split()[-1]) if out.split() else 0
+        results["bare_subscriber"] = {"cpu_percent": cpu, "rss_mb": rss, "joint_states_sent": sent,
+                                      "received_total": received}
         phases = {"idle": (), "burners": (), "burners_rt": ("-p", "rt_priority:=80", "-p", f"rt_cpus:={node_cpu}")}
         for name, extra in phases.items():
             if name.startswith("burners"):

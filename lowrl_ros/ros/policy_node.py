@@ -96,7 +96,8 @@ class PolicyNodeSettings:
     rt_priority: int = field(0, "SCHED_FIFO priority of the control thread, 1..99 (0: normal scheduling); "
                                 "refused without rtprio/CAP_SYS_NICE: then a WARN and the node runs on",
                              range=(0, 99))
-    rt_cpus: str = field("", "CPUs for the control thread, e.g. '3' or '2-3' (empty: any)")
+    # dynamic: `-p rt_cpus:=3` arrives as an integer, "2,3" as a string; parse_cpus reads both.
+    rt_cpus: str = field("", "CPUs for the control thread, e.g. '3' or '2-3' (empty: any)", dynamic=True)
     rt_lock_memory: bool = field(False, "mlockall the process at activation (needs memlock rights)")
 
     def __post_init__(self) -> None:
