@@ -228,3 +228,13 @@ def test_shipped_robot_files_parse(name):
     if name == "legged_example.yaml":
         assert len(robot.joints) == 12 and s.obs_dim == 45 + 10  # Isaac Lab layout, no base_lin_vel, + a 10-point scan
         assert yaml.safe_load((ROOT / "config" / "robots" / name).read_text())["joints"] == list(robot.joints)
+
+
+def test_short_joint_array_and_nan_name_the_term():
+    b = ObservationBuilder(spec([{"term": "joint_velocity", "topic": "joint_states"}]))
+    b.update("joint_states", (("a", "b", "c"), [0.0] * 3, [], []), 0.0)
+    with pytest.raises(ObservationError, match="'joint_velocity'.*has 0 velocity values for 3 names"):
+        b.build(0.0)
+    b.update("joint_states", (("a", "b", "c"), [0.0] * 3, [0.0, float("nan"), 0.0], []), 0.0)
+    with pytest.raises(ObservationError, match="'joint_velocity'.*entry b is nan"):
+        b.build(0.0)

@@ -262,3 +262,33 @@ def test_shipped_robot_files_configure_a_policy_node(ros_context, ex, tmp_path):
             assert len(node.robot_inputs.topics) == (1 if robot == "pendulum.yaml" else 4)
         finally:
             node.destroy_node()
+
+
+@pytest.mark.parametrize("names,position,velocity,effort,frame", [
+    ([f"FL_hip_joint{i}" for i in range(12)], [0.1 * i for i in range(12)], [0.2] * 12, [-0.3] * 12, "base"),
+    (["a", "bb", "ccc"], [1.0, 2.0, 3.0], [], [], ""),
+    (["abcd"], [], [5.0], [], "odd_len"),
+    ([], [1.0], [], [2.0, 3.0], "x"),
+])
+def test_fast_cdr_parsers_agree_with_rclpy(names, position, velocity, effort, frame):
+    """The raw-CDR readers at the tick give what rclpy's own deserialization gives (empty arrays, odd padding)."""
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    from lowrl_ros.ros.robot_inputs import parse_imu, parse_joint_state
+
+    js = JointState(name=names, position=position, velocity=velocity, effort=effort)
+    js.header.frame_id = frame
+    got = parse_joint_state(serialize_message(js))
+    ref = deserialize_message(serialize_message(js), JointState)
+    assert got[0] == tuple(ref.name)
+    for arr, field in zip(got[1:], ("position", "velocity", "effort")):
+        assert arr.tolist() == list(getattr(ref, field))
+    imu = Imu()
+    imu.header.frame_id = frame
+    imu.orientation.x, imu.orientation.w = 0.1, 0.9
+    imu.orientation_covariance[0] = 7.0
+    imu.angular_velocity.z, imu.linear_acceleration.x = 3.0, 9.81
+    imu.linear_acceleration_covariance[8] = 4.0
+    q, w, a = parse_imu(serialize_message(imu))
+    assert q.tolist() == [0.1, 0.0, 0.0, 0.9] and w.tolist() == [0.0, 0.0, 3.0] and a.tolist() == [9.81, 0.0, 0.0]
+    assert parse_joint_state(b"\x00\x00\x00\x00" + bytes(64)) is None  # big-endian CDR: rclpy's conversion instead

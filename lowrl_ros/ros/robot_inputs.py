@@ -21,12 +21,15 @@ Topics are relative in the robot file and resolve under the policy node's namesp
 """
 from __future__ import annotations
 
+import struct
 import time
 from typing import Any, Callable
 
+import numpy as np
 from geometry_msgs.msg import Twist
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray
 
@@ -55,6 +58,90 @@ def to_sample(kind: str, msg: Any) -> Any:
     if kind == "twist":
         return (msg.linear.x, msg.linear.y, msg.linear.z, msg.angular.x, msg.angular.y, msg.angular.z)
     return msg.data
+
+
+_CDR_LE = b"\x00\x01"  # the encapsulation of little-endian plain CDR (XCDR1), what rmw_fastrtps and cyclonedds send
+_F64 = np.dtype("<f8")
+
+
+_u32 = struct.Struct("<I").unpack_from
+
+
+def _header_end(buf: bytes) -> int:
+    """Offset (in the CDR body, after the 4-byte encapsulation) just past a std_msgs/Header."""
+    return 12 + _u32(buf, 4 + 8)[0]  # stamp: int32 sec, uint32 nanosec; then frame_id's length (with its NUL)
+
+
+def _align(pos: int, k: int) -> int:
+    return (pos + k - 1) & ~(k - 1)
+
+
+def parse_joint_state(buf: bytes):
+    """A serialized sensor_msgs/JointState -> (names, position, velocity, effort), or None if not plain LE CDR.
+
+    rclpy builds a Python message field by field (~50 us for 12 joints here); reading the CDR with
+    struct and numpy views costs a fraction. The names are decoded once per distinct name block.
+    """
+    if buf[:2] != _CDR_LE:
+        return None
+    pos = _align(_header_end(buf), 4)
+    count = _u32(buf, 4 + pos)[0]
+    pos += 4
+    names_start = pos
+    for _ in range(count):
+        pos = _align(pos, 4)
+        pos += 4 + _u32(buf, 4 + pos)[0]
+    names = _names(buf[4 + names_start:4 + pos], count)
+    arrays = []
+    for _ in range(3):
+        pos = _align(pos, 4)
+        n = _u32(buf, 4 + pos)[0]
+        pos += 4
+        if n:
+            pos = _align(pos, 8)
+        if 4 + pos + 8 * n > len(buf):
+            return None
+        arrays.append(np.frombuffer(buf, _F64, n, 4 + pos))
+        pos += 8 * n
+    return (names, *arrays)
+
+
+_NAME_CACHE: dict[bytes, tuple[str, ...]] = {}
+
+
+def _names(block: bytes, count: int) -> tuple[str, ...]:
+    names = _NAME_CACHE.get(block)
+    if names is None:
+        out, pos = [], 0
+        for _ in range(count):
+            pos = _align(pos, 4)
+            n = _u32(block, pos)[0]
+            out.append(block[pos + 4:pos + 3 + n].decode())
+            pos += 4 + n
+        names = tuple(out)
+        if len(_NAME_CACHE) > 16:  # a driver changing its names every message: do not grow
+            _NAME_CACHE.clear()
+        _NAME_CACHE[block] = names
+    return names
+
+
+def parse_imu(buf: bytes):
+    """A serialized sensor_msgs/Imu -> (orientation xyzw, angular velocity, linear acceleration), or None.
+
+    rclpy's own conversion costs ~160 us here (three covariance arrays); the doubles after the
+    header are one fixed block: orientation 4, covariance 9, angular velocity 3, covariance 9,
+    linear acceleration 3, covariance 9.
+    """
+    if buf[:2] != _CDR_LE:
+        return None
+    pos = _align(_header_end(buf), 8)
+    if 4 + pos + 37 * 8 > len(buf):
+        return None
+    v = np.frombuffer(buf, _F64, 37, 4 + pos)
+    return v[0:4], v[13:16], v[25:28]
+
+
+FAST_PARSERS = {"joint_state": parse_joint_state, "imu": parse_imu}
 
 
 def can_take(subscription) -> bool:
@@ -88,7 +175,9 @@ class RobotInputs:
                 sub = node.create_subscription(msg_type, topic.topic, self._callback(topic, trigger), qos)
                 self._subs.append((node, sub))
                 continue
-            sub = self._inner.create_subscription(msg_type, topic.topic, lambda _msg: None, qos)
+            # Raw (serialized) where a fast parser exists: rclpy's message conversion is the cost at the tick.
+            sub = self._inner.create_subscription(msg_type, topic.topic, lambda _msg: None, qos,
+                                                  raw=topic.msg_type in FAST_PARSERS)
             if can_take(sub):
                 self._subs.append((self._inner, sub))
                 self._taken.append((topic, sub))
@@ -135,7 +224,13 @@ class RobotInputs:
             msg, info = newest
             received = info.get("received_timestamp") if isinstance(info, dict) else None
             age = (time.time_ns() - received) * 1e-9 if received else 0.0
-            self._builder.update(topic.topic, to_sample(topic.msg_type, msg), now - min(max(age, 0.0), 10.0))
+            if sub.raw:
+                sample = FAST_PARSERS[topic.msg_type](msg)
+                if sample is None:  # not plain little-endian CDR: rclpy's own conversion
+                    sample = to_sample(topic.msg_type, deserialize_message(msg, sub.msg_type))
+            else:
+                sample = to_sample(topic.msg_type, msg)
+            self._builder.update(topic.topic, sample, now - min(max(age, 0.0), 10.0))
             fresh += 1
         return fresh
 

@@ -353,8 +353,9 @@ class ObservationBuilder:
     def __init__(self, spec: ObservationSpec) -> None:
         self.spec = spec
         self._samples: dict[str, tuple[Any, float]] = {}
-        self._index_cache: dict[tuple[str, ...], dict[str, int]] = {}
-        self._pose = dict(zip(spec.joints, spec.default_pose))
+        self._index_cache: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
+        pose = dict(zip(spec.joints, spec.default_pose))
+        self._poses = {t.index: np.array([pose[j] for j in t.joints]) for t in spec.terms if t.relative}
         self._histories = {t.index: deque(maxlen=t.history) for t in spec.terms if t.history > 1}
         self._last_action: np.ndarray | None = None
         self._out = np.empty(spec.obs_dim)
@@ -438,20 +439,15 @@ class ObservationBuilder:
         if t.source == "joint_state":
             names, position, velocity, effort = sample
             values = {"joint_position": position, "joint_velocity": velocity, "joint_effort": effort}[t.term]
-            where = self._where(names, t)
-            field_name = t.term.split("_", 1)[1]
-            raw = np.empty(t.size)
-            for i, joint in enumerate(t.joints):
-                j = where.get(joint)
-                if j is None:
-                    raise ObservationError(f"{t.describe()}: joint {joint!r} is not in the JointState (it has "
-                                           f"{', '.join(names) or 'no joints'}); check the robot file's joints")
-                if j >= len(values):
-                    raise ObservationError(f"{t.describe()}: the JointState has {len(values)} {field_name} "
-                                           f"values for {len(names)} names; the driver must fill {field_name}")
-                raw[i] = values[j]
+            idx = self._indices(names, t)
+            values = np.asarray(values, dtype=np.float64)
+            if idx.size and int(idx.max()) >= values.size:
+                field_name = t.term.split("_", 1)[1]
+                raise ObservationError(f"{t.describe()}: the JointState has {values.size} {field_name} "
+                                       f"values for {len(names)} names; the driver must fill {field_name}")
+            raw = values[idx]
             if t.relative:
-                raw -= np.array([self._pose[j] for j in t.joints])
+                raw -= self._poses[t.index]
             if t.function == "cos":
                 raw = np.cos(raw)
             elif t.function == "sin":
@@ -486,11 +482,17 @@ class ObservationBuilder:
         except ObservationError as exc:
             raise ObservationError(f"{t.describe()}: {exc}") from exc
 
-    def _where(self, names: Sequence[str], t: TermSpec) -> dict[str, int]:
-        key = tuple(names)
-        where = self._index_cache.get(key)
-        if where is None:
-            if len(self._index_cache) > 16:  # a driver changing its name list every message: do not grow
+    def _indices(self, names: Sequence[str], t: TermSpec) -> np.ndarray:
+        """Where each of the term's joints is in this JointState (cached per distinct name list)."""
+        key = (t.index, tuple(names))
+        idx = self._index_cache.get(key)
+        if idx is None:
+            where = {n: i for i, n in enumerate(key[1])}
+            missing = [j for j in t.joints if j not in where]
+            if missing:
+                raise ObservationError(f"{t.describe()}: joint {missing[0]!r} is not in the JointState (it has "
+                                       f"{', '.join(names) or 'no joints'}); check the robot file's joints")
+            if len(self._index_cache) > 64:  # a driver changing its name list every message: do not grow
                 self._index_cache.clear()
-            where = self._index_cache[key] = {n: i for i, n in enumerate(key)}
-        return where
+            idx = self._index_cache[key] = np.array([where[j] for j in t.joints], dtype=np.intp)
+        return idx
