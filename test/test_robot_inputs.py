@@ -292,3 +292,38 @@ def test_fast_cdr_parsers_agree_with_rclpy(names, position, velocity, effort, fr
     q, w, a = parse_imu(serialize_message(imu))
     assert q.tolist() == [0.1, 0.0, 0.0, 0.9] and w.tolist() == [0.0, 0.0, 3.0] and a.tolist() == [9.81, 0.0, 0.0]
     assert parse_joint_state(b"\x00\x00\x00\x00" + bytes(64)) is None  # big-endian CDR: rclpy's conversion instead
+
+
+def test_event_mode_acts_on_each_joint_state_and_the_fallback_without_take_message(ros_context, ex, tmp_path,
+                                                                                   monkeypatch):
+    """robot_timing: parameters + mode: event answers every joint state; where an rclpy has no take_message
+    (checked by can_take; forced here, since every rclpy installed here has it) the IMU comes by callback."""
+    from lowrl_ros.ros import robot_inputs
+
+    monkeypatch.setattr(robot_inputs, "can_take", lambda _sub: False)
+    executor, node = ex
+    robot_file = write_robot(tmp_path, [{"term": "joint_position", "topic": "joint_states"},
+                                        {"term": "imu_angular_velocity", "topic": "imu", "timeout_s": 1.0}])
+    pn = policy_node(ros_context, executor, linear_policy(tmp_path / "p.onnx", 15), robot_file,
+                     robot_timing="parameters", mode="event", watchdog_timeout_s=1.0)
+    try:
+        assert pn.controller.config.mode == "event" and pn.robot_inputs.mode == "callback"
+        robot = node("robot5")
+        js = robot.create_publisher(JointState, "joint_states", CONTROL)
+        imu = robot.create_publisher(Imu, "imu", CONTROL)
+        got: list[float] = []
+        robot.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
+                                  lambda m: got.append(m.data[0]), CONTROL)
+        for sub in pn.robot_inputs.subscriptions():
+            assert spin_until(executor, lambda s=sub: s.get_publisher_count() > 0, 10)
+        msg = Imu()
+        msg.orientation.w, msg.angular_velocity.x = 1.0, 0.4
+        imu.publish(msg)
+        spin_for(executor, 0.2)
+        for k in range(5):
+            n = len(got)
+            js.publish(joint_state(0.1 * k))
+            assert spin_until(executor, lambda n=n: len(got) > n, 5)
+            assert got[-1] == pytest.approx(2.0 * np.tanh(0.25 * (12 * 0.1 * k + 0.4)), abs=1e-4)
+    finally:
+        pn.destroy_node()

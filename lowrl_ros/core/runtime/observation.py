@@ -358,6 +358,7 @@ class ObservationBuilder:
         self._poses = {t.index: np.array([pose[j] for j in t.joints]) for t in spec.terms if t.relative}
         self._histories = {t.index: deque(maxlen=t.history) for t in spec.terms if t.history > 1}
         self._last_action: np.ndarray | None = None
+        self._affine = {t.index: bool((t.offset != 0).any() or (t.scale != 1).any()) for t in spec.terms}
         self._out = np.empty(spec.obs_dim)
 
     def reset(self) -> None:
@@ -373,7 +374,7 @@ class ObservationBuilder:
 
     def set_last_action(self, action: np.ndarray) -> None:
         """The action the policy node put out this tick (the next observation's last_action)."""
-        self._last_action = np.asarray(action, dtype=np.float64)
+        self._last_action = np.array(action, dtype=np.float64)  # a copy: a history may keep it
 
     def age(self, topic: str, now: float) -> float | None:
         """Seconds since ``topic``'s newest sample; None before the first one."""
@@ -404,11 +405,24 @@ class ObservationBuilder:
                 else:
                     out[k:k + t.size] = value
                     k += t.size
+            if not np.isfinite(out).all():
+                raise self._not_finite(out)
         except ObservationError:
             for h in self._histories.values():
                 h.clear()  # never stack values from before a gap
             raise
         return out.copy()
+
+    def _not_finite(self, out: np.ndarray) -> ObservationError:
+        bad = int(np.flatnonzero(~np.isfinite(out))[0])
+        start = 0
+        for t in self.spec.terms:
+            if bad < start + t.dim:
+                label = t.labels[(bad - start) % t.size]
+                return ObservationError(f"{t.describe()}: entry {label} is {out[bad]} (NaN/Inf); the sensor or its "
+                                        "driver sent a non-finite value")
+            start += t.dim
+        return ObservationError(f"observation entry {bad} is {out[bad]} (NaN/Inf)")
 
     def _term(self, t: TermSpec, now: float) -> np.ndarray:
         if t.source == "action":
@@ -426,13 +440,10 @@ class ObservationBuilder:
                 raise ObservationError(f"{t.describe()}: stale, newest message is {age * 1e3:.0f} ms old "
                                        f"(timeout_s {t.timeout_s:g}); the sensor stopped or is too slow")
             raw = self._raw(t, sample)
-        value = (raw - t.offset) * t.scale
+        # Identity scale/offset skipped: this runs per term and tick. Finite values are checked once, in build().
+        value = (raw - t.offset) * t.scale if self._affine[t.index] else raw
         if t.clip is not None:
             value = np.clip(value, t.clip[0], t.clip[1])
-        if not np.isfinite(value).all():
-            bad = int(np.flatnonzero(~np.isfinite(value))[0])
-            raise ObservationError(f"{t.describe()}: entry {t.labels[bad]} is {value[bad]} (NaN/Inf); the sensor "
-                                   "or its driver sent a non-finite value")
         return value
 
     def _raw(self, t: TermSpec, sample: Any) -> np.ndarray:
