@@ -337,7 +337,8 @@ def test_extra_observation_is_appended(rig, tmp_path):
     node = build(obs_fields=FIELDS[:2], extra_obs_dim=1)
     extra = robot.node.create_publisher(Float32MultiArray, "/lowrl/extra_observation", CONTROL)
     connect(robot, executor)
-    assert exchange(robot, executor, robot.joint_state()) == 0.0  # no extra observation yet
+    robot.js_pub.publish(robot.joint_state())  # no extra observation yet: incomplete, so nothing is commanded
+    assert not spin_until(executor, lambda: robot.commands, timeout=0.3)
     assert wait_for_match(executor, extra)
     extra.publish(Float32MultiArray(data=[0.25]))
     assert spin_until(executor, lambda: node.adapter._extra is not None)

@@ -14,6 +14,13 @@ Commands, latency and stats go out on lifecycle publishers: rclpy itself keeps a
 silent. The one exception is deliberate: the safe action on deactivate/shutdown is published
 before the publishers are deactivated.
 
+With a ``robot_file`` (docs/policy_node.md, "Robot file: actions, outputs, safety") the command is
+post-processed and goes out by interface (``ros/robot_outputs.py``: Float64MultiArray or
+JointTrajectory, in the controller's joint order by name); nothing is commanded before the first
+good observation and, on a position interface, the measured joint positions (from JointState);
+``hold`` holds the measured pose; an e-stop (std_msgs/Bool) latches the safe action until a reset
+(std_msgs/Empty), diagnosed as ``lowrl/policy/estop``.
+
 The node declares, converts and wires; the decisions live in core:
 :class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
 tiers), :class:`~lowrl_ros.core.runtime.swap.PolicySwapper` (hot swap of a ``policy_path`` or a
@@ -32,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import yaml
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
@@ -40,7 +48,8 @@ from std_msgs.msg import (Float32MultiArray, Float64, Float64MultiArray, MultiAr
 
 from lowrl_ros.core.config import LIVE, field, require
 from lowrl_ros.core.runtime.bundle import load_bundle
-from lowrl_ros.core.runtime.control import ControlConfig, PolicyController, TickSchedule
+from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
+from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, PolicyController, TickSchedule
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
 from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status
@@ -52,6 +61,7 @@ from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
+from lowrl_ros.ros.robot_outputs import CommandOutput, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
 
 INPUTS = ("joint_states", "observation")
@@ -75,6 +85,8 @@ class PolicyNodeSettings:
     extra_observation_topic: str = field("/lowrl/extra_observation",
                                          "Float32MultiArray appended to the joint observation")
     controller_name: str = field("forward_command_controller", "commands go to /<controller_name>/commands")
+    robot_file: str = field("", "robot I/O description (YAML, docs/policy_node.md); empty: obs_fields and "
+                                "/<controller_name>/commands as before")
     stats_rate_hz: float = field(10.0, "rate of /lowrl/policy/stats", range=(0.1, 100.0))
     diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
     bundle_topic: str = field("/lowrl/policy_bundle",
@@ -100,12 +112,17 @@ class PolicyNode(LifecycleNode):
         self.add_on_set_parameters_callback(self._validate_parameters)
         add_post_set_callback(self, self._apply_parameters)
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
+        # Outlives cleanup/configure: a latched e-stop stays latched until its reset, whatever else happens.
+        self._estop_latch: EStopLatch | None = None
         self._clear_runtime()
 
     def _clear_runtime(self) -> None:
         self.controller: PolicyController | None = None
         self.adapter: ObservationAdapter | None = None
         self.swapper: PolicySwapper | None = None
+        self.actions: ActionProcessor | None = None  # the robot file's output side (None: no robot file)
+        self._output: CommandOutput | None = None
+        self._joint_state: JointState | None = None  # the newest JointState (measured positions)
         self._lifecycle_pubs: list = []
         self._pubs: list = []
         self._subs: list = []
@@ -169,7 +186,9 @@ class PolicyNode(LifecycleNode):
             settings = config_from_params(self, PolicyNodeSettings)  # checks input and engine
             config = self._control_config()
             bundle = load_bundle(settings.policy_path, engine=settings.engine)
-            controller = PolicyController(config, bundle, clock=time.perf_counter)
+            actions = _robot_actions(settings.robot_file, bundle.contract)
+            estop = self._estop_for(actions)
+            controller = PolicyController(config, bundle, clock=time.perf_counter, actions=actions, estop=estop)
             if settings.input == "joint_states":
                 adapter = ObservationAdapter(self._adapter_config())
                 adapter.check_against(bundle.contract)
@@ -181,6 +200,13 @@ class PolicyNode(LifecycleNode):
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
         self.controller = controller
+        self.actions, self._estop_latch = actions, estop
+        if actions is not None:
+            self.get_logger().info(
+                f"robot file {settings.robot_file}: {actions.interface} interface, {actions.output.type} on "
+                f"{actions.output.topic}, safe action {actions.safety.safe_action}, soft start "
+                f"{actions.safety.soft_start_s:g} s (the safe_action, default_pose and soft_start_steps parameters "
+                "are not used)")
         engine = settings.engine
         self.swapper = PolicySwapper(controller, lambda path: load_bundle(path, engine=engine),
                                      active_path=settings.policy_path, receiver=receiver, reply=self._reply,
@@ -200,10 +226,26 @@ class PolicyNode(LifecycleNode):
             self.get_logger().warning(line)
         return BundleReceiver(config, key)
 
+    def _estop_for(self, actions: ActionProcessor | None) -> EStopLatch | None:
+        """The e-stop latch for this configuration: the one kept from before (still latched, if it was)
+        unless the e-stop topic changed; None without a robot file or with estop_topic ""."""
+        if actions is None or not actions.safety.estop_topic:
+            return None
+        old = self._estop_latch
+        if old is not None and old.topic == actions.safety.estop_topic:
+            old.reset_topic = actions.safety.reset_topic
+            return old
+        return EStopLatch(actions.safety.estop_topic, actions.safety.reset_topic)
+
     def _create_io(self) -> None:
-        cmd_topic = f"/{self._get('controller_name').strip('/')}/commands"
         # Lifecycle publishers: silent unless active, enforced by rclpy (activated by super().on_activate).
-        self._cmd_pub = self.create_lifecycle_publisher(Float64MultiArray, cmd_topic, CONTROL)
+        if self.actions is not None:
+            self._output = CommandOutput(self, self.actions, lambda: self.controller.output_period_s())
+            self._cmd_pub = self._output.publisher
+            self._subs.extend(create_estop(self, self.actions, self._on_estop, self._on_estop_reset))
+        else:
+            cmd_topic = f"/{self._get('controller_name').strip('/')}/commands"
+            self._cmd_pub = self.create_lifecycle_publisher(Float64MultiArray, cmd_topic, CONTROL)
         self._latency_pub = self.create_lifecycle_publisher(Float64, "/lowrl/policy/latency_us", STATS)
         self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "/lowrl/policy/stats", STATS)
         self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
@@ -243,8 +285,13 @@ class PolicyNode(LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._destroy_control_timer()
         # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
-        self._publish_command(self.controller.deactivate())
-        self.get_logger().info("deactivated: safe action sent")
+        # On a position interface it holds the newest measured pose (None: never measured, send nothing).
+        self._update_measured()
+        action = self.controller.deactivate()
+        if action is not None:
+            self._publish_command(action)
+        self.get_logger().info("deactivated: " + ("safe action sent" if action is not None else
+                                                  "nothing sent (the joint positions were never measured)"))
         return super().on_deactivate(state)
 
     def _destroy_control_timer(self) -> None:
@@ -273,12 +320,16 @@ class PolicyNode(LifecycleNode):
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         if self.controller is not None and self.controller.active:
-            self._publish_command(self.controller.deactivate())  # still enabled: shutdown does not deactivate them
+            self._update_measured()
+            action = self.controller.deactivate()
+            if action is not None:
+                self._publish_command(action)  # still enabled: shutdown does not deactivate them
         self._release()
         return TransitionCallbackReturn.SUCCESS
 
     # ---- control path ----------------------------------------------------------------------
     def _on_joint_state(self, msg: JointState) -> None:
+        self._joint_state = msg  # the measured pose for hold / soft start (robot file), read at the tick
         self._observe(time.perf_counter(), self.adapter.from_joint_state,
                       msg.name, msg.position, msg.velocity, msg.effort)
 
@@ -329,21 +380,49 @@ class PolicyNode(LifecycleNode):
             return
         try:
             self.swapper.take()
+            self._update_measured()
             result = c.step(reference)
         except Exception as exc:  # noqa: BLE001 - a failing policy call must still end in a command
             c.last_error = f"control step failed: {type(exc).__name__}: {exc}"
             c.last_error_time = time.perf_counter()
             result = None
         action = c.safe_action() if result is None else result.action
-        self._publish_command(action)
+        if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
+            self._publish_command(action)
         if result is not None and result.latency_s is not None:
             self._latency_pub.publish(Float64(data=result.latency_s * 1e6))
         if self._input_reports.due(c.last_error_time, time.perf_counter()):  # a new input error: say so now
             self._publish_status()
 
     def _publish_command(self, action: np.ndarray) -> None:
+        if self._output is not None:
+            self._output.publish(action)  # the robot file's message, in the controller's joint order
+            return
         self._cmd_msg.data = action.tolist()
         self._cmd_pub.publish(self._cmd_msg)
+
+    def _update_measured(self) -> None:
+        """Hand the newest JointState's positions of the policy's joints to the controller (robot file)."""
+        msg = self._joint_state
+        if self.actions is not None and msg is not None and self.controller is not None:
+            self.controller.set_measured(measured_positions(msg.name, msg.position, self.actions.joints))
+
+    # ---- e-stop ----------------------------------------------------------------------------
+    def _on_estop(self, asserted: bool) -> None:
+        latch = self._estop_latch
+        if latch is None or not latch.update(asserted, time.perf_counter()):
+            return
+        self.get_logger().error(f"e-stop on {latch.topic}: safe action latched until a reset on {latch.reset_topic}")
+        self._tick(time.perf_counter())  # the safe action now, not at the next tick
+        self._publish_status()
+
+    def _on_estop_reset(self) -> None:
+        latch = self._estop_latch
+        if latch is None:
+            return
+        released, line = latch.reset()
+        self.get_logger().warning(line) if released else self.get_logger().error(line)
+        self._publish_status()
 
     # ---- tiers, hot-swap -------------------------------------------------------------------
     def _on_tier(self, msg: UInt8) -> None:
@@ -405,7 +484,28 @@ class PolicyNode(LifecycleNode):
                                 bundle_topic=self._get("bundle_topic"))
         entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
+        if self._estop_latch is not None:
+            entries.append(self._estop_latch.status())
         self._publish_diag(diag.from_entries(entries))
+
+
+def _robot_actions(path: str, contract: Any) -> ActionProcessor | None:
+    """The robot file's action/output/safety sections joined with the policy (None: no robot file).
+
+    Reads the YAML itself for the sections this side owns; the observation side's loader
+    (core/runtime/robot_file.py) checks the top-level keys and the observation terms.
+    """
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise ValueError(f"robot_file {path!r} cannot be read ({exc.strerror}); give the path of a robot YAML "
+                         "such as config/robots/legged_example.yaml") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"robot_file {path!r} is not valid YAML: {' '.join(str(exc).split())}") from None
+    return ActionProcessor.from_robot_dict(data or {}, contract)
 
 
 def _autostart(node: PolicyNode) -> int:
