@@ -292,3 +292,20 @@ def test_a_swapped_policy_with_its_own_scale_is_refused_when_the_robot_file_scal
     scaled = Bundle({"full": Policy(np.zeros(3), contract(version=2, action_scale=(0.5,) * 3))}, version=2)
     with pytest.raises(ValueError, match="applied twice"):
         ctl.swap(scaled)
+
+
+def test_the_shipped_legged_example_builds_with_the_safe_defaults():
+    from pathlib import Path
+
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "config/robots/legged_example_actions.yaml").read_text())
+    joints = tuple(data["joints"])
+    twelve = PolicyContract(obs_names=("o",), action_names=tuple(f"a{i}" for i in range(12)),
+                            action_low=(-100.0,) * 12, action_high=(100.0,) * 12)
+    p = ActionProcessor.from_robot_dict(data, twelve)
+    assert p.interface == "position" and p.safety.safe_action == "hold" and p.safety.soft_start_s > 0
+    np.testing.assert_allclose(p.transform(np.zeros(12)), data["default_pose"])  # y = 0: stand in the default pose
+    by_name = dict(zip(p.controller_joints, p.to_controller(np.arange(12.0))))
+    assert all(by_name[j] == i for i, j in enumerate(joints))  # every joint lands under its own name
+    assert p.controller_joints[:3] == ("FL_hip_joint", "FL_thigh_joint", "FL_calf_joint")
