@@ -246,3 +246,14 @@ def test_unsafe_or_mismatched_robot_files_fail_configure(rig, safety, output, ex
     assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
     assert node.controller is None
     assert spin_until(executor, lambda: robot.has_diag("lowrl/policy/policy", 2, expected))
+
+
+def test_joint_trajectory_without_trajectory_msgs_fails_configure_saying_how_to_install(rig, monkeypatch):
+    import sys
+
+    build, executor = rig
+    node, robot = build(activate=False, output={"type": "joint_trajectory", "topic": "jtc/joint_trajectory"})
+    monkeypatch.setitem(sys.modules, "trajectory_msgs", None)  # as on a robot without the package
+    monkeypatch.setitem(sys.modules, "trajectory_msgs.msg", None)
+    assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/policy/policy", 2, "pip install 'ros-trajectory-msgs"))

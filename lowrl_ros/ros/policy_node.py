@@ -61,7 +61,7 @@ from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
-from lowrl_ros.ros.robot_outputs import CommandOutput, create_estop
+from lowrl_ros.ros.robot_outputs import CommandOutput, check_output, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
 
 INPUTS = ("joint_states", "observation")
@@ -187,6 +187,7 @@ class PolicyNode(LifecycleNode):
             config = self._control_config()
             bundle = load_bundle(settings.policy_path, engine=settings.engine)
             actions = _robot_actions(settings.robot_file, bundle.contract)
+            check_output(actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
             estop = self._estop_for(actions)
             controller = PolicyController(config, bundle, clock=time.perf_counter, actions=actions, estop=estop)
             if settings.input == "joint_states":

@@ -42,6 +42,12 @@ def trajectory_msgs_or_error() -> Any:
     return msgs
 
 
+def check_output(actions: ActionProcessor | None) -> None:
+    """Raise ValueError at configure time if the output's message package is not installed."""
+    if actions is not None and actions.output.type == "joint_trajectory":
+        trajectory_msgs_or_error()
+
+
 class CommandOutput:
     """One command publisher for the robot file's ``output`` section.
 
