@@ -228,18 +228,26 @@ def test_hold_holds_the_measured_pose_not_the_last_command_or_zero():
 
 
 def test_rate_limit_applies_to_what_goes_out_by_the_elapsed_time():
-    ctl, clock, policy, _ = controller({"rate_limit": 1.0}, {"soft_start_s": 0})
+    ctl, clock, policy, _ = controller({"rate_limit": 1.0}, {"soft_start_s": 0}, interface="velocity")
     ctl.activate()
-    ctl.set_measured(np.zeros(3))
     ctl.observe(OBS)
     policy.value = np.array([1.0, -1.0, 0.0])
-    first = ctl.step().action  # the first output after activation: nothing to limit from
+    first = ctl.step().action  # velocity: the first output after activation has nothing to limit from
     np.testing.assert_allclose(first, [1.0, -1.0, 0.0])
     policy.value = np.array([-1.0, 1.0, 0.0])
     clock.advance(0.02)
     np.testing.assert_allclose(ctl.step().action, [0.98, -0.98, 0.0])
     clock.advance(0.1)  # a longer period allows a larger step
     np.testing.assert_allclose(ctl.step().action, [0.88, -0.88, 0.0])
+
+
+def test_position_without_soft_start_the_first_command_is_rate_limited_from_the_measured_pose():
+    ctl, clock, policy, _ = controller({"rate_limit": 2.0}, {"soft_start_s": 0}, control_period_s=0.02)
+    ctl.activate()
+    ctl.set_measured(np.array([0.5, 0.5, 0.5]))
+    ctl.observe(OBS)
+    policy.value = np.array([1.0, -1.0, 0.5])
+    np.testing.assert_allclose(ctl.step().action, [0.54, 0.46, 0.5])  # 2 rad/s x one 20 ms period
 
 
 def test_estop_latches_the_safe_action_until_a_reset_across_swaps_and_tiers():

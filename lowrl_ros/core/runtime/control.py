@@ -521,7 +521,11 @@ class PolicyController:
         if soft_s > 0:
             alpha = min(1.0, (now - self._soft_t0) / soft_s)
             target = self._soft_from + alpha * (target - self._soft_from)
-        target = self.actions.limit_rate(target, self._last_out, now - self._last_out_time)
+        previous, elapsed = self._last_out, now - self._last_out_time
+        if previous is None and self.actions.interface == "position":
+            # The first command after activation: limited from where the joints are, over one period.
+            previous, elapsed = self._measured, self.config.control_period_s
+        target = self.actions.limit_rate(target, previous, elapsed)
         return StepResult(target, "policy", latency_s=latency)
 
     def stats(self) -> dict[str, float]:
