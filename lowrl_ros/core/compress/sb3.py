@@ -67,9 +67,15 @@ def read_sb3_data(model_path: Path) -> dict[str, Any]:
         raise ImportRefused(f"{model_path}: not a Stable-Baselines3 model zip ({exc}; truncated or not a zip); "
                             "give the .zip written by model.save()") from None
     except (KeyError, TypeError, ValueError, OSError, EOFError, zipfile.LargeZipFile) as exc:
-        raise ImportRefused(f"{model_path}: not a Stable-Baselines3 model zip ({type(exc).__name__}: {exc}); "
-                            "give the .zip written by model.save()") from None
+        raise ImportRefused(f"{model_path}: not a Stable-Baselines3 model zip ({type(exc).__name__}: "
+                            f"{_one_line(exc)}); give the .zip written by model.save()") from None
     return data
+
+
+def _one_line(exc: BaseException, limit: int = 160) -> str:
+    """An exception's text on one line, shortened (the CLI prints exactly one line)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _class_name(entry: dict[str, Any]) -> str:
@@ -142,9 +148,8 @@ def load_sb3_model(model_path: Path, algo: str = "auto"):
     try:
         model = cls.load(str(model_path), device="cpu")
     except Exception as exc:  # noqa: BLE001 - torch/pickle raise anything on a damaged zip; report it in one line
-        msg = str(exc).splitlines()[0] if str(exc) else ""
         raise ImportRefused(f"{model_path}: SB3 could not load this {algo.upper()} zip ({type(exc).__name__}: "
-                            f"{msg[:200]}); re-save it with model.save()") from None
+                            f"{_one_line(exc)}); re-save it with model.save()") from None
     return model, algo
 
 
@@ -351,7 +356,7 @@ def vecnormalize_stats(path: Path, obs_dim: int) -> VecNormStats:
             from None
     except Exception as exc:  # noqa: BLE001 - unpickling raises anything on a damaged file
         raise ImportRefused(f"--vecnormalize {path}: not a readable pickle ({type(exc).__name__}: "
-                            f"{str(exc)[:120]}); give the file written by VecNormalize.save()") from None
+                            f"{_one_line(exc)}); give the file written by VecNormalize.save()") from None
     if not isinstance(obj, VecNormalize):
         raise ImportRefused(f"--vecnormalize {path}: holds a {type(obj).__module__}.{type(obj).__name__}, not a "
                             "VecNormalize; give the file written by VecNormalize.save() (not the model zip)")
