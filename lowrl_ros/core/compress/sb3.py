@@ -66,7 +66,11 @@ def read_sb3_data(model_path: Path) -> dict[str, Any]:
     except zipfile.BadZipFile as exc:
         raise ImportRefused(f"{model_path}: not a Stable-Baselines3 model zip ({exc}; truncated or not a zip); "
                             "give the .zip written by model.save()") from None
-    except (KeyError, TypeError, ValueError, OSError, EOFError, zipfile.LargeZipFile) as exc:
+    except KeyError:
+        raise ImportRefused(f"{model_path}: not a Stable-Baselines3 model zip (no 'data' entry with a policy class: "
+                            "truncated, or not written by model.save()); give the .zip written by model.save()") \
+            from None
+    except (TypeError, ValueError, OSError, EOFError, zipfile.LargeZipFile) as exc:
         raise ImportRefused(f"{model_path}: not a Stable-Baselines3 model zip ({type(exc).__name__}: "
                             f"{_one_line(exc)}); give the .zip written by model.save()") from None
     return data
