@@ -96,21 +96,22 @@ def _engine_ready(imported) -> bool:
     return imported.weights.hidden_activation in activations.LEGACY and not imported.contract.uses_v2
 
 
-CASES = [  # (algo, activation, extra constructor kwargs)
-    ("ppo", None, {}),  # SB3's default for PPO: Tanh
-    ("ppo", "relu", {}),
-    ("a2c", "elu", {}),
-    ("sac", None, {}),  # SB3's default for SAC: ReLU
-    ("sac", "silu", {}),
-    ("td3", "tanh", {}),
-    ("td3", "gelu_tanh", {}),
-    ("ddpg", "softsign", {}),
-    ("a2c", "leaky_relu", {"use_sde": True, "policy_kwargs": {"squash_output": True}}),  # tanh + unscale
-    ("sac", "relu", {"use_sde": True}),  # Hardtanh(±clip_mean) before tanh: narrowed limits
+CASES = [  # (id, algo, activation, extra constructor kwargs)
+    ("ppo", "ppo", None, {}),  # SB3's default for PPO: Tanh
+    ("ppo-relu-separate-pi-vf", "ppo", "relu",
+     {"policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [16]}, "share_features_extractor": False}}),
+    ("a2c-elu", "a2c", "elu", {}),
+    ("sac", "sac", None, {}),  # SB3's default for SAC: ReLU
+    ("sac-silu", "sac", "silu", {}),
+    ("td3-tanh", "td3", "tanh", {}),
+    ("td3-gelu_tanh", "td3", "gelu_tanh", {}),
+    ("ddpg-softsign", "ddpg", "softsign", {}),
+    ("a2c-leaky_relu-gsde-squash", "a2c", "leaky_relu", {"use_sde": True, "policy_kwargs": {"squash_output": True}}),
+    ("sac-gsde", "sac", "relu", {"use_sde": True}),  # Hardtanh(±clip_mean) before tanh: narrowed limits
 ]
 
 
-@pytest.mark.parametrize("algo, activation, kwargs", CASES, ids=[f"{a}-{b}{'-sde' if k else ''}" for a, b, k in CASES])
+@pytest.mark.parametrize("algo, activation, kwargs", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_fp32_parity_with_predict(tmp_path, algo, activation, kwargs):
     model = _model(algo, activation, **kwargs)
     imported = _import(model, tmp_path)
