@@ -21,7 +21,6 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: 
 from lowrl_ros.cli import main as lowrl_main  # noqa: E402
 from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, load_source, write_imported  # noqa: E402
 from lowrl_ros.core.compress.sb3 import detect_algo, import_sb3, load_sb3  # noqa: E402
-from lowrl_ros.core.runtime import activations  # noqa: E402
 from lowrl_ros.core.runtime.artifact import load_weights, reference_action  # noqa: E402
 from lowrl_ros.core.runtime.engines import load_artifact  # noqa: E402
 from lowrl_ros.core.sim.evaluate import evaluate  # noqa: E402
@@ -86,16 +85,6 @@ def _import(model, tmp_path, name="m", **options):
     return load_sb3(tmp_path / f"{name}.zip", ImportOptions(**options))
 
 
-def _engine_ready(imported) -> bool:
-    """True when the ONNX graph and engines implement what this artifact uses.
-
-    TODO(rt): the graph builder and engines for the new activations, obs_clip and the action transform
-    are being written in parallel (issue 17 §2); until they are on main, artifacts that use them are
-    checked against the fp32 reference only. Once merged, this returns True for everything.
-    """
-    return imported.weights.hidden_activation in activations.LEGACY and not imported.contract.uses_v2
-
-
 CASES = [  # (id, algo, activation, extra constructor kwargs)
     ("ppo", "ppo", None, {}),  # SB3's default for PPO: Tanh
     ("ppo-relu-separate-pi-vf", "ppo", "relu",
@@ -132,11 +121,10 @@ def test_fp32_parity_with_predict(tmp_path, algo, activation, kwargs):
         assert (got == BoxEnv.action_space.low).any(0).all() and (got == BoxEnv.action_space.high).any(0).all()
 
     out = write_imported(imported, tmp_path / "m.onnx")
-    if _engine_ready(imported):
-        for engine in ("ort", "numpy"):
-            policy = load_artifact(out, engine=engine)
-            acts = np.stack([policy.act(o) for o in obs])
-            assert np.abs(acts - want).max() <= FP32_TOL * SPAN.min(), (engine, np.abs(acts - want).max())
+    for engine in ("ort", "numpy"):
+        policy = load_artifact(out, engine=engine)
+        acts = np.stack([policy.act(o) for o in obs])
+        assert np.abs(acts - want).max() <= FP32_TOL * SPAN.min(), (engine, np.abs(acts - want).max())
 
 
 @pytest.mark.parametrize("algo, activation", [("ppo", None), ("a2c", "elu"), ("sac", None), ("td3", "tanh"),
@@ -154,11 +142,10 @@ def test_int8_within_budget(tmp_path, algo, activation):
     err = np.abs(reference_action(weights, contract, obs) - want).max(axis=0) / SPAN
     assert err.max() < INT8_TOL, err
     assert err.max() > 0  # int8 really changed something (the test can fail)
-    if _engine_ready(imported):
-        for engine in ("ort", "numpy"):
-            policy = load_artifact(out, engine=engine)
-            err = np.abs(np.stack([policy.act(o) for o in obs]) - want).max(axis=0) / SPAN
-            assert err.max() < INT8_TOL, (engine, err)
+    for engine in ("ort", "numpy"):
+        policy = load_artifact(out, engine=engine)
+        err = np.abs(np.stack([policy.act(o) for o in obs]) - want).max(axis=0) / SPAN
+        assert err.max() < INT8_TOL, (engine, err)
 
 
 def _pendulum_vecnormalize(tmp_path, *, norm_obs=True, steps=400):
@@ -191,10 +178,11 @@ def test_vecnormalize_folded_in(tmp_path, algo):
     want, _ = model.predict(normalised, deterministic=True)
     got = reference_action(imported.weights, c, obs)
     assert np.abs(got - want).max() <= FP32_TOL * 4.0, np.abs(got - want).max()  # Pendulum's range is 4
-    if _engine_ready(imported):
-        policy = load_artifact(write_imported(imported, tmp_path / "m.onnx"))
+    out = write_imported(imported, tmp_path / "m.onnx")
+    for engine in ("ort", "numpy"):
+        policy = load_artifact(out, engine=engine)
         acts = np.stack([policy.act(o) for o in obs])
-        assert np.abs(acts - want).max() <= FP32_TOL * 4.0
+        assert np.abs(acts - want).max() <= FP32_TOL * 4.0, (engine, np.abs(acts - want).max())
 
 
 def test_vecnormalize_without_norm_obs_folds_nothing(tmp_path):
@@ -223,15 +211,18 @@ def test_detect_algo_from_the_zip(tmp_path):
         assert load_source(tmp_path / f"{algo}.zip", None, ImportOptions()).contract.provenance["algo"] == algo
 
 
-@pytest.mark.parametrize("algo", ["ppo", "sac"])
+@pytest.mark.parametrize("algo", ["ppo", "ppo-vecnormalize", "sac"])
 def test_trained_on_pendulum_int8_return_within_3_percent(tmp_path, algo):
     """Train for seconds (the policy need not be good), deploy as int8, compare returns on the same seeds."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # at batch 64 a second thread only adds contention on a shared 2-core machine
+    venv = None
     try:
-        if algo == "ppo":
-            model = sb3.PPO("MlpPolicy", "Pendulum-v1", n_steps=256, batch_size=64, n_epochs=4, device="cpu", seed=0,
-                            policy_kwargs={"net_arch": [64, 64]})
+        if algo.startswith("ppo"):
+            if algo == "ppo-vecnormalize":  # as rl-zoo trains PPO on Pendulum: VecNormalize (obs and reward)
+                venv = VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")]))
+            model = sb3.PPO("MlpPolicy", venv or "Pendulum-v1", n_steps=256, batch_size=64, n_epochs=4, device="cpu",
+                            seed=0, policy_kwargs={"net_arch": [64, 64]})
             model.learn(1024)
         else:
             model = sb3.SAC("MlpPolicy", "Pendulum-v1", learning_starts=100, buffer_size=2000, batch_size=64,
@@ -240,11 +231,18 @@ def test_trained_on_pendulum_int8_return_within_3_percent(tmp_path, algo):
     finally:
         torch.set_num_threads(threads)
     model.save(tmp_path / "m.zip")
-    imported = load_sb3(tmp_path / "m.zip", ImportOptions(env_id="Pendulum-v1"))
-    assert _engine_ready(imported)  # relu/tanh, no new contract fields: the runtime has these today
+    options, normalise = ImportOptions(env_id="Pendulum-v1"), (lambda o: o)
+    if venv is not None:
+        venv.save(tmp_path / "vecnormalize.pkl")
+        venv.training = False
+        options = ImportOptions(env_id="Pendulum-v1", vecnormalize=tmp_path / "vecnormalize.pkl")
+        normalise = venv.normalize_obs
+    imported = load_sb3(tmp_path / "m.zip", options)
+    assert (imported.contract.obs_clip == 10.0) == (venv is not None)
     policy = load_artifact(write_imported(imported, tmp_path / "q.onnx", int8=True))
     ours = evaluate(policy.act, "Pendulum-v1", episodes=4, seed=123)
-    theirs = evaluate(lambda o: model.predict(o, deterministic=True)[0], "Pendulum-v1", episodes=4, seed=123)
+    theirs = evaluate(lambda o: model.predict(normalise(o), deterministic=True)[0], "Pendulum-v1", episodes=4,
+                      seed=123)
     assert abs(ours.mean - theirs.mean) <= 0.03 * abs(theirs.mean), (ours, theirs)
 
 
