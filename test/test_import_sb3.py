@@ -300,3 +300,18 @@ def test_vecnormalize_pickle_is_read_as_a_user_saved_it(tmp_path):
     with open(tmp_path / "vecnormalize.pkl", "rb") as f:
         loaded = pickle.load(f)
     assert isinstance(loaded, VecNormalize) and np.array_equal(loaded.obs_rms.mean, venv.obs_rms.mean)
+
+
+def test_a_ppo_zip_is_a_distillation_teacher(tmp_path):
+    """`lowrl distill --teacher ppo.zip` reads the same actor (and only the actor's bytes count as its size)."""
+    from lowrl_ros.core.compress.teacher import load_teacher
+
+    model = _model("ppo")
+    model.save(tmp_path / "ppo.zip")
+    teacher = load_teacher(tmp_path / "ppo.zip")
+    assert teacher.kind == "sb3" and teacher.weights.output_activation == "none"
+    obs = _obs(200)
+    want, _ = model.predict(obs, deterministic=True)
+    assert np.abs(teacher.actions(obs) - want).max() <= FP32_TOL * SPAN.min()
+    whole = sum(p.numel() for p in model.policy.parameters()) * 4
+    assert teacher.state_dict_bytes < 0.8 * whole  # the critic is not part of the teacher

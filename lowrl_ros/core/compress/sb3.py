@@ -273,6 +273,16 @@ def sb3_actor(model, algo: str) -> MlpWeights:
     return MlpWeights(layers, hidden_activation=act or "relu", output_activation=output)
 
 
+def sb3_actor_module(model, algo: str):
+    """The torch modules of the deterministic actor (for its fp32 size: ``state_dict()``), critics left out."""
+    import torch.nn as nn
+
+    if algo in ("ppo", "a2c"):
+        return nn.ModuleDict({"policy_net": model.policy.mlp_extractor.policy_net,
+                              "action_net": model.policy.action_net})
+    return model.policy.actor
+
+
 def _env_dt(env_id: str) -> float:
     import gymnasium as gym
 
