@@ -322,7 +322,8 @@ class ObservationSpec:
         The sizes must add up to the contract's observation size; where the contract names its
         observations (anything but the generic ``obs_<i>``), each entry's contract name must begin
         with its term's ``name`` (set ``name:`` on a term to the policy's own term name, e.g.
-        Isaac Lab's ``base_ang_vel``) or, for a joint term, contain the entry's joint name. ``last_action`` must have the contract's action size.
+        Isaac Lab's ``base_ang_vel``) or, for a joint term, contain the entry's joint name.
+        ``last_action`` must have the contract's action size.
         """
         where = self.source or "robot file"
         for t in self.terms:
