@@ -456,6 +456,8 @@ class FineTuneNode(Node):
             tier=self.tier.label if self.tier is not None else "unknown")
         if t is not None:
             facts.updates, facts.buffer, facts.transitions_seen = t.updates, len(t.buffer), t.transitions_seen
+            facts.learner, facts.updates_per_s = t.learner, t.updates_per_s
+            facts.prior = len(t.prior) if t.prior is not None else 0
             facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
         statuses = diag.from_entries(finetune_status(facts, DIAG_PREFIX))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))

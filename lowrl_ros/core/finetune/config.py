@@ -8,11 +8,28 @@ from dataclasses import dataclass
 
 from lowrl_ros.core.config import field, require
 
+# docs/finetune.md, "Learners": kit = the kit's own SAC/TD3 (the default until `lowrl bench sim2real
+# --methods` says otherwise); crossq = CrossQ, UTD 1; rlpd = + the kit's sim replay in half of each batch,
+# LayerNorm critics, rlpd_updates_per_transition updates per transition.
+LEARNERS = ("kit", "sac", "td3", "crossq", "rlpd")
+
 
 @dataclass(frozen=True)
 class FineTuneConfig:
     """How the robot fine-tunes (finetune_node's parameters of the same names; trainer_node's ``finetune.<name>``)."""
 
+    learner: str = field("kit", "fine-tuning learner: kit (the kit's own SAC or TD3), sac, td3 (must match "
+                                "the kit), crossq (CrossQ: batch-renormalised critics, no targets), rlpd (the "
+                                "kit's sim replay in half of every batch, LayerNorm critics, UTD > 1)")
+    # RLPD's README runs UTD 20 on a GPU. On this project's 2-core machine one SAC update (obs 48, action 12,
+    # batch 128, 256x256, 1 thread) took ~18 ms of CPU (~54 updates per CPU-second, shared machine): UTD 2 at a
+    # 20 Hz robot is ~40 updates/s, most of one niced core. Faster CPUs can raise it; a slower learner only falls
+    # behind the cap (the status reports the updates/s achieved).
+    rlpd_updates_per_transition: float = field(2.0, "update-to-data ratio of the rlpd learner (its "
+                                                     "updates_per_transition)", range=(1e-3, 100.0))
+    prior_size: int = field(50_000, "rlpd: at most this many transitions of the kit's prior data (prior.npz) "
+                                    "held in memory, the newest; they count against memory_cap_mb",
+                            range=(0, 10_000_000))
     # 1e-3, measured in `lowrl bench sim2real` (docs/sim_to_real.md): as good as 1e-4 on Pendulum-v1 and far
     # better on InvertedPendulum-v5 (all 3 seeds to ~1000 on the gapped robot, against 29-43 % of the gap at 1e-4).
     lr: float = field(1e-3, "Adam learning rate of the fine-tuner", range=(1e-7, 1.0))
@@ -54,6 +71,11 @@ class FineTuneConfig:
     def __post_init__(self) -> None:
         need = functools.partial(require, owner="FineTuneConfig")
 
+        need(self.learner in LEARNERS, f"learner={self.learner!r} is not one of {', '.join(LEARNERS)} "
+                                       "(docs/finetune.md, Learners)")
+        need(self.rlpd_updates_per_transition > 0,
+             f"rlpd_updates_per_transition={self.rlpd_updates_per_transition} must be > 0 (e.g. 2)")
+        need(self.prior_size >= 0, f"prior_size={self.prior_size} must be >= 0 (0: no prior data)")
         need(self.lr > 0, f"lr={self.lr} must be > 0 (e.g. 1e-3)")
         for name in ("batch_size", "buffer_size", "min_transitions", "version_every_updates", "eval_episodes",
                      "threads", "updates_per_slice"):

@@ -6,6 +6,7 @@ A kit is a directory (docs/finetune.md)::
                 "obs_dim", "action_dim", "contract": {...PolicyContract of the deployed actor}}
     agent.pt   fp32 actor, twin critics and their targets, the RLx2 masks (SAC: log alpha) —
                no optimizer state (fine-tuning starts Adam afresh at its own learning rate)
+    prior.npz  optional: the newest transitions of the training run's replay (prior.py; the rlpd learner)
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from lowrl_ros.core.finetune.prior import write_prior
 from lowrl_ros.core.runtime.artifact import PolicyContract, load_weights
 from lowrl_ros.core.train.checkpoint import load_checkpoint
 from lowrl_ros.core.train.config import TrainConfig
@@ -81,6 +83,9 @@ def write_kit(run_dir: str | Path, kit_dir: str | Path, artifact: str | Path | N
     _, contract = load_weights(artifact)
     agent = make_agent(cfg, contract.obs_dim, contract.action_dim)
     agent.load_state_dict(state["agent"])
+    if "buffer" in state:  # before kit.json: a kit.json means the kit is whole
+        Path(kit_dir).mkdir(parents=True, exist_ok=True)
+        write_prior(kit_dir, state["buffer"])
     return write_kit_from_agent(agent, contract, kit_dir)
 
 

@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,21 @@ import torch
 
 from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit
+from lowrl_ros.core.finetune.prior import buffer_bytes, load_prior, mixed_batch
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
 from lowrl_ros.core.runtime.artifact import save_artifact
+from lowrl_ros.core.train.crossq import make_learner_agent
 from lowrl_ros.core.train.export import actor_weights
 from lowrl_ros.core.train.replay import ReplayBuffer
 from lowrl_ros.core.train.trainer import make_agent
 
 _KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
+# crossq and rlpd start fresh critics (the kit's have no normalisation layers): the actor waits this many
+# critic-only updates (or critic_warmup_updates if more) so a random critic cannot drag the kit's policy down.
+FRESH_CRITIC_WARMUP = 1000
+# The prior data may take at most this share of memory_cap_mb (the newest transitions are kept).
+_PRIOR_MEMORY_SHARE = 0.25
 
 
 # ---- the learner ----------------------------------------------------------------------------
@@ -66,15 +74,28 @@ class FineTuner:
         # "static": the masks never change on the robot (no drop/grow), but still gate every step.
         self.agent_config = cfg.replace(variant="static" if cfg.sparse else cfg.variant, lr=config.lr,
                                         batch_size=config.batch_size, seed=config.seed)
-        self.agent = make_agent(self.agent_config, kit.obs_dim, kit.action_dim)
-        self._load_agent(kit.agent_state)
+        # "kit", or the kit's own algorithm named: the kit's agent as it was trained; crossq/rlpd: crossq.py.
+        self.learner = "kit" if config.learner in ("kit", cfg.algo) else config.learner
+        self.agent = make_learner_agent(self.learner, self.agent_config, kit.obs_dim, kit.action_dim)
+        self.fresh_critic = self.learner != "kit"
+        self.critic_warmup = max(config.critic_warmup_updates, FRESH_CRITIC_WARMUP if self.fresh_critic else 0)
+        self.utd = config.rlpd_updates_per_transition if self.learner == "rlpd" else config.updates_per_transition
+        self.notes: list[str] = []
+        self._load_agent(kit.agent_state, critic=not self.fresh_critic)
         # The kit's actor and critic, frozen: the fixed yardstick of start states (start_value).
-        self._yardstick = (copy.deepcopy(self.agent.actor).requires_grad_(False),
-                           copy.deepcopy(self.agent.critic).requires_grad_(False))
+        kit_agent = self.agent
+        if self.fresh_critic:
+            kit_agent = make_agent(self.agent_config, kit.obs_dim, kit.action_dim)
+            self._load_agent(kit.agent_state, agent=kit_agent)
+        self._yardstick = (copy.deepcopy(kit_agent.actor).requires_grad_(False),
+                           copy.deepcopy(kit_agent.critic).requires_grad_(False))
+        del kit_agent
         c = kit.contract
         self._offset, self._scale = np.asarray(c.obs_offset), np.asarray(c.obs_scale)
         self._low, self._high = np.asarray(c.action_low), np.asarray(c.action_high)
         self.buffer = ReplayBuffer(kit.obs_dim, kit.action_dim, config.buffer_size)
+        self.prior = self._load_prior() if self.learner == "rlpd" else None
+        self.updates_per_s = 0.0  # measured: updates per second of update time (moving average)
         self.rng = np.random.default_rng(config.seed)
         self.updates = 0
         self.transitions_seen = 0
@@ -89,14 +110,31 @@ class FineTuner:
             self._states[base] = self._snapshot()
 
     # -- state --
-    def _load_agent(self, state: dict[str, Any]) -> None:
-        a = self.agent
+    def _load_prior(self):
+        """The kit's prior data (rlpd), bounded by prior_size and a share of the memory cap."""
+        c = self.config
+        per = buffer_bytes(ReplayBuffer(self.kit.obs_dim, self.kit.action_dim, 1))
+        fit = int(max(0.0, _PRIOR_MEMORY_SHARE * c.memory_cap_mb * 2**20 - buffer_bytes(self.buffer)) // per)
+        prior = load_prior(self.kit.path, self.kit.obs_dim, self.kit.action_dim, min(c.prior_size, fit))
+        if prior is None:
+            self.notes.append("rlpd: the kit has no prior data (prior.npz; prior_size 0 or no room under "
+                              "memory_cap_mb): learning from robot data alone")
+        elif len(prior) < c.prior_size:
+            self.notes.append(f"rlpd: {len(prior)} prior transitions (all the kit has, or what fits in "
+                              f"{_PRIOR_MEMORY_SHARE:.0%} of memory_cap_mb)")
+        return prior
+
+    def _load_agent(self, state: dict[str, Any], critic: bool = True, agent=None) -> None:
+        """Load actor (+ critic unless ``critic`` is False: a fresh-critic learner from a kit) into ``agent``."""
+        a = self.agent if agent is None else agent
         a.actor.load_state_dict(state["actor"])
-        a.critic.load_state_dict(state["critic"])
-        a.critic_target.load_state_dict(state["critic_target"])
+        if critic:
+            a.critic.load_state_dict(state["critic"])
+            if a.critic_target is not None:
+                a.critic_target.load_state_dict(state["critic_target"])
         if getattr(a, "actor_target", None) is not None and "actor_target" in state:
             a.actor_target.load_state_dict(state["actor_target"])
-        for name in ("actor_masker", "critic_masker"):
+        for name in ("actor_masker", "critic_masker") if critic else ("actor_masker",):
             masker = getattr(a, name)
             if masker is not None:
                 if name not in state:
@@ -118,7 +156,8 @@ class FineTuner:
         state = torch.load(learner, map_location="cpu", weights_only=False)
         if state.get("kit") != self._kit_id():
             raise ValueError(f"{learner} was written for another kit ({state.get('kit')}, this kit: "
-                             f"{self._kit_id()}); give this kit its own work_dir (or move the old one away)")
+                             f"{self._kit_id()}); give this kit (or learner) its own work_dir (or move the old "
+                             "one away)")
         self.agent.load_state_dict(state["agent"])
         self._states = state["states"]
         self.updates, self._last_version_updates = state["updates"], state["last_version_updates"]
@@ -129,8 +168,11 @@ class FineTuner:
 
     def _kit_id(self) -> dict[str, Any]:
         cfg = self.kit.train_config
-        return {"obs_dim": self.kit.obs_dim, "action_dim": self.kit.action_dim, "algo": cfg.algo,
-                "hidden": cfg.hidden, "depth": cfg.depth, "variant": cfg.variant, "env_id": cfg.env_id}
+        kit_id = {"obs_dim": self.kit.obs_dim, "action_dim": self.kit.action_dim, "algo": cfg.algo,
+                  "hidden": cfg.hidden, "depth": cfg.depth, "variant": cfg.variant, "env_id": cfg.env_id}
+        if self.learner != "kit":  # absent for the kit's own learner: older learner.pt files still resume
+            kit_id["learner"] = self.learner
+        return kit_id
 
     def save(self) -> None:
         """Write ``learner.pt`` and ``versions.json`` atomically (resume point)."""
@@ -183,17 +225,21 @@ class FineTuner:
     def can_update(self) -> bool:
         """Enough data, and under the update-to-data cap."""
         return (len(self.buffer) >= self.config.min_transitions
-                and self.updates < self.config.updates_per_transition * self.transitions_seen)
+                and self.updates < self.utd * self.transitions_seen)
 
     def update(self, n: int = 1) -> int:
         """Run up to ``n`` updates (fewer when the cap is reached); returns how many ran."""
         done = 0
+        started = time.perf_counter()
         while done < n and self.can_update():
-            self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, self.nstep, self.agent_config.gamma),
-                              train_actor=self.updates >= self.config.critic_warmup_updates,
-                              bc_weight=self.config.bc_weight)
+            batch = mixed_batch(self.buffer, self.prior, self.config.batch_size, self.rng, self.nstep,
+                                self.agent_config.gamma)
+            self.agent.update(batch, train_actor=self.updates >= self.critic_warmup, bc_weight=self.config.bc_weight)
             self.updates += 1
             done += 1
+        if done:
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            self.updates_per_s = rate if self.updates_per_s == 0.0 else 0.9 * self.updates_per_s + 0.1 * rate
         return done
 
     def weights_finite(self) -> bool:
@@ -202,7 +248,7 @@ class FineTuner:
 
     def version_due(self) -> bool:
         """N updates since the last version, and the running version has been judged."""
-        since = self.updates - max(self._last_version_updates, self.config.critic_warmup_updates)
+        since = self.updates - max(self._last_version_updates, self.critic_warmup)
         return since >= self.config.version_every_updates and self.tracker.judged()
 
     def make_version(self) -> VersionRecord:

@@ -92,6 +92,9 @@ class FineTuneFacts:
     rss_mb: float = 0.0
     memory_cap_mb: float = 0.0
     tier: str = "unknown"
+    learner: str = ""  # FineTuner.learner (kit, crossq, rlpd)
+    updates_per_s: float = 0.0  # measured over the update time (FineTuner.updates_per_s)
+    prior: int = 0  # prior transitions held (rlpd)
     # versions
     running_version: int = 0
     last_decision: str = "none"
@@ -124,7 +127,8 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
         StatusEntry(f"{prefix}/learner", level, f.paused_reason or f.state,
                     {"state": f.state, "updates": f.updates, "buffer": f.buffer,
                      "transitions_seen": f.transitions_seen, "backlog": f.backlog, "rss_mb": round(f.rss_mb, 1),
-                     "memory_cap_mb": f.memory_cap_mb, "tier": f.tier}),
+                     "memory_cap_mb": f.memory_cap_mb, "tier": f.tier, "learner": f.learner,
+                     "updates_per_s": round(f.updates_per_s, 1), "prior": f.prior}),
         StatusEntry(f"{prefix}/versions", OK, f.last_decision,
                     {"running": f.running_version, "current": f.current, "best": f.best, "next": f.next_version}),
     ]

@@ -23,14 +23,17 @@ class FusedMLP(nn.Module):
     Args:
         members: number of independent networks (1 for an actor, 2 for twin critics).
         sizes: layer widths from input to output, e.g. ``[obs_dim, 256, 256, out_dim]``.
+        layer_norm: LayerNorm (no affine: the next layer's weights carry the scale) after every
+            hidden layer, before the ReLU: RLPD's critics (the fine-tuner's ``rlpd`` learner).
     """
 
-    def __init__(self, members: int, sizes: list[int]) -> None:
+    def __init__(self, members: int, sizes: list[int], layer_norm: bool = False) -> None:
         super().__init__()
         if members < 1 or len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"FusedMLP needs members >= 1 and at least two positive sizes, got {members}, {sizes}")
         self.members = members
         self.sizes = list(sizes)
+        self.layer_norm = bool(layer_norm)
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
@@ -47,6 +50,8 @@ class FusedMLP(nn.Module):
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             x = torch.baddbmm(b, x, w)
             if i < last:
+                if self.layer_norm:
+                    x = nn.functional.layer_norm(x, x.shape[-1:])
                 x = torch.relu_(x)  # in place: baddbmm's backward does not need its output
         return x
 
@@ -103,9 +108,9 @@ class DeterministicActor(nn.Module):
 class TwinCritic(nn.Module):
     """Two Q-networks Q(s, a) as one fused two-member MLP; output ``[2, B]``."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int, depth: int) -> None:
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, depth: int, layer_norm: bool = False) -> None:
         super().__init__()
-        self.net = FusedMLP(2, [obs_dim + act_dim] + [hidden] * depth + [1])
+        self.net = FusedMLP(2, [obs_dim + act_dim] + [hidden] * depth + [1], layer_norm=layer_norm)
 
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([obs, act], dim=-1)).squeeze(-1)
@@ -117,6 +122,8 @@ class TwinCritic(nn.Module):
         for i, (w, b) in enumerate(zip(self.net.weights, self.net.biases)):
             x = torch.addmm(b[0], x, w[0])
             if i < last:
+                if self.net.layer_norm:
+                    x = nn.functional.layer_norm(x, x.shape[-1:])
                 x = torch.relu_(x)  # in place: baddbmm's backward does not need its output
         return x.squeeze(-1)
 
