@@ -1,4 +1,4 @@
-"""The fine-tuner's learners (FineTuneConfig.learner): CrossQ's BatchRenorm critics without target
+"""The fine-tuner's learners (FineTuneConfig.algorithm): CrossQ's BatchRenorm critics without target
 networks, RLPD-style prior data in half of every batch with LayerNorm critics, and a short
 FineTuneSession with each learner that makes a version. No ROS; real torch and gymnasium."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lowrl_ros.core.finetune import learner as learner_module
-from lowrl_ros.core.finetune.config import LEARNERS, FineTuneConfig
+from lowrl_ros.core.finetune.config import ALGORITHMS, FineTuneConfig
 from lowrl_ros.core.finetune.kit import load_kit
 from lowrl_ros.core.finetune.learner import FineTuner
 from lowrl_ros.core.finetune.prior import PRIOR_FILE, load_prior, mixed_batch
@@ -145,15 +145,15 @@ def test_rlpd_batches_are_half_prior_half_robot_and_its_critics_have_layernorm()
 def test_rlpd_fine_tuner_loads_the_kits_prior_data_and_old_kits_without_it(tiny_kit, tmp_path):
     kit = load_kit(tiny_kit[0])
     assert (tiny_kit[0] / PRIOR_FILE).is_file()  # write_kit kept the training run's replay
-    tuner = FineTuner(kit, FineTuneConfig(learner="rlpd", **SMALL), tmp_path / "a")
+    tuner = FineTuner(kit, FineTuneConfig(algorithm="rlpd", **SMALL), tmp_path / "a")
     assert tuner.learner == "rlpd" and tuner.prior is not None and len(tuner.prior) > 0
     assert tuner.utd == FineTuneConfig.rlpd_updates_per_transition
-    capped = FineTuner(kit, FineTuneConfig(learner="rlpd", prior_size=50, **SMALL), tmp_path / "b")
+    capped = FineTuner(kit, FineTuneConfig(algorithm="rlpd", prior_size=50, **SMALL), tmp_path / "b")
     assert len(capped.prior) == 50
     old = tmp_path / "old_kit"
     shutil.copytree(tiny_kit[0], old)
     (old / PRIOR_FILE).unlink()
-    bare = FineTuner(load_kit(old), FineTuneConfig(learner="rlpd", **SMALL), tmp_path / "c")
+    bare = FineTuner(load_kit(old), FineTuneConfig(algorithm="rlpd", **SMALL), tmp_path / "c")
     assert bare.prior is None and "no prior data" in bare.notes[0]
     assert load_prior(old, kit.obs_dim, kit.action_dim, 100) is None
     with pytest.raises(ValueError, match="re-write the kit"):
@@ -162,9 +162,9 @@ def test_rlpd_fine_tuner_loads_the_kits_prior_data_and_old_kits_without_it(tiny_
 
 # ---- config -----------------------------------------------------------------------------------
 def test_learner_config_is_validated_with_a_clear_message(tiny_kit, tmp_path):
-    assert FineTuneConfig().learner == "kit" and set(LEARNERS) == {"kit", "sac", "td3", "crossq", "rlpd"}
-    with pytest.raises(ValueError, match="learner='ppo' is not one of kit, sac, td3, crossq, rlpd"):
-        FineTuneConfig(learner="ppo")
+    assert FineTuneConfig().algorithm == "kit" and set(ALGORITHMS) == {"kit", "sac", "td3", "crossq", "rlpd"}
+    with pytest.raises(ValueError, match="algorithm='ppo' is not one of kit, sac, td3, crossq, rlpd"):
+        FineTuneConfig(algorithm="ppo")
     with pytest.raises(ValueError, match="rlpd_updates_per_transition"):
         FineTuneConfig(rlpd_updates_per_transition=0.0)
     with pytest.raises(ValueError, match="prior_size"):
@@ -172,16 +172,16 @@ def test_learner_config_is_validated_with_a_clear_message(tiny_kit, tmp_path):
     kit = load_kit(tiny_kit[0])
     other = "td3" if kit.train_config.algo == "sac" else "sac"
     with pytest.raises(ValueError, match=f"needs a {other.upper()} kit"):
-        FineTuner(kit, FineTuneConfig(learner=other, **SMALL), tmp_path)
+        FineTuner(kit, FineTuneConfig(algorithm=other, **SMALL), tmp_path)
     # The kit's own algorithm named is the same learner as "kit" (and resumes its learner.pt).
-    assert FineTuner(kit, FineTuneConfig(learner=kit.train_config.algo, **SMALL), tmp_path / "own").learner == "kit"
+    assert FineTuner(kit, FineTuneConfig(algorithm=kit.train_config.algo, **SMALL), tmp_path / "own").learner == "kit"
 
 
 # ---- a short session per learner ------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["kit", "crossq", "rlpd"])
 def test_a_short_session_with_each_learner_makes_a_version(name, tiny_kit, tmp_path, monkeypatch):
     monkeypatch.setattr(learner_module, "FRESH_CRITIC_WARMUP", 10)  # seconds, not a real warm-up
-    session = FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(learner=name, **SMALL), tmp_path,
+    session = FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(algorithm=name, **SMALL), tmp_path,
                               base_path=str(tiny_kit[1]))
     tuner = session.tuner
     assert tuner.critic_warmup == (10 if name != "kit" else 0)
@@ -200,9 +200,9 @@ def test_a_short_session_with_each_learner_makes_a_version(name, tiny_kit, tmp_p
     assert values["learner"] == name and values["updates_per_s"] > 0 and (values["prior"] > 0) == (name == "rlpd")
     # The version's weights resume: a new session on the same directory gets the same learner back.
     session.close()
-    again = FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(learner=name, **SMALL), tmp_path,
+    again = FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(algorithm=name, **SMALL), tmp_path,
                             base_path=str(tiny_kit[1]))
     assert again.tuner.updates == tuner.updates
     if name != "kit":
         with pytest.raises(ValueError, match="another kit"):
-            FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(learner="kit", **SMALL), tmp_path)
+            FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(algorithm="kit", **SMALL), tmp_path)

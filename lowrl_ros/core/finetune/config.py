@@ -8,17 +8,17 @@ from dataclasses import dataclass
 
 from lowrl_ros.core.config import field, require
 
-# docs/finetune.md, "Learners": kit = the kit's own SAC/TD3 (the default until `lowrl bench sim2real
-# --methods` says otherwise); crossq = CrossQ, UTD 1; rlpd = + the kit's sim replay in half of each batch,
-# LayerNorm critics, rlpd_updates_per_transition updates per transition.
-LEARNERS = ("kit", "sac", "td3", "crossq", "rlpd")
+# docs/finetune.md, "Learners" (finetune_node's own `learner` parameter is robot | offboard): kit = the kit's own
+# SAC/TD3 (the default until `lowrl bench sim2real --methods` says otherwise); crossq = CrossQ, UTD 1; rlpd = the
+# kit's sim replay in half of each batch, LayerNorm critics, rlpd_updates_per_transition updates per transition.
+ALGORITHMS = ("kit", "sac", "td3", "crossq", "rlpd")
 
 
 @dataclass(frozen=True)
 class FineTuneConfig:
     """How the robot fine-tunes (finetune_node's parameters of the same names; trainer_node's ``finetune.<name>``)."""
 
-    learner: str = field("kit", "fine-tuning learner: kit (the kit's own SAC or TD3), sac, td3 (must match "
+    algorithm: str = field("kit", "fine-tuning algorithm: kit (the kit's own SAC or TD3), sac, td3 (must match "
                                 "the kit), crossq (CrossQ: batch-renormalised critics, no targets), rlpd (the "
                                 "kit's sim replay in half of every batch, LayerNorm critics, UTD > 1)")
     # RLPD's README runs UTD 20 on a GPU. On this project's 2-core machine one SAC update (obs 48, action 12,
@@ -71,7 +71,7 @@ class FineTuneConfig:
     def __post_init__(self) -> None:
         need = functools.partial(require, owner="FineTuneConfig")
 
-        need(self.learner in LEARNERS, f"learner={self.learner!r} is not one of {', '.join(LEARNERS)} "
+        need(self.algorithm in ALGORITHMS, f"algorithm={self.algorithm!r} is not one of {', '.join(ALGORITHMS)} "
                                        "(docs/finetune.md, Learners)")
         need(self.rlpd_updates_per_transition > 0,
              f"rlpd_updates_per_transition={self.rlpd_updates_per_transition} must be > 0 (e.g. 2)")

@@ -75,7 +75,7 @@ class FineTuner:
         self.agent_config = cfg.replace(variant="static" if cfg.sparse else cfg.variant, lr=config.lr,
                                         batch_size=config.batch_size, seed=config.seed)
         # "kit", or the kit's own algorithm named: the kit's agent as it was trained; crossq/rlpd: crossq.py.
-        self.learner = "kit" if config.learner in ("kit", cfg.algo) else config.learner
+        self.learner = "kit" if config.algorithm in ("kit", cfg.algo) else config.algorithm
         self.agent = make_learner_agent(self.learner, self.agent_config, kit.obs_dim, kit.action_dim)
         self.fresh_critic = self.learner != "kit"
         self.critic_warmup = max(config.critic_warmup_updates, FRESH_CRITIC_WARMUP if self.fresh_critic else 0)

@@ -235,7 +235,7 @@ LEARNER_AGENTS = {"crossq": (CrossQSACAgent, CrossQTD3Agent), "rlpd": (LayerNorm
 
 
 def make_learner_agent(learner: str, cfg, obs_dim: int, act_dim: int) -> OffPolicyAgent:
-    """The agent of fine-tuning ``learner`` (FineTuneConfig.learner) for a kit trained with ``cfg``.
+    """The agent of fine-tuning ``learner`` (FineTuneConfig.algorithm) for a kit trained with ``cfg``.
 
     ValueError when the learner does not fit the kit (``sac`` asked of a TD3 kit and so on).
     """
@@ -244,9 +244,9 @@ def make_learner_agent(learner: str, cfg, obs_dim: int, act_dim: int) -> OffPoli
     if learner in ("kit", cfg.algo):
         return make_agent(cfg, obs_dim, act_dim)
     if learner in ("sac", "td3"):
-        raise ValueError(f"learner={learner!r} needs a {learner.upper()} kit, but this kit was trained with "
-                         f"{cfg.algo}; use learner=kit (or {cfg.algo}), crossq or rlpd")
+        raise ValueError(f"algorithm={learner!r} needs a {learner.upper()} kit, but this kit was trained with "
+                         f"{cfg.algo}; use algorithm=kit (or {cfg.algo}), crossq or rlpd")
     if learner not in LEARNER_AGENTS:
-        raise ValueError(f"learner={learner!r} is not one of kit, sac, td3, crossq, rlpd")
+        raise ValueError(f"algorithm={learner!r} is not one of kit, sac, td3, crossq, rlpd")
     sac_cls, td3_cls = LEARNER_AGENTS[learner]
     return (sac_cls if cfg.algo == "sac" else td3_cls)(cfg, obs_dim, act_dim)
