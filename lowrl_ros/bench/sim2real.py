@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -48,8 +49,17 @@ BENCH_GAP = dict(mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_d
 ENV_GAP = {"Pendulum-v1": dict(joint_offset=0.3)}
 
 
+# FineTuneConfig.algorithm values compared in one run: kit = the kit's own SAC/TD3 (finetune_node's default).
+METHODS = ("kit", "crossq", "rlpd")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from lowrl_ros.core.finetune.config import ALGORITHMS
+
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(ALGORITHMS),
+                        help="fine-tuning algorithms compared on the same sim policy, gap and episodes "
+                             "(FineTuneConfig.algorithm; default: kit crossq rlpd)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--robot-steps", type=int, default=10_000, help="K: robot steps of fine-tuning (10000)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per return figure (10)")
@@ -122,11 +132,15 @@ def _config_tag(cfg) -> str:
 def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     """Train (or reuse) the sim policy; return its run directory (checkpoint.pt, actor_int8.onnx, kit/)."""
     from lowrl_ros.core.finetune.kit import write_kit
+    from lowrl_ros.core.finetune.prior import PRIOR_FILE
     from lowrl_ros.core.train.export import export_actor
     from lowrl_ros.core.train.trainer import Trainer
 
     cfg = _sim_config(env_id, seed, args)
     run_dir = args.runs_dir / f"{env_id}-s{seed}-{cfg.total_steps}-{_config_tag(cfg)}"
+    if (run_dir / "kit" / "kit.json").is_file() and not (run_dir / "kit" / PRIOR_FILE).is_file() \
+            and (run_dir / "checkpoint.pt").is_file():  # a kit cached before kits carried prior data
+        write_kit(run_dir, run_dir / "kit", artifact=run_dir / "actor_int8.onnx")
     if not (run_dir / "kit" / "kit.json").is_file():
         print(f"  training the sim policy: {env_id}, {cfg.algo} {cfg.variant}, {cfg.total_steps} steps, seed {seed}",
               flush=True)
@@ -228,6 +242,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     session = FineTuneSession(load_kit(run_dir / "kit"), config, out_dir, base_path=base, nstep=nstep,
                               train_on_truncated=nstep > 1, versions_between_episodes=True)
     tuner = session.tuner
+    per_step = max(int(updates_per_step), math.ceil(tuner.utd))  # rlpd's own UTD may be above the bench's
+    update_s = 0.0
     proc = psutil.Process()
     judge = EpisodeJudge()
     deployed = tuner.tracker.current
@@ -247,7 +263,9 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
         nxt, r, term, trunc, _ = env.step(action.astype(np.float32))
         ep_return += float(r)
         session.add(Transition(obs, action, float(r), nxt, bool(term), bool(trunc), deployed, 0.0))
-        session.step(updates_per_step)  # under the update-to-data cap, as on the robot
+        t0 = time.perf_counter()
+        session.step(per_step)  # under the update-to-data cap, as on the robot
+        update_s += time.perf_counter() - t0
         obs = nxt
         if term or trunc:
             returns.append((step + 1, deployed, ep_return))
@@ -270,11 +288,28 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     buf = io.BytesIO()
     torch.save({k: v.to(torch.float32).contiguous() for k, v in tuner.agent.actor.state_dict().items()}, buf)
     return {"best_version": best.version, "best_path": best.path, "versions": len(tracker.versions),
-            "updates": tuner.updates, "wall_s": round(wall, 1), "rss_mb_max": round(rss_max, 1),
+            "updates": tuner.updates, "wall_s": round(wall, 1), "algorithm": tuner.learner,
+            "updates_per_s": round(tuner.updates / update_s, 1) if update_s > 0 else float("nan"),
+            "learner_notes": list(tuner.notes), "rss_mb_max": round(rss_max, 1),
             "episode_returns": returns, "version_bytes": artifact_bytes,
             "fp32_state_dict_bytes": buf.getbuffer().nbytes,
             "statuses": {v.version: v.status for v in tracker.versions.values()},
             "version_paths": {v.version: v.path for v in tracker.versions.values()}, "out_dir": str(out_dir)}
+
+
+def _steps_to_half_gap(episodes: list, before: float, sim: float, window: int) -> int | None:
+    """Robot steps until the mean return of the last ``window`` robot episodes first reaches half the gap.
+
+    ``episodes`` is fine_tune's (step at the episode's end, version, return) list; None if never.
+    """
+    if sim - before <= 1e-9:
+        return None
+    goal = before + 0.5 * (sim - before)
+    rets = [r for _, _, r in episodes]
+    for k in range(window, len(rets) + 1):
+        if float(np.mean(rets[k - window:k])) >= goal:
+            return int(episodes[k - 1][0])
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -306,7 +341,8 @@ def run(args: argparse.Namespace) -> int:
                      "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
-                     "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step,
+                     "bc_weight": args.bc_weight, "methods": list(args.methods),
+                     "updates_per_step": args.updates_per_step,
                      "judge_baseline": not args.plain_judging, "train_set": list(args.train_set),
                      "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None,
                      "runs": []}
@@ -320,69 +356,79 @@ def run(args: argparse.Namespace) -> int:
             eval_seed = 10_000 + 100 * seed
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
-            ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
-                           args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
-                           updates_per_step=args.updates_per_step, bc_weight=args.bc_weight,
-                           judge_baseline=not args.plain_judging)
-            after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
-            s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
-            recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
-            made = {}
-            if args.all_versions:  # every version on the same episodes (the base's figure is `before`)
-                means = {v: float(np.mean(gap_returns(path, env_id, gap, args.eval_episodes, eval_seed)))
-                         for v, path in ft["version_paths"].items() if path != str(base)}
-                if means:
-                    top = max(means, key=means.get)
-                    made = {"version_means": means, "best_made": top, "best_made_return": means[top],
-                            "best_made_recovered_pct": 100.0 * (means[top] - b) / (s - b) if s - b > 1e-9
-                            else float("nan")}
-                    print(f"  best version made: v{top} {means[top]:.1f} "
-                          f"({made['best_made_recovered_pct']:.0f} %)", flush=True)
             oracle = {}
-            if args.oracle:
+            if args.oracle:  # once per seed, shared by the methods
                 o = gap_returns(oracle_policy(env_id, seed, gap, args), env_id, gap, args.eval_episodes, eval_seed)
                 om = float(np.mean(o))
-                oracle = {"oracle": om, "oracle_returns": o,
-                          "recovered_vs_oracle_pct": 100.0 * (a - b) / (om - b) if om - b > 1e-9 else float("nan")}
+                oracle = {"oracle": om, "oracle_returns": o}
                 print(f"  oracle (trained on the gapped robot): {om:.1f}", flush=True)
-            per_update = float(np.mean(ft["version_bytes"])) if ft["version_bytes"] else float("nan")
-            ratio = ft["fp32_state_dict_bytes"] / per_update if ft["version_bytes"] else float("nan")
-            run = {"env_id": env_id, "seed": seed, "sim": s, "before": b, "after": a, "recovered_pct": recovered,
-                   "sim_returns": sim, "before_returns": before, "after_returns": after,
-                   "bytes_per_update": per_update, "fp32_dense_bytes": ft["fp32_state_dict_bytes"],
-                   "bytes_ratio": ratio, **{k: v for k, v in ft.items() if k != "episode_returns"},
-                   "robot_episode_returns": ft["episode_returns"], **oracle, **made}
-            results["runs"].append(run)
-            print(f"  sim {s:.1f}, gapped before {b:.1f}, after {a:.1f} (best v{ft['best_version']} of "
-                  f"{ft['versions']}): {recovered:.0f} % of the gap recovered; {per_update:.0f} B per update vs "
-                  f"{ft['fp32_state_dict_bytes']} B fp32 dense ({ratio:.1f}x); rss max {ft['rss_mb_max']} MB; "
-                  f"{ft['wall_s']} s", flush=True)
-            rows.append(f"| {env_id} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % "
-                        f"| v{ft['best_version']} of {ft['versions']} "
-                        f"| {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
-                        f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} | "
-                        + (f"{oracle['oracle']:.1f} ({oracle['recovered_vs_oracle_pct']:.0f} %) |"
-                           if oracle else "- |")
-                        + (f" v{made['best_made']} {made['best_made_return']:.1f} "
-                           f"({made['best_made_recovered_pct']:.0f} %) |" if made else " - |"))
+            for method in args.methods:
+                ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
+                               args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
+                               updates_per_step=args.updates_per_step, bc_weight=args.bc_weight,
+                               judge_baseline=not args.plain_judging, algorithm=method)
+                after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
+                s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
+                recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
+                made = {}
+                if args.all_versions:  # every version on the same episodes (the base's figure is `before`)
+                    means = {v: float(np.mean(gap_returns(path, env_id, gap, args.eval_episodes, eval_seed)))
+                             for v, path in ft["version_paths"].items() if path != str(base)}
+                    if means:
+                        top = max(means, key=means.get)
+                        made = {"version_means": means, "best_made": top, "best_made_return": means[top],
+                                "best_made_recovered_pct": 100.0 * (means[top] - b) / (s - b) if s - b > 1e-9
+                                else float("nan")}
+                        print(f"  best version made: v{top} {means[top]:.1f} "
+                              f"({made['best_made_recovered_pct']:.0f} %)", flush=True)
+                if oracle:
+                    om = oracle["oracle"]
+                    oracle["recovered_vs_oracle_pct"] = 100.0 * (a - b) / (om - b) if om - b > 1e-9 else float("nan")
+                per_update = float(np.mean(ft["version_bytes"])) if ft["version_bytes"] else float("nan")
+                ratio = ft["fp32_state_dict_bytes"] / per_update if ft["version_bytes"] else float("nan")
+                half = _steps_to_half_gap(ft["episode_returns"], b, s, args.judge_episodes)
+                run = {"env_id": env_id, "method": method, "steps_to_half_gap": half, "seed": seed, "sim": s,
+                       "before": b, "after": a, "recovered_pct": recovered,
+                       "sim_returns": sim, "before_returns": before, "after_returns": after,
+                       "bytes_per_update": per_update, "fp32_dense_bytes": ft["fp32_state_dict_bytes"],
+                       "bytes_ratio": ratio, **{k: v for k, v in ft.items() if k != "episode_returns"},
+                       "robot_episode_returns": ft["episode_returns"], **dict(oracle), **made}
+                results["runs"].append(run)
+                print(f"  [{method}] sim {s:.1f}, gapped before {b:.1f}, after {a:.1f} (best v{ft['best_version']} of "
+                      f"{ft['versions']}): {recovered:.0f} % of the gap recovered; {per_update:.0f} B per update vs "
+                      f"{ft['fp32_state_dict_bytes']} B fp32 dense ({ratio:.1f}x); rss max {ft['rss_mb_max']} MB; "
+                      f"{ft['wall_s']} s; {ft['updates_per_s']} updates/s; 50 % of the gap after "
+                      f"{half if half is not None else '-'} robot steps", flush=True)
+                rows.append(f"| {env_id} | {method} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % "
+                            f"| {half if half is not None else '-'} | {ft['updates_per_s']:.0f} "
+                            f"| v{ft['best_version']} of {ft['versions']} "
+                            f"| {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
+                            f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} | "
+                            + (f"{oracle['oracle']:.1f} ({oracle['recovered_vs_oracle_pct']:.0f} %) |"
+                               if oracle else "- |")
+                            + (f" v{made['best_made']} {made['best_made_return']:.1f} "
+                               f"({made['best_made_recovered_pct']:.0f} %) |" if made else " - |"))
     for env_id in args.envs:
-        rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]
-        results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
+        for method in args.methods:  # "kit" keeps the key of the runs before --methods
+            rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id and r["method"] == method]
+            key = env_id if method == "kit" else f"{env_id} {method}"
+            results[f"{key}_recovered_pct_mean"] = float(np.mean(rec))
     markdown = ("Reality gap: " + "; ".join(f"{env_id}: {g.describe()}" for env_id, g in gaps.items())
                 + f". K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
-                f"{args.updates_per_step} update(s) per robot step, "
+                f"{args.updates_per_step} update(s) per robot step (rlpd: its rlpd_updates_per_transition), "
                 f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}), "
                 + ("versions judged on plain mean returns, " if args.plain_judging
                    else "versions judged on returns adjusted for the start state, ")
                 + f"returns over {args.eval_episodes} seeded episodes"
                 + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
                    "robot from scratch" if args.oracle else "") + ".\n\n"
-                "| env | seed | sim return | gapped, before | gapped, after | gap recovered | version kept | "
+                "| env | method | seed | sim return | gapped, before | gapped, after | gap recovered | "
+                "robot steps to 50 % of the gap | updates/s | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
                 "oracle on the gap (recovered vs it) | best version made (recovered) |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     path = record.write_result("sim2real", results, markdown, **where)
     print(markdown)
     print(f"results: {path}")
