@@ -137,6 +137,14 @@ class _CrossQ:
 
     uses_target_critic = False
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if hasattr(self, "actor_target"):  # TD3 built one with its actor: CrossQ has no target networks
+            self.actor_target = None
+
+    def build_target_pairs(self) -> list:
+        return []
+
     def build_critic(self, hidden: int) -> BRNTwinCritic:
         return BRNTwinCritic(self.obs_dim, self.act_dim)
 
@@ -195,43 +203,32 @@ class _CrossQ:
             self.alpha_opt.step()
 
 
-class CrossQSACAgent(_CrossQ, SACAgent):
-    """CrossQ with SAC's actor, entropy term and learned temperature."""
-
-
-class CrossQTD3Agent(_CrossQ, TD3Agent):
-    """CrossQ with TD3's deterministic actor and smoothed target action; no target actor either."""
-
-    def build_actor(self, hidden: int):
-        actor = super().build_actor(hidden)
-        self.actor_target = None
-        return actor
-
-    def state_dict(self) -> dict:
-        state = OffPolicyAgent.state_dict(self)
-        state["noise_rng"] = self.noise_rng.bit_generator.state
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        OffPolicyAgent.load_state_dict(self, state)
-        self.noise_rng.bit_generator.state = state["noise_rng"]
-
-
 class _LayerNormCritic:
+    """RLPD's critics (LayerNorm) over a SAC or TD3 agent; its losses and target networks are the agent's."""
+
     def build_critic(self, hidden: int) -> TwinCritic:
         return TwinCritic(self.obs_dim, self.act_dim, hidden, self.cfg.depth, layer_norm=True)
 
 
-class LayerNormSACAgent(_LayerNormCritic, SACAgent):
-    """SAC with LayerNorm critics (RLPD's critic)."""
+_MIXINS = {"crossq": _CrossQ, "rlpd": _LayerNormCritic}
 
 
-class LayerNormTD3Agent(_LayerNormCritic, TD3Agent):
-    """TD3 with LayerNorm critics (RLPD's critic on a TD3 kit)."""
+def learner_class(learner: str, base: type) -> type:
+    """``base`` (an OffPolicyAgent class: SAC, TD3 or a kit's own) turned into the ``learner``'s agent class.
+
+    The constructor is ``base``'s; the learner only swaps the critic and, for CrossQ, the update.
+    """
+    if learner not in _MIXINS:
+        raise ValueError(f"algorithm={learner!r} is not one of kit, sac, td3, crossq, rlpd")
+    mixin = _MIXINS[learner]
+    return type(f"{learner.capitalize()}{base.__name__}", (mixin, base),
+                {"__doc__": f"{mixin.__doc__} ({base.__name__})"})
 
 
-# learner -> (agent for a SAC kit, agent for a TD3 kit); "kit" is the kit's own algorithm.
-LEARNER_AGENTS = {"crossq": (CrossQSACAgent, CrossQTD3Agent), "rlpd": (LayerNormSACAgent, LayerNormTD3Agent)}
+CrossQSACAgent = learner_class("crossq", SACAgent)
+CrossQTD3Agent = learner_class("crossq", TD3Agent)
+LayerNormSACAgent = learner_class("rlpd", SACAgent)
+LayerNormTD3Agent = learner_class("rlpd", TD3Agent)
 
 
 def make_learner_agent(learner: str, cfg, obs_dim: int, act_dim: int) -> OffPolicyAgent:
@@ -246,7 +243,4 @@ def make_learner_agent(learner: str, cfg, obs_dim: int, act_dim: int) -> OffPoli
     if learner in ("sac", "td3"):
         raise ValueError(f"algorithm={learner!r} needs a {learner.upper()} kit, but this kit was trained with "
                          f"{cfg.algo}; use algorithm=kit (or {cfg.algo}), crossq or rlpd")
-    if learner not in LEARNER_AGENTS:
-        raise ValueError(f"algorithm={learner!r} is not one of kit, sac, td3, crossq, rlpd")
-    sac_cls, td3_cls = LEARNER_AGENTS[learner]
-    return (sac_cls if cfg.algo == "sac" else td3_cls)(cfg, obs_dim, act_dim)
+    return learner_class(learner, SACAgent if cfg.algo == "sac" else TD3Agent)(cfg, obs_dim, act_dim)

@@ -43,13 +43,15 @@ class TD3Agent(OffPolicyAgent):
 
     def state_dict(self) -> dict:
         state = super().state_dict()
-        state["actor_target"] = self.actor_target.state_dict()
+        if self.actor_target is not None:  # CrossQ (crossq.py) has none
+            state["actor_target"] = self.actor_target.state_dict()
         state["noise_rng"] = self.noise_rng.bit_generator.state
         return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.actor_target.load_state_dict(state["actor_target"])
+        if self.actor_target is not None:
+            self.actor_target.load_state_dict(state["actor_target"])
         self.noise_rng.bit_generator.state = state["noise_rng"]
 
     def update(self, batch: Batch, train_actor: bool = True, bc_weight: float = 0.0) -> None:
