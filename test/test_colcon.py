@@ -73,3 +73,17 @@ def test_colcon_build_installs_scripts_in_lib_and_data_in_share(tmp_path):
     help_out = subprocess.run([sys.executable, str(lib / "lowrl"), "launch", "--help"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=60)
     assert help_out.returncode == 0 and "robot.launch.yaml" in help_out.stdout, help_out.stderr
+
+
+def test_package_xml_names_the_rosdep_keys_the_readme_installs():
+    """The README's install says rosdep installs numpy, psutil, yaml and onnxruntime (its pip key): the
+    package.xml keys must be those (rosdep key names from rosdistro's rosdep/{base,python}.yaml)."""
+    import xml.etree.ElementTree as ET
+
+    deps = {e.text for e in ET.parse(ROOT / "package.xml").getroot().iter("exec_depend")}
+    assert {"rclpy", "std_msgs", "sensor_msgs", "diagnostic_msgs", "lifecycle_msgs", "launch_ros",
+            "python3-numpy", "python3-psutil", "python3-yaml", "python3-onnxruntime-pip"} <= deps
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## On a robot with ROS 2"):readme.index("## The policy node")]
+    for key in ("python3-numpy", "python3-psutil", "python3-yaml", "python3-onnxruntime-pip", "PIP_CONSTRAINT"):
+        assert key in section, key
