@@ -485,9 +485,8 @@ _KNOWN_REFUSALS = {
     "ArgMax": "a discrete-action policy (ArgMax)", "Softmax": "a discrete-action policy (Softmax)",
     "LogSoftmax": "a discrete-action policy (LogSoftmax)",
 }
-_SUPPORTED = ("an MLP: Gemm or MatMul+Add layers with " + ", ".join(activations.HIDDEN)
-              + " between them, a linear or tanh output, and a constant Sub/Add/Mul/Div/Clip normaliser in front")
-_EXPORT_HINT = "export the MLP actor alone (feed-forward, one observation input) and import that"
+_SUPPORTED = f"an MLP (Gemm/MatMul layers, {'|'.join(activations.HIDDEN)} between them, linear or tanh output)"
+_EXPORT_HINT = "export the feed-forward actor alone, with one observation input"
 _PROBE = np.concatenate([np.linspace(-8.0, 8.0, 321), [-30.0, -0.001, 0.001, 30.0]])
 
 
@@ -504,25 +503,37 @@ class WalkedGraph:
     opset: int
 
 
-def _refuse(where: str, found: str) -> ImportRefused:
-    return ImportRefused(f"{where}: {found}; supported: {_SUPPORTED}; {_EXPORT_HINT}")
+def _refuse(where: str, found: str, hint: str = _EXPORT_HINT) -> ImportRefused:
+    return ImportRefused(f"{where}: {found}; supported: {_SUPPORTED}; {hint}")
 
 
 def load_onnx_model(source: Path):
     """The ONNX ModelProto, or a one-line ImportRefused for a missing, truncated or non-ONNX file."""
     import onnx
 
+    source = Path(source)
+    if not source.is_file():
+        raise ImportRefused(f"{source}: no such file")
     try:
-        data = Path(source).read_bytes()
-    except FileNotFoundError:
-        raise ImportRefused(f"{source}: no such file") from None
-    except OSError as exc:
-        raise ImportRefused(f"{source}: cannot read it ({exc})") from None
-    try:
-        model = onnx.load_from_string(data)
+        model = onnx.load(str(source), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and others, depending on the damage
         raise ImportRefused(f"{source}: not a readable ONNX file ({type(exc).__name__}); the file is truncated or "
                             "corrupt: export it again") from None
+    external = {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
+    if external:
+        # torch's dynamo exporter (rsl_rl 5.x export_policy_to_onnx) keeps the weights in policy.onnx.data
+        missing = sorted(x for x in external if not (source.parent / x).is_file())
+        if missing:
+            raise ImportRefused(f"{source}: its weights are stored in {', '.join(missing)} beside it, which is "
+                                "missing; "
+                                "copy the .onnx together with its .data file")
+        try:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(model, str(source.parent))
+        except Exception as exc:
+            raise ImportRefused(f"{source}: cannot read its external weight file ({type(exc).__name__}); copy the "
+                                ".onnx together with its .data file again") from None
     if not model.graph.node:
         raise ImportRefused(f"{source}: not a readable ONNX file (no graph nodes); the file is truncated or "
                             "corrupt: export it again")
@@ -540,7 +551,8 @@ def walk_graph(model, where: str) -> WalkedGraph:
         if node.op_type in _KNOWN_REFUSALS:
             raise _refuse(where, f"found {_KNOWN_REFUSALS[node.op_type]}, node {node.name or node.output[0]!r}")
     if len(inputs) != 1:
-        kind = " (h_in/c_in: a recurrent policy's state)" if len(inputs) > 1 else ""
+        recurrent = any(re.search(r"(^|_)(h|c)_?in$|hidden|state", i) for i in inputs[1:])
+        kind = " (a recurrent policy's state inputs)" if recurrent else ""
         raise _refuse(where, f"the graph has inputs {inputs}{kind}; exactly one observation input is supported")
     if len(outputs) != 1:
         raise _refuse(where, f"the graph has outputs {outputs}; exactly one action output is supported")
@@ -747,10 +759,14 @@ def _identify(region: list, start: str, end: str, consts: dict, where: str, laye
             want = activations.apply(name, _PROBE)
             if np.all(np.abs(y - want) <= 1e-6 * (1.0 + np.abs(want))):
                 return name
-    ops = "->".join(n.op_type for n in region)
-    raise _refuse(where, f"the ops after layer {layer} ({ops}) compute none of the supported activations "
-                         f"{list(activations.HIDDEN)} or identity (GELU must use approximate='tanh'; a scaled "
-                         "Tanh output belongs in the sidecar's actions.scale)")
+    ops = [n.op_type for n in region]
+    hint = _EXPORT_HINT
+    if "Erf" in ops or "Gelu" in ops:
+        hint = "GELU must be the tanh approximation: train with GELU(approximate='tanh')"
+    elif "Tanh" in ops:
+        hint = "a Tanh output that is then scaled or shifted: export the network up to the Tanh and put the " \
+               "scale and offset in the sidecar's actions.scale/offset"
+    raise _refuse(where, f"the ops after layer {layer} ({'->'.join(ops)}) compute no supported activation", hint)
 
 
 def weights_from_walk(walked: WalkedGraph, where: str) -> MlpWeights:
@@ -960,6 +976,7 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
         actions["low"], actions["high"] = np.minimum(lo, hi).tolist(), np.maximum(lo, hi).tolist()
     # ---- observations
     observations: list[dict] = []
+    last_action_terms: list[str] = []
     io_obs = ((io or {}).get("observations") or {}).get("policy") if isinstance(io, dict) else None
     if io_obs:
         for t in io_obs:
@@ -967,6 +984,8 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
             over = t.get("overloads") or {}
             size = int(np.prod(shape))
             g: dict[str, Any] = {"name": str(t["name"])}
+            if _func_name(t.get("full_path")) == "last_action":
+                last_action_terms.append(g["name"])
             if t.get("joint_names") and len(t["joint_names"]) == size:
                 g["names"] = list(t["joint_names"])
             else:
@@ -993,6 +1012,8 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
                                 "recorded; export IO descriptors (env.export_io_descriptors=true) or give --sidecar")
         for (name, t), size in zip(terms, sizes):
             hist = int(t.get("history_length") or 0)
+            if _func_name(t.get("func")) == "last_action":
+                last_action_terms.append(name)
             g = {"name": name, "size": int(size) * max(hist, 1)}
             if _TERM_SIZES.get(_func_name(t.get("func"))) == "J" and size == len(joint_names) and names_known \
                     and hist <= 1:
@@ -1010,9 +1031,9 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
         notes.append("an observation term is a quaternion: Isaac Lab >= 3.0 orders it XYZW, earlier versions WXYZ; "
                      "set the order in the robot's observation config to the one this policy was trained with")
     notes.append(f"control period {period:g} s = sim.dt {dt:g} x decimation {decimation}")
-    last = [g["name"] for g in observations if g["name"] == "last_action" or "last_action" in g["name"]]
-    if last:
-        notes.append("observation 'last_action' is the network's raw output y (before action scale and offset)")
+    if last_action_terms:
+        notes.append(f"observation {last_action_terms[0]!r} (last_action) is the network's raw output y, before the "
+                     "action scale and offset: feed that back on the robot, not the joint targets")
     return {"observations": observations, "actions": actions, "control_period_s": period,
             "provenance": {"isaaclab_action_term": act_name, "isaaclab_io_descriptors": str(io_obs is not None
                                                                                            and bool(io_obs)).lower()}}

@@ -198,7 +198,8 @@ def load_torchscript(source: Path, options: ImportOptions) -> Imported:
     weights, norm, convention = read_torchscript(module, where)
     pre = norm if norm is not None else Affine.identity(weights.input_dim)
     if norm is not None and norm.a.size != weights.input_dim:
-        raise ImportRefused(f"{where}: the normaliser has {norm.a.size} entries but the actor reads {weights.input_dim}")
+        raise ImportRefused(f"{where}: the normaliser has {norm.a.size} entries but the actor reads "
+                            f"{weights.input_dim}")
     if not (np.isfinite(pre.a).all() and np.isfinite(pre.b).all()):
         raise ImportRefused(f"{where}: the observation normaliser has NaN or Inf statistics; fix them and re-export")
     _check_against_module(module, weights, pre, where)
