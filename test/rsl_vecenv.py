@@ -69,25 +69,34 @@ def train_cfg(activation: str = "elu", hidden=(32, 32), obs_normalization: bool 
     }
 
 
-def train_pendulum(run_dir: Path, iterations: int = 8, activation: str = "elu", seed: int = 0,
+def train_pendulum(run_dir: Path, iterations: int = 12, activation: str = "elu", seed: int = 0,
                    obs_normalization: bool = True):
     """Train rsl_rl PPO on Pendulum-v1 for a few seconds; save ``run_dir/model_<it>.pt`` and ``params/agent.yaml``.
 
     Returns (runner, checkpoint path). The policy need not be good: the tests compare the imported
-    artifact with rsl_rl's own inference, not with a target return.
+    artifact with rsl_rl's own inference, not with a target return. One torch thread: on a shared
+    2-core machine torch's default thread pool makes these tiny batches ~20x slower.
     """
+    import contextlib
+    import io
+
     import yaml
     from rsl_rl.runners import OnPolicyRunner
 
-    torch.manual_seed(seed)
-    cfg = train_cfg(activation, obs_normalization=obs_normalization)
-    env = GymVecEnv("Pendulum-v1", num_envs=8, seed=seed)
-    runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
-    runner.learn(iterations)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        cfg = train_cfg(activation, obs_normalization=obs_normalization, steps_per_env=32)
+        env = GymVecEnv("Pendulum-v1", num_envs=8, seed=seed)
+        with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models and a log per iteration
+            runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
+            runner.learn(iterations)
+    finally:
+        torch.set_num_threads(threads)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"model_{iterations - 1}.pt"
     runner.save(str(path))
     (run_dir / "params").mkdir(exist_ok=True)
-    (run_dir / "params" / "agent.yaml").write_text(yaml.safe_dump(train_cfg(activation,
-                                                                             obs_normalization=obs_normalization)))
+    (run_dir / "params" / "agent.yaml").write_text(yaml.safe_dump(cfg))
     return runner, path

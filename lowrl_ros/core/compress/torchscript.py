@@ -16,6 +16,7 @@ two agree. The contract comes from a sidecar, as for plain ONNX.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -188,7 +189,9 @@ def load_torchscript(source: Path, options: ImportOptions) -> Imported:
     if not source.is_file():
         raise ImportRefused(f"{source}: no such file")
     try:
-        module = torch.jit.load(str(source), map_location="cpu")
+        with warnings.catch_warnings():  # torch 2.13 marks TorchScript deprecated; the format is what users have
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(source), map_location="cpu")
     except Exception as exc:  # truncated zip, not TorchScript: torch raises RuntimeError and others
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise ImportRefused(f"{source}: not a readable TorchScript file ({type(exc).__name__}: {first}); export it "
