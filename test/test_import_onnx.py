@@ -16,9 +16,10 @@ import torch
 import yaml
 
 from lowrl_ros.cli import main as lowrl_main
-from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, load_source
+from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, load_source, write_imported
 from lowrl_ros.core.compress.onnx_import import parse_sidecar
 from lowrl_ros.core.runtime.artifact import reference_action
+from lowrl_ros.core.runtime.engines import load_artifact
 
 ACTS = {"elu": torch.nn.ELU, "relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "leaky_relu": torch.nn.LeakyReLU,
         "silu": torch.nn.SiLU, "softsign": torch.nn.Softsign,
@@ -104,6 +105,24 @@ def plain_sidecar(low=-4.0, high=4.0):
             "control_period_s": 0.02}
 
 
+# int8 budget (docs/runtime.md, "int8 < 5 % of the action range"; docs/compression.md's release gate
+# "mean 2 %"): worst and mean |int8 - source| over the action range.
+INT8_WORST, INT8_MEAN = 0.05, 0.02
+
+
+def deployed(imp, path, obs: np.ndarray, *, int8: bool = False) -> dict[str, np.ndarray]:
+    """The written artifact's actions on both engines (what the robot runs), per engine."""
+    out = write_imported(imp, path, int8=int8)
+    return {e: load_artifact(out, engine=e).act_batch(obs.astype(np.float64)) for e in ("ort", "numpy")}
+
+
+def assert_int8_budget(got: dict, want: np.ndarray, span: np.ndarray) -> None:
+    for engine, a in got.items():
+        rel = np.abs(a - want) / span
+        assert rel.max() <= INT8_WORST and rel.mean() <= INT8_MEAN, (engine, rel.max(), rel.mean())
+        assert rel.max() > 1e-7, engine  # int8 really changed the weights (the check is not vacuous)
+
+
 def cli(*argv) -> int:
     return lowrl_main(["import", *map(str, argv)])
 
@@ -123,6 +142,9 @@ def test_isaaclab_style_export_every_activation(tmp_path, act):
     got = reference_action(imp.weights, imp.contract, obs)
     assert np.abs(got - want).max() <= 1e-5 * 8.0
     assert np.ptp(want) > 1.0  # the actions really vary (the comparison is not of constants)
+    for engine, a in deployed(imp, tmp_path / "fp32.onnx", obs).items():
+        assert np.abs(a - want).max() <= 1e-5 * 8.0, engine
+    assert_int8_budget(deployed(imp, tmp_path / "int8.onnx", obs, int8=True), want, np.full(N_ACT, 8.0))
 
 
 @pytest.mark.parametrize("act", ["elu", "gelu_tanh", "silu", "softsign"])
@@ -167,6 +189,8 @@ def test_sidecar_contract_applies_like_the_env(tmp_path):
     got = reference_action(imp.weights, c, obs)
     span = np.array(c.action_high) - np.array(c.action_low)
     assert np.all(np.abs(got - want).max(axis=0) <= 1e-5 * span)
+    for engine, a in deployed(imp, tmp_path / "fp32.onnx", obs).items():  # obs clip + action transform in the graph
+        assert np.all(np.abs(a - want).max(axis=0) <= 1e-5 * span), engine
 
 
 def test_sidecar_beside_or_given_and_missing(tmp_path):
@@ -240,7 +264,10 @@ def _io_descriptors() -> dict:
                      "full_path": "isaaclab.envs.mdp.actions.joint_actions.JointPositionAction",
                      "joint_names": list(JOINTS), "mdp_type": "Action", "name": "joint_position_action",
                      "offset": list(DEFAULT_POS), "scale": 0.5, "shape": [12]}],
-        "articulations": {"robot": {"joint_names": list(JOINTS), "default_joint_pos": list(DEFAULT_POS)}},
+        "articulations": {"robot": {"joint_names": list(JOINTS), "default_joint_pos": list(DEFAULT_POS),
+                                    "default_joint_pos_limits": [[-0.7853984236717224, 0.6108654141426086]] * 2
+                                    + [[-0.6108654141426086, 0.7853984236717224]] * 2
+                                    + [[-9.42477798461914, 9.42477798461914]] * 8}},
         "observations": {"policy": [
             obs("base_lin_vel", "base_lin_vel", 3), obs("base_ang_vel", "base_ang_vel", 3, 0.25),
             obs("projected_gravity", "projected_gravity", 3), obs("generated_commands", "generated_commands", 3),
@@ -293,8 +320,23 @@ def test_isaaclab_run_dir_with_io_descriptors(tmp_path):
     obs = random_obs(48)
     got = reference_action(imp.weights, c, obs)
     want = np.clip(_isaac_want(run, obs), c.action_low, c.action_high)
-    assert np.abs(got - want).max() <= 1e-5 * (2 * 1000.0)
-    assert np.abs(got - want).max() <= 1e-5  # and absolutely: the limits are wide, this is the real check
+    span = np.array(c.action_high) - np.array(c.action_low)
+    assert np.all(np.abs(got - want).max(axis=0) <= 1e-5 * span)
+    assert np.all(np.array(c.action_high)[4:] == pytest.approx(9.42477798461914))  # joint limits from the IO file
+    assert np.mean((want == c.action_low) | (want == c.action_high)) < 0.5  # mostly inside the limits
+    for engine, a in deployed(imp, tmp_path / "fp32.onnx", obs).items():
+        assert np.all(np.abs(a - want).max(axis=0) <= 1e-5 * span), engine
+    assert_int8_budget(deployed(imp, tmp_path / "int8.onnx", obs, int8=True), want, span)
+
+
+def test_isaaclab_run_dir_through_the_cli(tmp_path, capsys):
+    run = make_run(tmp_path)
+    out = tmp_path / "anymal.onnx"
+    assert cli(run, "-o", out, "--int8") == 0
+    text = capsys.readouterr().out
+    assert "wrote" in text and "isaaclab" in text and "joint position limits" in text
+    policy = load_artifact(out)
+    assert policy.contract.action_names == tuple(JOINTS) and policy.contract.control_period_s == pytest.approx(0.02)
 
 
 def test_isaaclab_run_dir_env_yaml_only(tmp_path):

@@ -19,6 +19,10 @@ from tensordict import TensorDict
 from lowrl_ros.cli import main as lowrl_main
 from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, detect_kind, load_source
 from lowrl_ros.core.runtime.artifact import reference_action
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.sim.evaluate import evaluate
+
+pytestmark = pytest.mark.slow  # a real (few-second) rsl_rl training run backs most tests
 
 PENDULUM_SIDECAR = {"observations": ["cos_theta", "sin_theta", "theta_dot"],
                     "actions": {"names": ["torque"], "low": -2.0, "high": 2.0}, "control_period_s": 0.05}
@@ -93,6 +97,30 @@ def _saved_model(tmp_path, activation: str, **kw):
     torch.save({"actor_state_dict": model.state_dict(), "critic_state_dict": {}, "optimizer_state_dict": {},
                 "iter": 0, "infos": None}, path)
     return model, path
+
+
+def test_deployed_int8_return_within_3_percent(trained, tmp_path, capsys):
+    """`lowrl import model.pt --int8` deployed vs rsl_rl's own policy, on the same seeded Pendulum episodes."""
+    runner, ckpt = trained
+    out = tmp_path / "pendulum_int8.onnx"
+    assert lowrl_main(["import", str(ckpt), "-o", str(out), "--int8", "--sidecar", str(sidecar(tmp_path))]) == 0
+    assert "wrote" in capsys.readouterr().out
+    rsl_policy = runner.get_inference_policy()
+    obs = pendulum_obs()
+    want = np.clip(rsl_actions(rsl_policy, obs), -2, 2)
+    for engine in ("ort", "numpy"):  # int8 budget: docs/runtime.md (< 5 % of the range), docs/compression.md (2 %)
+        rel = np.abs(load_artifact(out, engine=engine).act_batch(obs.astype(np.float64)) - want) / 4.0
+        assert rel.max() <= 0.05 and rel.mean() <= 0.02, (engine, rel.max(), rel.mean())
+    deployed = load_artifact(out)
+    assert deployed.contract.obs_names == ("cos_theta", "sin_theta", "theta_dot")
+
+    def rsl_act(o):
+        return np.clip(rsl_actions(rsl_policy, np.asarray(o)[None])[0], -2, 2)
+
+    source = evaluate(rsl_act, "Pendulum-v1", episodes=5, seed=100)
+    ours = evaluate(deployed.act, "Pendulum-v1", episodes=5, seed=100)
+    print(f"Pendulum-v1, 5 seeded episodes: rsl_rl {source.mean:.1f}, deployed int8 artifact {ours.mean:.1f}")
+    assert abs(ours.mean - source.mean) <= 0.03 * abs(source.mean), (ours.mean, source.mean)
 
 
 def test_activation_from_option_or_default(tmp_path):

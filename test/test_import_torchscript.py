@@ -14,8 +14,9 @@ import yaml
 from rsl_rl.modules import EmpiricalNormalization
 
 from lowrl_ros.cli import main as lowrl_main
-from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, detect_kind, load_source
+from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, detect_kind, load_source, write_imported
 from lowrl_ros.core.runtime.artifact import reference_action
+from lowrl_ros.core.runtime.engines import load_artifact
 
 N_OBS, N_ACT = 7, 4
 SIDECAR = {"observations": [{"name": "q", "size": N_OBS}],
@@ -116,6 +117,13 @@ def check_parity(path, module: torch.nn.Module) -> None:
     got = reference_action(imp.weights, c, obs)
     assert np.abs(got - want).max() <= 1e-5 * 4.0
     assert np.ptp(want) > 0.5
+    out = write_imported(imp, path.with_name(path.stem + "_fp32.onnx"))
+    for engine in ("ort", "numpy"):  # the artifact the robot runs
+        assert np.abs(load_artifact(out, engine=engine).act_batch(obs) - want).max() <= 1e-5 * 4.0, engine
+    out = write_imported(imp, path.with_name(path.stem + "_int8.onnx"), int8=True)
+    for engine in ("ort", "numpy"):  # int8 budget: docs/runtime.md (< 5 % of the range), docs/compression.md (mean 2 %)
+        rel = np.abs(load_artifact(out, engine=engine).act_batch(obs) - want) / 4.0
+        assert rel.max() <= 0.05 and rel.mean() <= 0.02, (engine, rel.max(), rel.mean())
     return imp
 
 

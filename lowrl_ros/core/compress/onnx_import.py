@@ -887,6 +887,20 @@ def _default_positions(init_joint_pos: Any, joint_names: list[str], where: str) 
     return np.array(out)
 
 
+def _joint_limits(io: Any, joint_names: list[str]) -> tuple[list[float], list[float]] | None:
+    """Per-joint (low, high) position limits from the IO descriptors' articulation, if recorded."""
+    for art in ((io or {}).get("articulations") or {}).values():
+        names, lims = art.get("joint_names"), art.get("default_joint_pos_limits")
+        if not (isinstance(names, list) and isinstance(lims, list) and len(names) == len(lims)):
+            continue
+        table = dict(zip(names, lims))
+        if all(j in table for j in joint_names):
+            pairs = np.asarray([table[j] for j in joint_names], np.float64)
+            if pairs.shape == (len(joint_names), 2) and np.isfinite(pairs).all() and np.all(pairs[:, 0] < pairs[:, 1]):
+                return pairs[:, 0].tolist(), pairs[:, 1].tolist()
+    return None
+
+
 def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) -> dict:
     """A sidecar document (see :func:`parse_sidecar`) filled from an Isaac Lab run directory."""
     env_path = run_dir / "params" / "env.yaml"
@@ -962,6 +976,11 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
                             f"or give --sidecar ({DOCS})")
     actions: dict[str, Any] = {"names": joint_names, "scale": _scalar_or_list(scale),
                                "offset": np.asarray(offset, np.float64).tolist() if offset is not None else 0.0}
+    limits = _joint_limits(io, joint_names) if io_act and ("JointPosition" in cls or "JointPosition" in str(
+        io_act[0].get("full_path", ""))) else None
+    if limits is not None:
+        actions["low"], actions["high"] = limits
+        notes.append("action limits = the articulation's joint position limits (IO descriptors)")
     if clip is not None:
         clip_arr = np.asarray(clip, np.float64)
         if clip_arr.shape == (2,):
@@ -973,7 +992,10 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
         s = np.broadcast_to(np.asarray(actions["scale"], np.float64), (n_act,))
         o = np.broadcast_to(np.asarray(actions["offset"], np.float64), (n_act,))
         lo, hi = o + s * clip_arr[:, 0], o + s * clip_arr[:, 1]
-        actions["low"], actions["high"] = np.minimum(lo, hi).tolist(), np.maximum(lo, hi).tolist()
+        lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+        if "low" in actions:  # both apply: the tighter one wins
+            lo, hi = np.maximum(lo, actions["low"]), np.minimum(hi, actions["high"])
+        actions["low"], actions["high"] = lo.tolist(), hi.tolist()
     # ---- observations
     observations: list[dict] = []
     last_action_terms: list[str] = []
