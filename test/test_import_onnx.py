@@ -160,6 +160,20 @@ def test_dynamo_export_matmul_and_decomposed_activations(tmp_path, act):
     assert np.abs(got - np.clip(ort_actions(src, obs), -4, 4)).max() <= 1e-5 * 8.0
 
 
+def test_matmul_without_bias_then_silu(tmp_path):
+    """Bias-free Linear layers export as a bare MatMul whose output feeds SiLU's two ops (Sigmoid and Mul)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(N_OBS, 16, bias=False), torch.nn.SiLU(),
+                              torch.nn.Linear(16, N_ACT, bias=False))
+    src = export(net, tmp_path / "p.onnx", N_OBS)
+    write_sidecar(tmp_path / "p.yaml", plain_sidecar())
+    imp = load_source(src, None, ImportOptions())
+    assert imp.weights.hidden_activation == "silu" and not imp.weights.layers[0][1].any()
+    obs = random_obs(N_OBS)
+    assert np.abs(reference_action(imp.weights, imp.contract, obs) - np.clip(ort_actions(src, obs), -4, 4)).max() \
+        <= 1e-5 * 8.0
+
+
 def test_sidecar_contract_applies_like_the_env(tmp_path):
     """Per-group scale/offset, a normaliser and a clip in the sidecar, action scale/offset/limits: exact."""
     src = export(mlp(N_OBS, N_ACT, "elu", out_tanh=True), tmp_path / "p.onnx", N_OBS)
@@ -399,6 +413,16 @@ class TwoInputs(torch.nn.Module):
         return self.net(x) + goal
 
 
+class PerActionScale(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = mlp(N_OBS, N_ACT)
+        self.register_buffer("scale", torch.tensor([0.5, 1.0, 2.0]))
+
+    def forward(self, x):
+        return self.net(x) * self.scale
+
+
 class ScaledTanh(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -421,6 +445,8 @@ def _refusal_sources(tmp_path) -> dict:
         "discrete": (export(torch.nn.Sequential(mlp(N_OBS, N_ACT), torch.nn.Softmax(dim=-1)),
                             tmp_path / "discrete.onnx", N_OBS), "discrete"),
         "scaled_tanh": (export(ScaledTanh(), tmp_path / "scaled_tanh.onnx", N_OBS), "actions.scale"),
+        "action_scale": (export(PerActionScale(), tmp_path / "action_scale.onnx", N_OBS),
+                         "constant of 3 values.*actions.scale/offset"),
         "gelu_erf": (export(torch.nn.Sequential(torch.nn.Linear(N_OBS, 8), torch.nn.GELU(), torch.nn.Linear(8, N_ACT)),
                             tmp_path / "gelu_erf.onnx", N_OBS), "approximate='tanh'"),
     }

@@ -621,6 +621,8 @@ def walk_graph(model, where: str) -> WalkedGraph:
     while node is not None:
         visited.add(id(node))
         li = len(layers)
+        if node.input[0] != cur:
+            raise _refuse(where, f"{node.op_type} {node.name!r} multiplies a constant by the activations")
         if node.op_type == "Gemm":
             if int(_attr(node, "transA", 0)):
                 raise _refuse(where, f"Gemm {node.name!r} with transA=1")
@@ -633,21 +635,19 @@ def walk_graph(model, where: str) -> WalkedGraph:
                                        (1, out_dim)).reshape(-1)
             cur = node.output[0]
         else:  # MatMul, maybe followed by Add(bias)
-            if node.input[0] != cur:
-                raise _refuse(where, f"MatMul {node.name!r} multiplies a constant by the activations")
             w = const_of(node, 1, "weight")
             if w.ndim != 2:
                 raise _refuse(where, f"MatMul {node.name!r} with a {w.ndim}-D weight")
             out_dim = w.shape[1]
             bias = np.zeros(out_dim)
             cur = node.output[0]
-            nxt = only_consumer(cur)
-            if nxt is not None and nxt.op_type == "Add":
-                other = [i for i in nxt.input if i != cur]
+            users = consumers.get(cur, [])
+            if len(users) == 1 and users[0].op_type == "Add":
+                other = [i for i in users[0].input if i != cur]
                 if len(other) == 1 and other[0] in consts and consts[other[0]].size == out_dim:
-                    visited.add(id(nxt))
+                    visited.add(id(users[0]))
                     bias = consts[other[0]].reshape(-1)
-                    cur = nxt.output[0]
+                    cur = users[0].output[0]
         if w.ndim != 2:
             raise _refuse(where, f"layer {li} has a {w.ndim}-D weight")
         if layers and layers[-1][0].shape[0] != w.shape[0]:
@@ -661,8 +661,7 @@ def walk_graph(model, where: str) -> WalkedGraph:
             region, value = _collect_region(cur, consumers, consts, where)
             visited.update(id(r) for r in region)
         nxt = only_consumer(value)
-        stretch_in = cur
-        acts.append(_identify(region, stretch_in, value, consts, where, li))
+        acts.append(_identify(region, cur, value, consts, where, li))
         cur = value
         node = nxt
     if cur != outputs[0]:
@@ -717,11 +716,16 @@ def _collect_region(start: str, consumers: dict, consts: dict, where: str) -> tu
             region.append(n)
             values.add(n.output[0])
             frontier.append(n.output[0])
-    # inputs of the region must come from the region (or be constants)
+    # inputs of the region must come from the region or be scalar constants (an activation is elementwise)
     for n in region:
         for i in n.input:
             if i and i not in values and i not in consts:
                 raise _refuse(where, f"op {n.op_type} ({n.name or n.output[0]!r}) mixes in another tensor {i!r}")
+            if i in consts and consts[i].size != 1:
+                raise _refuse(where, f"op {n.op_type} ({n.name or n.output[0]!r}) after a layer uses a constant of "
+                                     f"{consts[i].size} values (a per-action scale or offset in the graph?)",
+                              "export the network without it and put the action scale and offset in the sidecar's "
+                              "actions.scale/offset")
     leaving = [v for v in values
                if not consumers.get(v) or any(c.op_type in _LINEAR or id(c) not in seen for c in consumers[v])]
     if len(leaving) != 1:
@@ -1033,7 +1037,9 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
             raise ImportRefused(f"{run_dir}: sizes of observation terms {[terms[i][0] for i in unknown]} are not "
                                 "recorded; export IO descriptors (env.export_io_descriptors=true) or give --sidecar")
         for (name, t), size in zip(terms, sizes):
-            hist = int(t.get("history_length") or 0)
+            # the group's history_length, when set, overrides every term's (ObservationGroupCfg)
+            group_hist = obs_cfg.get("history_length")
+            hist = int(group_hist if group_hist is not None else (t.get("history_length") or 0))
             if _func_name(t.get("func")) == "last_action":
                 last_action_terms.append(name)
             g = {"name": name, "size": int(size) * max(hist, 1)}
