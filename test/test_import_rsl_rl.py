@@ -177,6 +177,39 @@ def test_rsl_rl_onnx_and_jit_exports(trained, tmp_path):
         load_source(out / "policy.onnx", None, ImportOptions(sidecar=sidecar(tmp_path)))
 
 
+def test_checkpoint_in_an_isaaclab_run_dir(tmp_path):
+    """model_*.pt beside Isaac Lab's params/: the run's env config gives the contract, no play.py export needed."""
+    from rsl_rl.models import MLPModel
+    from test_import_onnx import DEFAULT_POS, JOINTS, _env_yaml, _io_descriptors
+
+    torch.manual_seed(5)
+    obs = TensorDict({"policy": torch.randn(64, 48)}, batch_size=[64])
+    model = MLPModel(obs, {"actor": ["policy"]}, "actor", 12, hidden_dims=[32, 16], activation="elu",
+                     obs_normalization=True, distribution_cfg={"class_name": "GaussianDistribution"})
+    model.train()
+    model.update_normalization(obs)
+    model.eval()
+    run = tmp_path / "2026-11-26_00-00-00"
+    (run / "params").mkdir(parents=True)
+    torch.save({"actor_state_dict": model.state_dict(), "iter": 99, "infos": None}, run / "model_99.pt")
+    (run / "params" / "env.yaml").write_text(yaml.safe_dump(_env_yaml()))
+    (run / "params" / "agent.yaml").write_text(yaml.safe_dump({"actor": {"class_name": "MLPModel",
+                                                                          "activation": "elu"}}))
+    (run / "IO_descriptors.yaml").write_text(yaml.safe_dump(_io_descriptors()))
+    imp = load_source(run / "model_99.pt", None, ImportOptions())
+    c = imp.contract
+    assert c.action_names == tuple(JOINTS) and c.control_period_s == pytest.approx(0.02)
+    assert any("contract from the Isaac Lab run directory" in n for n in imp.notes)
+    x = np.random.default_rng(2).normal(0, 1.5, (1000, 48)).astype(np.float32)
+    scale = np.ones(48)
+    scale[3:6], scale[24:36] = 0.25, 0.05
+    with torch.no_grad():
+        y = model(TensorDict({"policy": torch.from_numpy((x * scale).astype(np.float32))}, batch_size=[1000]))
+    want = np.clip(np.array(DEFAULT_POS) + 0.5 * y.numpy(), c.action_low, c.action_high)
+    span = np.array(c.action_high) - np.array(c.action_low)
+    assert np.all(np.abs(reference_action(imp.weights, c, x) - want).max(axis=0) <= 1e-5 * span)
+
+
 def _refusal_sources(trained, tmp_path) -> dict:
     from rsl_rl.models import RNNModel
 

@@ -912,9 +912,8 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
         raise ImportRefused(f"{run_dir}: no params/env.yaml; give the run directory Isaac Lab wrote "
                             "(logs/rsl_rl/<task>/<date>) or the ONNX with --sidecar")
     env = _yaml(env_path, str(env_path)) or {}
-    io_path = run_dir / "IO_descriptors.yaml"
-    if not io_path.is_file():
-        io_path = run_dir / "params" / "IO_descriptors.yaml"
+    io_path = next((p for p in (run_dir / "IO_descriptors.yaml", run_dir / "params" / "IO_descriptors.yaml")
+                    if p.is_file()), run_dir / "IO_descriptors.yaml")
     io = _yaml(io_path, str(io_path)) if io_path.is_file() else None
     where = str(env_path)
     try:

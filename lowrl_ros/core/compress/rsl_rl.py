@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from lowrl_ros.core.compress.importing import Imported, ImportOptions, ImportRefused
-from lowrl_ros.core.compress.onnx_import import Affine, build_contract, sidecar_for
+from lowrl_ros.core.compress.onnx_import import Affine, build_contract, isaaclab_sidecar, parse_sidecar, sidecar_for
 from lowrl_ros.core.runtime import activations
 from lowrl_ros.core.runtime.artifact import MlpWeights
 
@@ -210,6 +210,12 @@ def load_rsl_rl(source: Path, options: ImportOptions) -> Imported:
                      f"(obs - mean) / (std + {EMPIRICAL_NORM_EPS}), no clip")
     pre = norm if norm is not None else Affine.identity(weights.input_dim)
     sidecar = sidecar_for(source, options, required=False)
+    if sidecar is None and (source.parent / "params" / "env.yaml").is_file():
+        # an Isaac Lab run directory: its env config gives names, action scale/offset and period
+        doc = isaaclab_sidecar(source.parent, weights.input_dim, weights.output_dim, notes)
+        sidecar = parse_sidecar(doc, str(source.parent))
+        notes.append("contract from the Isaac Lab run directory (params/env.yaml"
+                     f"{', IO_descriptors.yaml' if doc['provenance']['isaaclab_io_descriptors'] == 'true' else ''})")
     contract = build_contract(n_obs=weights.input_dim, n_act=weights.output_dim, graph_pre=pre, sidecar=sidecar,
                               options=options, source=source, kind="rsl_rl", notes=notes,
                               provenance={"rsl_rl_layout": layout, "activation": hidden})
