@@ -343,6 +343,13 @@ def test_isaaclab_run_dir_with_io_descriptors(tmp_path):
     assert_int8_budget(deployed(imp, tmp_path / "int8.onnx", obs, int8=True), want, span)
 
 
+def test_isaaclab_exported_onnx_finds_its_run_dir(tmp_path):
+    run = make_run(tmp_path)
+    a = load_source(run, None, ImportOptions()).contract
+    b = load_source(run / "exported" / "policy.onnx", None, ImportOptions()).contract
+    assert a.same_io(b) and a.action_offset == b.action_offset and a.obs_scale == b.obs_scale
+
+
 def test_isaaclab_run_dir_through_the_cli(tmp_path, capsys):
     run = make_run(tmp_path)
     out = tmp_path / "anymal.onnx"

@@ -813,8 +813,15 @@ def load_onnx(source: Path, options: ImportOptions) -> Imported:
     walked = walk_graph(model, str(source))
     weights = weights_from_walk(walked, str(source))
     check_against_ort(model, walked, weights, str(source))
-    sidecar = sidecar_for(source, options, required=True)
     notes = _graph_notes(walked)
+    sidecar = sidecar_for(source, options, required=False)
+    run = source.parent.parent
+    if sidecar is None and source.parent.name == "exported" and (run / "params" / "env.yaml").is_file():
+        # <run>/exported/policy.onnx of an Isaac Lab run: the run's env config is the sidecar
+        sidecar = parse_sidecar(isaaclab_sidecar(run, weights.input_dim, weights.output_dim, notes), str(run))
+        notes.append(f"contract from the Isaac Lab run directory {run.name} (params/env.yaml)")
+    if sidecar is None:
+        sidecar_for(source, options, required=True)  # refuses, saying what to write
     contract = build_contract(n_obs=weights.input_dim, n_act=weights.output_dim, graph_pre=walked.pre,
                               sidecar=sidecar, options=options, source=source, kind="onnx", notes=notes,
                               provenance={"onnx_opset": str(walked.opset)})
