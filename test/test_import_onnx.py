@@ -471,6 +471,9 @@ def _refusal_sources(tmp_path) -> dict:
     init.CopyFrom(numpy_helper.from_array(arr, init.name))
     onnx.save(model, str(tmp_path / "nan.onnx"))
     srcs["nan"] = (tmp_path / "nan.onnx", "NaN or Inf")
+    imp = load_source(good, None, ImportOptions(sidecar=write_sidecar(tmp_path / "good.yaml", plain_sidecar())))
+    write_imported(imp, tmp_path / "artifact.onnx")
+    srcs["artifact"] = (tmp_path / "artifact.onnx", "already a lowrl artifact")
     for name, _ in list(srcs.items()):
         write_sidecar(tmp_path / f"{name}.yaml", plain_sidecar())
     return srcs

@@ -31,7 +31,7 @@ import numpy as np
 
 from lowrl_ros.core.compress.importing import Imported, ImportOptions, ImportRefused
 from lowrl_ros.core.runtime import activations
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract
+from lowrl_ros.core.runtime.artifact import METADATA_KEY, MlpWeights, PolicyContract
 
 # Limits used when a source says nothing about them (rsl_rl checkpoints without a sidecar, a sidecar
 # without actions.low/high): wide enough never to clip a policy's output, so the artifact equals the
@@ -810,6 +810,9 @@ def load_onnx(source: Path, options: ImportOptions) -> Imported:
     """A plain ONNX MLP with its contract sidecar (see the module docstring and docs/import.md)."""
     source = Path(source)
     model = load_onnx_model(source)
+    if any(p.key == METADATA_KEY for p in model.metadata_props):
+        raise ImportRefused(f"{source}: this is already a lowrl artifact (it has '{METADATA_KEY}' metadata); "
+                            "use it as it is (lowrl inspect shows its contract)")
     walked = walk_graph(model, str(source))
     weights = weights_from_walk(walked, str(source))
     check_against_ort(model, walked, weights, str(source))
