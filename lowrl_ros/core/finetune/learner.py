@@ -28,7 +28,7 @@ from lowrl_ros.core.finetune.prior import buffer_bytes, load_prior, mixed_batch
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
 from lowrl_ros.core.runtime.artifact import save_artifact
-from lowrl_ros.core.train.crossq import make_learner_agent
+from lowrl_ros.core.train.crossq import make_learner_agent, resolve_learner
 from lowrl_ros.core.train.export import actor_weights
 from lowrl_ros.core.train.replay import ReplayBuffer
 from lowrl_ros.core.train.trainer import make_agent
@@ -75,7 +75,7 @@ class FineTuner:
         self.agent_config = cfg.replace(variant="static" if cfg.sparse else cfg.variant, lr=config.lr,
                                         batch_size=config.batch_size, seed=config.seed)
         # "kit", or the kit's own algorithm named: the kit's agent as it was trained; crossq/rlpd: crossq.py.
-        self.learner = "kit" if config.algorithm in ("kit", cfg.algo) else config.algorithm
+        self.learner = resolve_learner(config.algorithm, cfg.algo)
         self.agent = make_learner_agent(self.learner, self.agent_config, kit.obs_dim, kit.action_dim)
         self.fresh_critic = self.learner != "kit"
         self.critic_warmup = max(config.critic_warmup_updates, FRESH_CRITIC_WARMUP if self.fresh_critic else 0)

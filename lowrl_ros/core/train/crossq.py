@@ -231,16 +231,26 @@ LayerNormSACAgent = learner_class("rlpd", SACAgent)
 LayerNormTD3Agent = learner_class("rlpd", TD3Agent)
 
 
-def make_learner_agent(learner: str, cfg, obs_dim: int, act_dim: int) -> OffPolicyAgent:
-    """The agent of fine-tuning ``learner`` (FineTuneConfig.algorithm) for a kit trained with ``cfg``.
+def resolve_learner(algorithm: str, kit_algo: str) -> str:
+    """FineTuneConfig.algorithm for a kit trained with ``kit_algo``: "kit" (its own), "crossq" or "rlpd".
 
-    ValueError when the learner does not fit the kit (``sac`` asked of a TD3 kit and so on).
+    ValueError when it does not fit the kit (``sac`` asked of a TD3 kit and so on).
     """
+    if algorithm in ("kit", kit_algo):
+        return "kit"
+    if algorithm in ("sac", "td3"):
+        raise ValueError(f"algorithm={algorithm!r} needs a {algorithm.upper()} kit, but this kit was trained with "
+                         f"{kit_algo}; use algorithm=kit (or {kit_algo}), crossq or rlpd")
+    if algorithm not in _MIXINS:
+        raise ValueError(f"algorithm={algorithm!r} is not one of kit, sac, td3, crossq, rlpd")
+    return algorithm
+
+
+def make_learner_agent(learner: str, cfg, obs_dim: int, act_dim: int) -> OffPolicyAgent:
+    """The agent of fine-tuning ``learner`` (FineTuneConfig.algorithm) for a kit trained with ``cfg``."""
     from lowrl_ros.core.train.trainer import make_agent
 
-    if learner in ("kit", cfg.algo):
+    learner = resolve_learner(learner, cfg.algo)
+    if learner == "kit":
         return make_agent(cfg, obs_dim, act_dim)
-    if learner in ("sac", "td3"):
-        raise ValueError(f"algorithm={learner!r} needs a {learner.upper()} kit, but this kit was trained with "
-                         f"{cfg.algo}; use algorithm=kit (or {cfg.algo}), crossq or rlpd")
     return learner_class(learner, SACAgent if cfg.algo == "sac" else TD3Agent)(cfg, obs_dim, act_dim)
