@@ -206,3 +206,22 @@ def test_a_short_session_with_each_learner_makes_a_version(name, tiny_kit, tmp_p
     if name != "kit":
         with pytest.raises(ValueError, match="another kit"):
             FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(algorithm="kit", **SMALL), tmp_path)
+
+
+# ---- the benchmark's per-method figures ---------------------------------------------------------
+def test_bench_sim2real_compares_every_method_and_counts_steps_to_half_the_gap():
+    import argparse
+
+    from lowrl_ros.bench.sim2real import _steps_to_half_gap, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).methods == ["kit", "crossq", "rlpd"]
+    assert parser.parse_args(["--methods", "rlpd"]).methods == ["rlpd"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--methods", "ppo"])
+    # before -1000, sim -200: half the gap is -600, reached by the mean of the last 2 episodes at step 800.
+    episodes = [(200, 1, -1000.0), (400, 1, -900.0), (600, 2, -700.0), (800, 2, -450.0), (1000, 2, -300.0)]
+    assert _steps_to_half_gap(episodes, -1000.0, -200.0, 2) == 800
+    assert _steps_to_half_gap(episodes, -1000.0, -200.0, 5) is None  # the 5-episode mean never gets there
+    assert _steps_to_half_gap(episodes, -200.0, -200.0, 1) is None  # no gap
