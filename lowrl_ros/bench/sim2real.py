@@ -13,6 +13,11 @@ For each environment and seed:
    the robot always acts with the version deployed at that moment (the int8 artifact, numpy engine);
 4. the best version's return on the gapped robot, same episodes as in 2.
 
+Steps 3-4 run once per ``--methods`` entry (FineTuneConfig.algorithm: kit, crossq, rlpd, ...) on the
+same sim policy, gap and episodes; per method also: robot steps until the mean of the last
+``--judge-episodes`` robot episodes first reaches half the gap, and updates per second of the
+fine-tuner's step time (versions included) on this machine.
+
 Reported: gap recovered % = (after − before) / (sim − before); resident memory of this process
 during fine-tuning (torch + learner + the simulated robot + the int8 policy: an upper bound of the
 fine-tuner process, which has no simulator); bytes per update = the
