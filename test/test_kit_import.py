@@ -234,3 +234,34 @@ def test_the_new_version_loads_like_the_artifact_it_came_from(ppo_like, env_kit,
     w1, _ = load_weights(path)
     obs = np.random.default_rng(9).normal(0, 2, (100, 3))
     assert np.max(np.abs(reference_action(w2, c2, obs) - reference_action(w1, contract, obs))) < 1e-6
+
+
+def test_the_bench_reads_an_sb3_ppo_actor_as_model_predict_does():
+    """`lowrl bench sim2real --start sb3-ppo`'s stand-in importer, on a real (untrained) SB3 PPO."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+
+    from lowrl_ros.bench.sim2real import ppo_actor
+
+    env = gym.make("Pendulum-v1")
+    model = PPO("MlpPolicy", env, seed=0, device="cpu")
+    with torch.no_grad():
+        model.policy.action_net.weight.mul_(1000.0)  # means far beyond the Box: SB3 clips them, so must we
+    weights, contract = ppo_actor(model, env)
+    assert (weights.hidden_activation, weights.output_activation) == ("tanh", "none")
+    obs = np.random.default_rng(0).uniform(-1, 1, (256, 3)) * [1, 1, 8]
+    want = model.predict(obs.astype(np.float32), deterministic=True)[0]
+    assert np.abs(want).max() == pytest.approx(2.0)
+    assert np.max(np.abs(reference_action(weights, contract, obs) - want)) < 1e-5
+
+
+def test_the_bench_refuses_sb3_ppo_off_pendulum(capsys):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--start", "sb3-ppo", "--envs", "InvertedPendulum-v5", "--out", "/nonexistent/x"])
+    assert run(args) == 2
+    assert "Pendulum-v1 only" in capsys.readouterr().out
