@@ -8,6 +8,10 @@ the rollback rule and the episode rule in versions.py (torch-free), the loop in 
 Fine-tuning keeps every mask fixed (the agent is rebuilt with the "static" method: masked weights
 stay exactly zero, no drop/grow on the robot), so each published version has the sparsity the
 deployed policy was compressed to.
+
+A kit made from an imported artifact (`lowrl kit`, kit.py) trains that artifact's own actor
+(``ArtifactActor``: its activations, frozen normaliser and action transform, the zeros of its sparse
+layers kept); its versions keep the imported architecture and contract, only the weights change.
 """
 from __future__ import annotations
 
