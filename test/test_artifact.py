@@ -236,3 +236,18 @@ def test_sha256_and_size(artifact):
     assert p.macs == p.dense_macs  # dense kernels multiply every weight
     # int8 rounds the tiniest weights to exactly 0; nnz_macs counts only non-zero weights.
     assert 0.9 * p.dense_macs < p.nnz_macs <= p.dense_macs
+
+
+def test_retargeted_contract_suits_the_student_output():
+    """A student's action transform follows its own output activation; the observation side is the teacher's."""
+    ppo = make_contract(obs_clip=5.0, action_scale=[0.5, 0.25], action_offset=[0.1, -0.2])
+    assert ppo.retargeted("none", "none") is ppo
+    tanh = ppo.retargeted("none", "tanh")
+    assert (tanh.action_scale, tanh.action_offset, tanh.obs_clip, tanh.obs_scale) == (None, None, 5.0, ppo.obs_scale)
+    np.testing.assert_allclose(tanh.action_transform("tanh")[0], [1.5, 1.5])  # [-1, 1] onto [-2, 1]
+    sac = make_contract()  # tanh onto the limits by default
+    linear = sac.retargeted("tanh", "none")
+    y = np.linspace(-1, 1, 5)[:, None]
+    np.testing.assert_allclose(linear.to_action(y, "none"), sac.to_action(y, "tanh"))
+    with pytest.raises(ValueError, match="student_output"):
+        sac.retargeted("tanh", "relu")

@@ -6,6 +6,7 @@ fp32 are the teacher). The student is scored through load_artifact of its int8 f
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -120,3 +121,79 @@ def test_distill_config_validation():
     with pytest.raises(ValueError, match="never train"):
         d.DistillConfig(bc_steps=0, dagger_steps=0)
     assert d.DistillConfig(students=("lite:64x2@0.8",)).specs[0] == d.StudentSpec("lite", 64, 2, 0.8)
+
+
+# --- an imported (rsl_rl / Isaac Lab PPO style) teacher --------------------------------------------
+
+def ppo_style_teacher(path):
+    """The shipped SAC actor rewritten the way an rsl_rl import describes a PPO actor, acting the same.
+
+    ELU hidden layers, a linear output, action_offset + action_scale * y, a clipped normalised
+    observation, no env_id (as an import knows none). ELU(k z) / k = relu(z) + O(1/k): the first
+    layer (and the second bias) are scaled by k = 1000 and the output layer by 1/k. The velocity is
+    normalised by 0.5 (so obs_clip 5 never bites inside Pendulum's +-8, but probes past it do), and
+    the offset 0.1 is taken back out of the output bias: action = 0.1 + 2 * (z - 0.05) = 2 z, which
+    clamped to [-2, 2] is close to SAC's 2 tanh(z).
+    """
+    from lowrl_ros.core.runtime.artifact import MlpWeights, load_weights, save_artifact
+
+    w, c = load_weights(TEACHER)
+    k = 1000.0
+    (w1, b1), (w2, b2), (w3, b3) = w.layers
+    w1 = w1 * np.array([1.0, 1.0, 2.0], np.float32)  # reads the velocity normalised by 0.5
+    layers = [(k * w1, k * b1), (w2, k * b2), (w3 / k, b3 / k - 0.05)]
+    contract = dataclasses.replace(c, obs_scale=(1.0, 1.0, 0.5), obs_clip=5.0, action_scale=(2.0,),
+                                   action_offset=(0.1,), env_id=None, provenance={"tool": "test: PPO-style"})
+    return save_artifact(path, MlpWeights(layers, "elu", "none"), contract)
+
+
+@pytest.fixture(scope="module")
+def ppo_teacher(tmp_path_factory):
+    return d.load_teacher(ppo_style_teacher(tmp_path_factory.mktemp("ppo") / "ppo.onnx"))
+
+
+@pytest.mark.parametrize("student_output", ["auto", "tanh"])
+def test_an_imported_ppo_teacher_distils_into_students_with_their_own_contract(tmp_path, ppo_teacher,
+                                                                              student_output):
+    from lowrl_ros.core.runtime.artifact import reference_action
+    from lowrl_ros.core.runtime.engines import probe_observations
+
+    teacher = ppo_teacher
+    assert teacher.kind == "artifact" and teacher.contract.env_id is None
+    with pytest.raises(ValueError, match="env-id"):
+        d.distill(teacher, d.DistillConfig(progress=False), tmp_path / "no_env")
+    cfg = d.DistillConfig(students=("lite:32x2@0.5",), env_id="Pendulum-v1", teacher_episodes=4, bc_steps=600,
+                          dagger_rounds=1, dagger_episodes=2, dagger_steps=300, qat_steps=100, eval_episodes=2,
+                          student_output=student_output, progress=False)
+    result = d.distill(teacher, cfg, tmp_path)
+    assert result.teacher_eval.mean > -200  # the rewritten teacher still swings up
+    (s,) = result.students
+    fp32 = load_artifact(s.fp32_path, engine="ort")
+    c = fp32.contract
+    assert c == s.contract and c.obs_clip == 5.0 and c.obs_scale == (1.0, 1.0, 0.5)  # the teacher's obs side
+    if student_output == "auto":  # the teacher's output space: its transform is the student's
+        assert s.weights.output_activation == "none" and (c.action_scale, c.action_offset) == ((2.0,), (0.1,))
+    else:  # tanh: [-1, 1] onto the limits, not 0.1 + 2 * tanh (which could never reach -2)
+        assert s.weights.output_activation == "tanh" and c.action_scale is None and c.action_offset is None
+        wrong = dataclasses.replace(c, action_scale=(2.0,), action_offset=(0.1,))
+        states = probe_observations(c, 64, seed=1)
+        assert np.abs(reference_action(s.weights, wrong, states) - reference_action(s.weights, c, states)).max() > 0.05
+    assert s.kept >= 0.9, f"student {s.deployed} vs teacher {result.teacher_eval}"
+    assert s.action_error["vs_teacher_mean"] < 0.1
+    # The release parity gate's torch side, on probes that reach past the obs clip.
+    state = torch.load(result.out_dir / "lite.pt", weights_only=False)
+    obs = probe_observations(c, 64, seed=3)
+    ref = np.stack([fp32.act(o) for o in obs])
+    assert np.abs(d.torch_action_fn(state, s.contract)(obs) - ref).max() < 1e-5
+    assert json.loads(result.report_path.read_text())["students"][0]["output_activation"] == s.weights.output_activation
+    if student_output == "tanh":  # the release derives the same contract from the teacher's and passes its gates
+        from lowrl_ros.core.compress.release import Candidate, ReleaseConfig, release
+        from lowrl_ros.core.runtime.bundle import load_bundle
+
+        rcfg = ReleaseConfig(env_id="Pendulum-v1", probe_count=64, probe_episodes=1, eval_episodes=2,
+                             return_fraction=0.9)
+        report = release([Candidate("lite", s.weights, d.torch_action_fn(state, s.contract))], teacher.weights,
+                         teacher.contract, rcfg, tmp_path / "release.lowrl", log=lambda line: None)
+        assert report.released, [g.line() for g in report.gates]
+        tier = load_bundle(tmp_path / "release.lowrl").policies["lite"].contract
+        assert (tier.obs_clip, tier.action_scale, tier.action_offset) == (5.0, None, None)

@@ -131,10 +131,14 @@ def test_bench_inference_smoke(tmp_path):
 
     from lowrl_ros.cli import main as lowrl_main
 
-    assert lowrl_main(["bench", "inference", "--calls", "40", "--rounds", "2", "--nets", "64",
+    assert lowrl_main(["bench", "inference", "--calls", "40", "--rounds", "2", "--nets", "64", "isaac_elu",
                        "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "inference" / "seed0.json").read_text())
-    rows = {r["variant"]: r for r in result["results"]["rows"]}
+    isaac = {r["variant"]: r for r in result["results"]["rows"] if r["net"] == "isaac_elu"}
+    rows = {r["variant"]: r for r in result["results"]["rows"] if r["net"] == "64"}
+    # The Isaac-Lab-shaped ELU net: baselines and artifacts compute the same contract (clip, offset + 0.5 y).
+    assert max(isaac[v]["max_abs_err_vs_fp32"] for v in ("sb3_predict", "torch_eager_fp32")) < 1e-5
+    assert isaac["numpy_fp32"]["max_abs_err_vs_fp32"] < 1e-4 and isaac["ort_int8"]["max_abs_err_vs_fp32"] < 0.05
     assert rows["sb3_predict"]["speedup_vs_sb3_p50"] == pytest.approx(1.0)
     assert {"torch_eager_fp32", "ort_int8", "numpy_int8_s90", "auto_int8_s95"} <= set(rows)
     assert rows["ort_int8_s90"]["bytes"] < rows["ort_fp32"]["bytes"]

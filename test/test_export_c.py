@@ -141,3 +141,38 @@ def test_bad_names_and_inputs_are_explained(tmp_path, capsys):
     root = Path(__file__).resolve().parents[1]
     assert lowrl(["export-c", str(root / "models" / "pendulum_sac.lowrl"), "-o", str(tmp_path), "--tier", "x"]) == 2
     assert "no tier 'x'" in capsys.readouterr().err
+
+
+@needs_gcc
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("act", ["elu", "leaky_relu", "silu", "gelu_tanh", "softsign"])
+def test_every_activation_obs_clip_and_action_transform(tmp_path, act, int8):
+    """fp32: C equals reference_action within 1e-5 of the action range; int8: C equals ORT's int8 graph."""
+    from lowrl_ros.core.runtime.artifact import reference_action
+    from lowrl_ros.core.runtime.engines import probe_observations
+    from test_activations import DIMS, new_features_contract
+    from test_artifact import make_weights
+
+    w, contract = make_weights(DIMS, hidden=act, output="none"), new_features_contract()
+    art = save_artifact(tmp_path / "p.onnx", w, contract, int8=int8)
+    export_c(art, tmp_path / "c", name="p")
+    source = (tmp_path / "c" / "p.c").read_text()
+    assert "_action_offset" in source and f"{_hexf_clip(contract.obs_clip)}" in source
+    fn = _compile_and_load(tmp_path / "c", "p")
+    obs = probe_observations(contract, 64, seed=9)  # every 4th row reaches past obs_clip
+    c_out = _c_actions(fn, obs, contract.action_dim)
+    span = np.array(contract.action_high) - np.array(contract.action_low)
+    if int8:
+        policy = load_artifact(art, engine="ort")
+        want, tol = np.array([policy.act(o) for o in obs]), TOL_INT8
+    else:
+        want, tol = reference_action(w, contract, obs), TOL_FP32
+    err = (np.abs(c_out - want) / span).max()
+    assert err <= tol, f"{act} int8={int8}: C error {err:.3g} of the action range > {tol}"
+    assert np.std(c_out, axis=0).min() > 1e-3
+
+
+def _hexf_clip(v: float) -> str:
+    from lowrl_ros.core.compress.export_c import _hexf
+
+    return _hexf(v)

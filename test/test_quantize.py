@@ -171,3 +171,23 @@ def test_fake_quantize_is_what_the_int8_artifact_computes_with(tmp_path):
     for (wf, _), (ws, _), (w, _) in zip(fake.layers, stored.layers, weights.layers):
         np.testing.assert_allclose(wf, ws, rtol=1e-6, atol=1e-8)
         assert np.abs(wf - w).max() > 0
+
+
+@pytest.mark.parametrize("act", ["elu", "leaky_relu", "silu", "gelu_tanh", "softsign", "tanh"])
+def test_int8_forward_simulates_every_activation_clip_and_transform(tmp_path, act):
+    """int8_forward applies the contract as the graph does (obs_clip, offset + scale * y) for every activation."""
+    from lowrl_ros.core.runtime.engines import probe_observations
+    from test_activations import DIMS, new_features_contract
+    from test_artifact import make_weights
+
+    weights, contract = make_weights(DIMS, hidden=act, output="none"), new_features_contract()
+    path = save_artifact(tmp_path / "p8.onnx", weights, contract, int8=True)
+    policy = load_artifact(path, engine="ort")
+    obs = probe_observations(contract, 64, seed=2)  # every 4th row reaches past obs_clip
+    ort = np.stack([policy.act(o) for o in obs])
+    sim = q.int8_forward(weights, contract, obs, activations="dynamic")
+    span = np.array(contract.action_high) - np.array(contract.action_low)
+    # float32 (ORT) vs float64 (simulation): a value on a rounding boundary may land one uint8 step apart.
+    assert (np.abs(ort - sim) / span).max() < 5e-3, act
+    ranges = q.calibrate_activation_ranges(weights, contract, obs, percentile=100.0)
+    assert -contract.obs_clip <= ranges[0].low < 0 < ranges[0].high <= contract.obs_clip  # normalised, clipped

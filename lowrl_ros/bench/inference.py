@@ -1,11 +1,21 @@
 """Batch-1 actor inference: SB3 predict vs torch vs ONNX Runtime vs lowrl's engines, same weights.
 
-For each network (17-256-256-6 as HalfCheetah's SAC actor, a 64-wide one, and 3x1024) the same
-weights run through: SB3 ``predict(deterministic=True)`` (the baseline), torch eager fp32, and lowrl
-artifacts (fp32 and int8; int8 at 0%, 90% and 95% magnitude-pruned hidden layers) on the ORT
-engine, the numpy engine, and engine="auto". Every call is timed alone (perf_counter_ns) through
-``Policy.act``; variants run interleaved in rounds, so drift in the shared machine's speed hits
-all of them alike. Ratios are against the SB3 baseline of the same run.
+For each network the same weights run through: SB3 ``predict(deterministic=True)`` (the baseline),
+torch eager fp32, and lowrl artifacts (fp32 and int8; int8 at 0%, 90% and 95% magnitude-pruned
+hidden layers) on the ORT engine, the numpy engine, and engine="auto". The networks:
+
+- ``64``, ``256``, ``3x1024``: SB3 SAC actors 17-64-64-6, 17-256-256-6 (HalfCheetah's) and
+  17-1024x3-6, ReLU, tanh output;
+- ``256_elu``: the 17-256-256-6 SAC actor with ELU hidden layers;
+- ``isaac_elu``: 48-512-256-128-12 ELU with a linear output, the shape of Isaac Lab's rsl_rl PPO
+  locomotion actor, with the contract such an import carries (normalised observations clipped at
+  5, action = default pose + 0.5 * y, clamped to the joint limits). Its baseline is SB3 PPO's
+  ``predict`` (same actor layers) and torch eager, each with that normalisation, clip and action
+  transform around it, as a deployment loop runs them.
+
+Every call is timed alone (perf_counter_ns) through ``Policy.act``; variants run interleaved in
+rounds, so drift in the shared machine's speed hits all of them alike. Ratios are against the SB3
+baseline of the same run.
 
     lowrl bench inference                 # 20k calls per variant (a few minutes)
     lowrl bench inference --calls 2000    # quick look
@@ -17,49 +27,141 @@ import io
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lowrl_ros.core.sim.plot import pyplot
 
-NETS = {"64": [64, 64], "256": [256, 256], "3x1024": [1024, 1024, 1024]}
-OBS_DIM, ACT_DIM = 17, 6
+@dataclass(frozen=True)
+class NetSpec:
+    """One benchmarked network: sizes, hidden activation, and the SB3 algorithm of its baseline."""
+
+    obs_dim: int
+    hidden: tuple[int, ...]
+    act_dim: int
+    activation: str = "relu"  # "relu" | "elu"
+    algo: str = "sac"  # "sac": tanh output, limits [-1, 1]; "ppo": linear output, Isaac-Lab-style contract
 
 
-def _sb3_model(hidden: list[int], seed: int):
+NETS = {
+    "64": NetSpec(17, (64, 64), 6),
+    "256": NetSpec(17, (256, 256), 6),
+    "3x1024": NetSpec(17, (1024, 1024, 1024), 6),
+    "256_elu": NetSpec(17, (256, 256), 6, "elu"),
+    "isaac_elu": NetSpec(48, (512, 256, 128), 12, "elu", "ppo"),
+}
+ISAAC_OBS_CLIP = 5.0  # rsl_rl / Isaac Lab clip normalised observations (clip_observations) at a few sigma
+ISAAC_ACTION_SCALE = 0.5  # Isaac Lab's joint position action: default pose + 0.5 * y
+ISAAC_LIMIT = 3.0  # joint limits, rad
+
+
+def _sb3_model(spec: NetSpec, seed: int):
     import gymnasium as gym
-    from stable_baselines3 import SAC
+    import torch
+    from stable_baselines3 import PPO, SAC
+
+    high = 1.0 if spec.algo == "sac" else 100.0  # PPO: the contract's transform and clamp come after predict
 
     class Env(gym.Env):  # only the spaces matter: nothing is stepped
-        observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
-        action_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (spec.obs_dim,), np.float32)
+        action_space = gym.spaces.Box(-high, high, (spec.act_dim,), np.float32)
 
         def reset(self, *, seed=None, options=None):
-            return np.zeros(OBS_DIM, np.float32), {}
+            return np.zeros(spec.obs_dim, np.float32), {}
 
         def step(self, action):
-            return np.zeros(OBS_DIM, np.float32), 0.0, False, False, {}
+            return np.zeros(spec.obs_dim, np.float32), 0.0, False, False, {}
 
-    return SAC("MlpPolicy", Env(), policy_kwargs=dict(net_arch=hidden), device="cpu", seed=seed,
-               buffer_size=1, learning_starts=0)
+    act_fn = {"relu": torch.nn.ReLU, "elu": torch.nn.ELU}[spec.activation]
+    if spec.algo == "sac":
+        return SAC("MlpPolicy", Env(), policy_kwargs=dict(net_arch=list(spec.hidden), activation_fn=act_fn),
+                   device="cpu", seed=seed, buffer_size=1, learning_starts=0)
+    kwargs = dict(net_arch=dict(pi=list(spec.hidden), vf=[64]), activation_fn=act_fn)
+    return PPO("MlpPolicy", Env(), policy_kwargs=kwargs, device="cpu", seed=seed, n_steps=8, batch_size=8)
 
 
-def _torch_actor(weights):
+def _actor_weights(model, spec: NetSpec):
+    """The deterministic actor's Linear layers as MlpWeights.
+
+    SAC: latent_pi + mu, tanh output; PPO: mlp_extractor.policy_net + action_net, linear output.
+    """
+    import torch
+
+    from lowrl_ros.core.runtime.artifact import MlpWeights
+
+    if spec.algo == "sac":
+        mods, output = [*model.policy.actor.latent_pi, model.policy.actor.mu], "tanh"
+    else:
+        mods, output = [*model.policy.mlp_extractor.policy_net, model.policy.action_net], "none"
+    layers = [(m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy())
+              for m in mods if isinstance(m, torch.nn.Linear)]
+    return MlpWeights(layers, spec.activation, output)
+
+
+def _contract(spec: NetSpec, seed: int):
+    from lowrl_ros.core.runtime.artifact import PolicyContract
+
+    names = ([f"obs_{i}" for i in range(spec.obs_dim)], [f"action_{i}" for i in range(spec.act_dim)])
+    if spec.algo == "sac":
+        return PolicyContract(*names, [-1.0] * spec.act_dim, [1.0] * spec.act_dim)
+    rng = np.random.default_rng(seed + 1)
+    pose = np.tile([0.1, 0.8, -1.5], spec.act_dim // 3 + 1)[:spec.act_dim]  # hip, thigh, calf of each leg
+    return PolicyContract(*names, [-ISAAC_LIMIT] * spec.act_dim, [ISAAC_LIMIT] * spec.act_dim,
+                          obs_offset=rng.normal(0, 0.5, spec.obs_dim), obs_scale=rng.uniform(0.5, 2.0, spec.obs_dim),
+                          obs_clip=ISAAC_OBS_CLIP, action_scale=[ISAAC_ACTION_SCALE] * spec.act_dim,
+                          action_offset=pose)
+
+
+def _wrap_contract(fn, contract, output_activation: str):
+    """``fn`` (normalised obs -> network output) with the contract's normalisation, clip and action transform
+    in numpy around it; ``fn`` itself for the SAC nets, whose contract is the identity around tanh."""
+    if contract.action_scale is None and contract.obs_clip is None:
+        return fn
+    off, scale, clip = np.array(contract.obs_offset), np.array(contract.obs_scale), contract.obs_clip
+    a_scale, a_off = contract.action_transform(output_activation)
+    low, high = np.array(contract.action_low), np.array(contract.action_high)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        x = np.clip((obs - off) * scale, -clip, clip)
+        return np.clip(a_off + a_scale * fn(x), low, high)
+
+    return act
+
+
+def _torch_actor(weights, contract):
+    """torch eager: Linear/activation layers (+ the contract's normalisation, clip and transform, in torch)."""
     import torch
 
     mods = []
+    hidden = {"relu": torch.nn.ReLU, "elu": torch.nn.ELU}[weights.hidden_activation]
     for i, (w, b) in enumerate(weights.layers):
         lin = torch.nn.Linear(w.shape[1], w.shape[0])
         with torch.no_grad():
             lin.weight.copy_(torch.from_numpy(w))
             lin.bias.copy_(torch.from_numpy(b))
-        mods += [lin, torch.nn.ReLU() if i < len(weights.layers) - 1 else torch.nn.Tanh()]
+        mods.append(lin)
+        if i < len(weights.layers) - 1:
+            mods.append(hidden())
+        elif weights.output_activation == "tanh":
+            mods.append(torch.nn.Tanh())
     net = torch.nn.Sequential(*mods).eval()
+    if contract.action_scale is None and contract.obs_clip is None:
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return net(torch.as_tensor(obs, dtype=torch.float32)[None])[0].numpy().astype(np.float64)
+    else:
+        f32 = lambda v: torch.tensor(np.asarray(v), dtype=torch.float32)  # noqa: E731
+        off, scale, clip = f32(contract.obs_offset), f32(contract.obs_scale), contract.obs_clip
+        a_scale, a_off = (f32(v) for v in contract.action_transform(weights.output_activation))
+        low, high = f32(contract.action_low), f32(contract.action_high)
 
-    def act(obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return net(torch.as_tensor(obs, dtype=torch.float32)[None])[0].numpy().astype(np.float64)
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                x = torch.clamp((torch.as_tensor(obs, dtype=torch.float32) - off) * scale, -clip, clip)
+                y = torch.minimum(torch.maximum(a_off + a_scale * net(x[None])[0], low), high)
+                return y.numpy().astype(np.float64)
 
     buf = io.BytesIO()
     torch.save(net.state_dict(), buf)
@@ -98,19 +200,18 @@ def _time_rounds(variants: dict, obs: np.ndarray, calls: int, rounds: int, label
     return times
 
 
-def bench_net(name: str, hidden: list[int], calls: int, rounds: int, tmp: Path, seed: int) -> list[dict]:
-    from lowrl_ros.core.compress.sb3 import sb3_actor
-    from lowrl_ros.core.runtime.artifact import PolicyContract, prune_by_magnitude, reference_action, save_artifact
+def bench_net(name: str, spec: NetSpec, calls: int, rounds: int, tmp: Path, seed: int) -> list[dict]:
+    from lowrl_ros.core.runtime.artifact import prune_by_magnitude, reference_action, save_artifact
     from lowrl_ros.core.runtime.engines import load_artifact
 
-    model = _sb3_model(hidden, seed)
-    weights = sb3_actor(model, "sac")
-    contract = PolicyContract([f"obs_{i}" for i in range(OBS_DIM)], [f"action_{i}" for i in range(ACT_DIM)],
-                              [-1.0] * ACT_DIM, [1.0] * ACT_DIM)
+    model = _sb3_model(spec, seed)
+    weights = _actor_weights(model, spec)
+    contract = _contract(spec, seed)
     import torch
 
-    torch_act, state_dict_bytes = _torch_actor(weights)
-    predict = lambda o: model.predict(o, deterministic=True)[0]  # noqa: E731
+    torch_act, state_dict_bytes = _torch_actor(weights, contract)
+    predict = _wrap_contract(lambda o: model.predict(o, deterministic=True)[0], contract,
+                             weights.output_activation)
     # The baseline is SB3 as a user runs it (torch's default thread count); the same call with one
     # torch thread is reported beside it, since at batch 1 threads mostly add overhead.
     variants = {"sb3_predict": predict, "sb3_predict_1thread": predict, "torch_eager_fp32": torch_act}
@@ -131,7 +232,9 @@ def bench_net(name: str, hidden: list[int], calls: int, rounds: int, tmp: Path, 
             variants[key] = policy.act
             info[key] = {"bytes": path.stat().st_size, "weights": w, "engine": policy.engine,
                          "reason": policy.engine_choice_reason, "kernels": policy.kernels, "macs": policy.macs}
-    obs = np.random.default_rng(seed).standard_normal((512, OBS_DIM)).astype(np.float64)
+    # Normalised observations standard normal: what the network was trained on.
+    z = np.random.default_rng(seed).standard_normal((512, spec.obs_dim))
+    obs = np.array(contract.obs_offset) + z / np.array(contract.obs_scale)
     times = _time_rounds(variants, obs, calls, rounds, f"net {name}", around)
     base_p50 = float(np.percentile(times["sb3_predict"], 50))
     rows = []
@@ -158,7 +261,8 @@ def _markdown(rows: list[dict], calls: int, rounds: int) -> str:
     lines = [
         f"Batch-1 `act(obs)` latency, {calls} calls per variant in {rounds} interleaved rounds; "
         "speed-up = SB3 predict p50 / variant p50 (same run). Bytes: file on disk vs the fp32 torch "
-        "state_dict. err: max |action - fp32 reference| over 64 observations (action range [-1, 1]).",
+        "state_dict. err: max |action - fp32 reference| over 64 observations (action range [-1, 1]; "
+        f"isaac_elu [-{ISAAC_LIMIT:g}, {ISAAC_LIMIT:g}]).",
         "",
         "| net | variant | p50 µs | p99 µs | speed-up vs SB3 | bytes | vs fp32 state_dict | err | engine (kernels) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
@@ -180,6 +284,13 @@ def _targets(rows: list[dict]) -> list[str]:
         out.append(f"- 256-wide int8 (auto engine: {r['engine']}): p50 {r['p50_us']:.1f} µs (target ≤ 15), "
                    f"p99 {r['p99_us']:.1f} µs (≤ 40), {r['speedup_vs_sb3_p50']:.1f}x SB3 (≥ 20): "
                    f"{'MET' if ok else 'NOT MET'}")
+    for net in ("256_elu", "isaac_elu"):  # no targets of their own: the relu net's, for comparison
+        r = next((x for x in rows if x["net"] == net and x["variant"] == "auto_int8"), None)
+        if r:
+            ok = r["p50_us"] <= 15 and r["p99_us"] <= 40
+            out.append(f"- {net} int8 (auto engine: {r['engine']}): p50 {r['p50_us']:.1f} µs, p99 {r['p99_us']:.1f} "
+                       f"µs, {r['speedup_vs_sb3_p50']:.1f}x SB3 (the 256 relu net's ≤ 15 / ≤ 40 µs: "
+                       f"{'within' if ok else 'outside'})")
     s = next((x for x in rows if x["net"] == "256" and x["variant"] == "ort_int8_s90"), None)
     if s:
         out.append(f"- 90%-sparse int8 artifact: {s['bytes']:,} bytes = {s['bytes_vs_fp32_state_dict']:.3f} of the "

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
                 teacher = load_teacher(source, env_id=dcfg.env_id or None)
                 work = args.work_dir or Path(tmp)
                 result = distill(teacher, dcfg, work)
-                cands = [Candidate(s.spec.name, s.weights, torch_action_fn(s.state, teacher.contract),
+                cands = [Candidate(s.spec.name, s.weights, torch_action_fn(s.state, s.contract),
                                    {"student": str(s.spec)}) for s in result.students]
             report = release(cands, teacher.weights, teacher.contract, rcfg, args.output,
                              provenance={"teacher": Path(teacher.source).name, "teacher_kind": teacher.kind},

@@ -105,6 +105,8 @@ class DistillConfig:
     eval_episodes: int = config_field(10, "episodes to evaluate teacher and deployed students")
     eval_seed: int = config_field(EVAL_SEED, "seed of the first evaluation episode")
     seed: int = config_field(0, "seed of rollouts, initialisation and minibatches")
+    student_output: str = config_field("auto", "students' output activation: auto (the teacher's), tanh (bounded, "
+                                               "[-1, 1] mapped onto the action limits) or none (linear)")
     threads: int = config_field(1, "torch intra-op threads")
     progress: bool = config_field(True, "draw a progress line on stderr")
 
@@ -124,6 +126,8 @@ class DistillConfig:
         require(self.teacher_noise >= 0, f"teacher_noise={self.teacher_noise} must be >= 0")
         require(self.lr > 0, f"lr={self.lr} must be > 0")
         require(self.mask_method in METHODS, f"mask_method={self.mask_method!r}: use one of {METHODS}")
+        require(self.student_output in ("auto", "tanh", "none"),
+                f"student_output={self.student_output!r}: use auto, tanh or none")
         require(0.0 < self.zeta0 <= 1.0, f"zeta0={self.zeta0} must be in (0, 1]")
         require(50.0 <= self.clip_percentile <= 100.0,
                 f"clip_percentile={self.clip_percentile} must be in [50, 100]; 100 means no clipping")
@@ -261,8 +265,10 @@ def state_from_weights(weights: MlpWeights) -> dict[str, Any]:
 def torch_action_fn(state: dict[str, Any], contract: PolicyContract) -> Callable[[np.ndarray], np.ndarray]:
     """obs [n, obs_dim] -> action [n, act] computed by torch from a saved student state.
 
-    This is the torch side of the release parity gate: normalisation, the FusedMLP layers, the
-    output activation, the rescale to the action limits and the clamp, all in float32 torch.
+    This is the torch side of the release parity gate: normalisation (and obs clip), the FusedMLP
+    layers, the output activation, the action transform and the clamp, all in float32 torch.
+    ``contract`` must be the student's (``StudentResult.contract``, or its fp32 artifact's): its
+    action transform is the one for the student's output activation.
     """
     net = FusedMLP(1, list(state["sizes"]))
     net.load_state_dict(state["net"])
@@ -270,14 +276,20 @@ def torch_action_fn(state: dict[str, Any], contract: PolicyContract) -> Callable
     scale = torch.tensor(contract.obs_scale, dtype=torch.float32)
     low = torch.tensor(contract.action_low, dtype=torch.float32)
     high = torch.tensor(contract.action_high, dtype=torch.float32)
+    clip = contract.obs_clip
     tanh_out = state["output_activation"] == "tanh"
+    a_scale, a_offset = (torch.tensor(v, dtype=torch.float32) for v in contract.action_transform(
+        state["output_activation"]))
 
     @torch.no_grad()
     def act(obs: np.ndarray) -> np.ndarray:
         x = (torch.as_tensor(np.atleast_2d(obs), dtype=torch.float32) - offset) * scale
+        if clip is not None:
+            x = torch.clamp(x, -clip, clip)
         y = net(x)[0]
         if tanh_out:
-            y = (high - low) / 2 * torch.tanh(y) + (high + low) / 2
+            y = torch.tanh(y)
+        y = a_scale * y + a_offset
         return torch.minimum(torch.maximum(y, low), high).double().numpy()
 
     return act
@@ -299,6 +311,7 @@ class StudentResult:
     artifact_bytes: int
     nnz: int
     losses: list[float]
+    contract: PolicyContract | None = None  # the student's (its artifacts'); torch_action_fn needs this one
     action_error: dict[str, float] = field(default_factory=dict)
 
 
@@ -335,7 +348,9 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    c = teacher.contract
+    out_act = teacher.weights.output_activation if cfg.student_output == "auto" else cfg.student_output
+    # The students' contract: the teacher's observation side, an action transform right for their output.
+    c = teacher.student_contract(out_act)
     teacher_eval = evaluate(lambda o: teacher.actions(o)[0], env_id, cfg.eval_episodes, cfg.eval_seed)
     base_states = collect_teacher_states(teacher, env_id, cfg.teacher_episodes, cfg.teacher_noise, cfg.seed)
     # States no student trains on (other seeds): how far the deployed int8 student acts from the teacher.
@@ -346,10 +361,10 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
     for si, spec in enumerate(cfg.specs):
         torch.manual_seed(cfg.seed + 1000 * si)
         rng = np.random.default_rng(cfg.seed + si)
-        student = Student(spec, c.obs_dim, c.action_dim, teacher.weights.output_activation, cfg, total)
+        student = Student(spec, c.obs_dim, c.action_dim, out_act, cfg, total)
         states = base_states
         x = torch.as_tensor(normalise(c, states), dtype=torch.float32)
-        y = torch.as_tensor(teacher.targets(states), dtype=torch.float32)
+        y = torch.as_tensor(teacher.student_targets(states, c, out_act), dtype=torch.float32)
         losses: list[float] = []
 
         def fit(steps: int, fake_quant: bool = False) -> None:
@@ -376,7 +391,7 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
             new = rollout_states(env_id, mixed, cfg.dagger_episodes, cfg.seed + 70_000 + 100 * r + 10_000 * si)
             states = np.concatenate([states, new])
             x = torch.as_tensor(normalise(c, states), dtype=torch.float32)
-            y = torch.as_tensor(teacher.targets(states), dtype=torch.float32)
+            y = torch.as_tensor(teacher.student_targets(states, c, out_act), dtype=torch.float32)
             fit(cfg.dagger_steps)
         if cfg.qat_steps:
             fit(cfg.qat_steps, fake_quant=True)
@@ -404,7 +419,7 @@ def distill(teacher: Teacher, cfg: DistillConfig, out_dir: str | Path,
         qgap = np.abs(a8 - np.stack([fp32_policy.act(o) for o in held_out])) / span  # quantization alone
         results.append(StudentResult(spec, weights, student.state(), int8_path, fp32_path, deployed,
                                      kept_fraction(deployed.mean, teacher_eval.mean), deployed_policy.nbytes,
-                                     weights.nnz, losses, {"vs_teacher_max": float(gap.max()),
+                                     weights.nnz, losses, contract, {"vs_teacher_max": float(gap.max()),
                                                            "vs_teacher_mean": float(gap.mean()),
                                                            "int8_vs_fp32_max": float(qgap.max()),
                                                            "int8_vs_fp32_mean": float(qgap.mean()),
@@ -426,7 +441,8 @@ def write_report(result: DistillResult, cfg: DistillConfig, env_id: str) -> Path
                     "return_mean": result.teacher_eval.mean, "return_std": result.teacher_eval.std,
                     "returns": list(result.teacher_eval.returns), "params": t.weights.macs},
         "students": [{
-            "name": s.spec.name, "spec": str(s.spec), "int8_artifact": s.int8_path.name,
+            "name": s.spec.name, "spec": str(s.spec), "output_activation": s.weights.output_activation,
+            "int8_artifact": s.int8_path.name,
             "fp32_artifact": s.fp32_path.name,
             "torch_state": f"{s.spec.name}.pt", "deployed_return_mean": s.deployed.mean,
             "deployed_return_std": s.deployed.std, "returns": list(s.deployed.returns), "kept_fraction": s.kept,

@@ -4,7 +4,12 @@
 static const arrays and one function ``void <name>_act(const float *obs, float *action)`` that
 computes exactly the artifact's graph (onnx_graph.py):
 
-    obs -> (obs - offset) * scale -> [layer -> activation]* -> mid + half * y -> clamp -> action
+    obs -> (obs - offset) * scale -> [clip to +-obs_clip] -> [layer -> activation]*
+        -> action_offset + action_scale * y -> clamp -> action
+
+(the clip only when the contract sets ``obs_clip``; the rescale only when
+``PolicyContract.action_transform`` is not the identity: a tanh output maps [-1, 1] onto
+[low, high] by default, a linear "none" output passes through unless action_scale/offset are given).
 
 Decisions (and why):
 
@@ -21,7 +26,9 @@ Decisions (and why):
   pointers uint16 when nnz < 65536, else uint32.
 - No malloc: two static float buffers of the widest layer and one uint8 buffer for the quantized
   row. The function is therefore not reentrant (one policy instance per name; export twice
-  under two names for two). The only libm call is ``tanhf`` (tanh activations); link with -lm.
+  under two names for two). libm is used only where an activation needs it: ``tanhf`` (tanh,
+  gelu_tanh), ``expm1f`` (elu), ``expf`` (silu); relu, leaky_relu and softsign need none. Link with -lm.
+  Every activation is written as its formula in core/runtime/activations.py, in float.
 - Floats are written as C99 hexadecimal literals: every float32 survives the round trip exactly.
 - Inputs must be finite: NaN observations are not checked here (the caller's safety layer is).
 - Known limit: on x86 CPUs without AVX-512 VNNI, ORT's u8s8 int8 kernels may saturate 16-bit
@@ -38,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.runtime import activations
 from lowrl_ros.core.runtime.artifact import ArtifactError, ParsedArtifact, parse_artifact, read_artifact_bytes
 from lowrl_ros.core.runtime.onnx_graph import StoredLayer
 
@@ -71,6 +79,21 @@ class CExport:
     weight_bytes: int  # bytes of all static const weight/index/scale/bias arrays
     scratch_bytes: int  # bytes of the static work buffers
     sha256: str  # of the source artifact
+
+
+# Each activation as a C float expression of {x}: the formulas (and constants) of core/runtime/activations.py.
+_C_ACTIVATIONS = {
+    "relu": "{x} > 0.0f ? {x} : 0.0f",
+    "tanh": "tanhf({x})",
+    "elu": "{x} > 0.0f ? {x} : " + ("" if activations.ELU_ALPHA == 1.0 else f"{activations.ELU_ALPHA!r}f * ")
+           + "expm1f({x})",
+    "leaky_relu": f"{{x}} > 0.0f ? {{x}} : {activations.LEAKY_RELU_SLOPE!r}f * {{x}}",
+    "silu": "{x} / (1.0f + expf(-{x}))",  # expf(-x) = inf for x < -88 gives -0, never NaN
+    "gelu_tanh": f"0.5f * {{x}} * (1.0f + tanhf({activations.GELU_K!r}f * ({{x}} + {activations.GELU_C!r}f"
+                 " * {x} * {x} * {x})))",
+    "softsign": "{x} / (1.0f + ({x} < 0.0f ? -{x} : {x}))",
+}
+assert set(_C_ACTIVATIONS) == set(activations.HIDDEN) | set(activations.OUTPUT) - {"none"}
 
 
 def _hexf(v: float) -> str:
@@ -246,9 +269,12 @@ def _header_comment(parsed: ParsedArtifact, name: str, plans: list[CLayerPlan]) 
         f"observations ({c.obs_dim}, in order): {', '.join(c.obs_names)}",
         f"obs_offset: {list(c.obs_offset)}",
         f"obs_scale: {list(c.obs_scale)}",
+        f"obs_clip: {c.obs_clip} (normalised obs = clip((obs - obs_offset) * obs_scale, -obs_clip, obs_clip))",
         f"actions ({c.action_dim}, in order): {', '.join(c.action_names)}",
         f"action_low: {list(c.action_low)}",
         f"action_high: {list(c.action_high)}",
+        "action = clamp(action_offset + action_scale * y, action_low, action_high); (scale, offset): "
+        + json.dumps([list(map(float, v)) for v in c.action_transform(parsed.output_activation)]),
         f"activations: hidden {parsed.hidden_activation}, output {parsed.output_activation}",
         "layers: " + "; ".join(f"{p.in_dim}->{p.out_dim} {p.dtype} {p.storage} nnz {p.nnz}" for p in plans),
         "int8 layers quantize their input row dynamically to uint8 exactly like ONNX DynamicQuantizeLinear",
@@ -311,21 +337,35 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
             else:
                 calls.append(f"{name}_csr_f32_{k}({p}_ptr, {p}_col, {p}_val, {p}_b, {src}, {dst}, {plan.out_dim});")
         act = parsed.output_activation if i == len(plans) - 1 else parsed.hidden_activation
-        if act == "relu":
-            calls.append(f"for (j = 0; j < {plan.out_dim}; ++j) {{ {dst}[j] = {dst}[j] > 0.0f ? {dst}[j] : 0.0f; }}")
-        elif act == "tanh":
-            calls.append(f"for (j = 0; j < {plan.out_dim}; ++j) {{ {dst}[j] = tanhf({dst}[j]); }}")
+        if act != "none":
+            expr = _C_ACTIVATIONS[act].format(x=f"{dst}[j]")
+            calls.append(f"for (j = 0; j < {plan.out_dim}; ++j) {{ {dst}[j] = {expr}; }}")
         src, dst = dst, src
     low = np.asarray(c.action_low, np.float32)
     high = np.asarray(c.action_high, np.float32)
     arrays += [_array("float", f"{name}_obs_offset", np.asarray(c.obs_offset, np.float32)),
                _array("float", f"{name}_obs_scale", np.asarray(c.obs_scale, np.float32)),
                _array("float", f"{name}_low", low), _array("float", f"{name}_high", high)]
-    if parsed.output_activation == "tanh":
-        arrays += [_array("float", f"{name}_half", (high - low) / 2), _array("float", f"{name}_mid", (high + low) / 2)]
-        rescale = f"v = {src}[j] * {name}_half[j] + {name}_mid[j];"  # as the graph: Mul, then Add
+    # The graph's float32 constants: the v1 default (tanh onto the limits) is half/mid computed in float32.
+    if c.action_scale is None and c.action_offset is None:
+        a_scale = (high - low) / 2 if parsed.output_activation == "tanh" else np.ones_like(low)
+        a_offset = (high + low) / 2 if parsed.output_activation == "tanh" else np.zeros_like(low)
     else:
-        rescale = f"v = {src}[j];"
+        a_scale, a_offset = (np.asarray(v, np.float32) for v in c.action_transform(parsed.output_activation))
+    rescale = f"v = {src}[j]"
+    if not np.all(a_scale == 1.0):
+        arrays.append(_array("float", f"{name}_action_scale", a_scale))
+        rescale += f" * {name}_action_scale[j]"  # as the graph: Mul, then Add
+    if not np.all(a_offset == 0.0):
+        arrays.append(_array("float", f"{name}_action_offset", a_offset))
+        rescale += f" + {name}_action_offset[j]"
+    rescale += ";"
+    if c.obs_clip is None:
+        clip = ""
+    else:
+        lim = _hexf(c.obs_clip)
+        clip = (f"        {name}_buf_a[j] = {name}_buf_a[j] < -{lim} ? -{lim} : {name}_buf_a[j];\n"
+                f"        {name}_buf_a[j] = {name}_buf_a[j] > {lim} ? {lim} : {name}_buf_a[j];\n")
     kernels = _KERNELS
     for pt, ct in sorted(csr_kinds):
         kernels += _CSR.replace("_PT_CT", f"_{pt}_{ct}").replace("PT", pt).replace("CT", ct)
@@ -346,7 +386,7 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
         f"void {name}_act(const float *obs, float *action);\n\n"
         "#ifdef __cplusplus\n}\n#endif\n\n#endif\n"
     )
-    needs_math = parsed.hidden_activation == "tanh" or parsed.output_activation == "tanh"
+    needs_math = any(f in "\n".join(calls) for f in ("tanhf(", "expf(", "expm1f("))
     source = (
         f"{comment}#include <stddef.h>\n#include <stdint.h>\n" + ("#include <math.h>\n" if needs_math else "")
         + f"\n#include \"{name}.h\"\n\n"
@@ -356,7 +396,7 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
         + kernels
         + f"\nvoid {name}_act(const float *obs, float *action)\n{{\n    int32_t j;\n    float v;\n"
         + f"    for (j = 0; j < {c.obs_dim}; ++j) {{\n"
-        + f"        {name}_buf_a[j] = (obs[j] - {name}_obs_offset[j]) * {name}_obs_scale[j];\n    }}\n"
+        + f"        {name}_buf_a[j] = (obs[j] - {name}_obs_offset[j]) * {name}_obs_scale[j];\n{clip}    }}\n"
         + "".join(f"    {line}\n" for line in calls)
         + f"    for (j = 0; j < {c.action_dim}; ++j) {{\n        {rescale}\n"
         + f"        v = v < {name}_high[j] ? v : {name}_high[j];\n"
@@ -365,7 +405,8 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
     h_path, c_path = out / f"{name}.h", out / f"{name}.c"
     h_path.write_text(header)
     c_path.write_text(source)
-    weight_bytes = sum(p.bytes for p in plans) + 4 * (2 * c.obs_dim + 4 * c.action_dim)
+    weight_bytes = sum(p.bytes for p in plans) + 4 * (2 * c.obs_dim + 2 * c.action_dim) + 4 * c.action_dim * (
+        int(not np.all(a_scale == 1.0)) + int(not np.all(a_offset == 0.0)))
     scratch = 2 * 4 * widest + (widest if any_int8 else 0)
     return CExport(h_path, c_path, name, tuple(plans), weight_bytes, scratch, parsed.sha256)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowrl_ros.core.runtime import activations as act_table
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract
 
 QMAX = 127  # symmetric int8: [-127, 127]; -128 is left out so the range is symmetric
@@ -163,7 +164,7 @@ def layer_inputs(weights: MlpWeights, obs_norm: np.ndarray) -> list[np.ndarray]:
         inputs.append(x)
         x = x @ w.T.astype(np.float64) + b
         if i < len(weights.layers) - 1:
-            x = np.maximum(x, 0.0) if weights.hidden_activation == "relu" else np.tanh(x)
+            x = act_table.apply(weights.hidden_activation, x)
     return inputs
 
 
@@ -173,8 +174,8 @@ def calibrate_activation_ranges(weights: MlpWeights, contract: PolicyContract, o
 
     Args:
         weights: the actor.
-        contract: its contract (the observations are normalised with its offset and scale,
-            as the graph does).
+        contract: its contract (the observations are normalised with its offset and scale and
+            clipped to its obs_clip, as the graph does).
         observations: raw observations [n, obs_dim], e.g. from rollouts or a replay buffer.
         percentile: the range is [percentile (100 - p) of the values, percentile p]; below 100 it
             clips rare outliers, trading their saturation for a finer step for everyone else.
@@ -188,9 +189,8 @@ def calibrate_activation_ranges(weights: MlpWeights, contract: PolicyContract, o
                          "collect some rollouts or pass replay-buffer observations")
     if not 50.0 < float(percentile) <= 100.0:
         raise ValueError(f"calibration percentile {percentile} must be in (50, 100]; e.g. 99.99")
-    norm = (obs - np.array(contract.obs_offset)) * np.array(contract.obs_scale)
     ranges = []
-    for x in layer_inputs(weights, norm):
+    for x in layer_inputs(weights, contract.normalise(obs)):
         ranges.append(ActivationRange(float(np.percentile(x, 100.0 - percentile)), float(np.percentile(x, percentile))))
     return ranges
 
@@ -217,7 +217,7 @@ def int8_forward(weights: MlpWeights, contract: PolicyContract, observations: np
 
     Args:
         weights: float actor; quantized per channel here (``percentile`` clips outliers).
-        contract: normalisation, limits and output scaling.
+        contract: normalisation (offset, scale, obs_clip), the action transform and the limits.
         observations: raw observations [n, obs_dim].
         activations: "dynamic" (range of each row, as the artifact's DynamicQuantizeLinear) or
             "static" (fixed calibrated ``ranges``, one per layer).
@@ -231,8 +231,7 @@ def int8_forward(weights: MlpWeights, contract: PolicyContract, observations: np
     if activations == "static" and (ranges is None or len(ranges) != len(weights.layers)):
         raise ValueError("static activations need one calibrated range per layer; "
                          "call calibrate_activation_ranges() first")
-    obs = np.atleast_2d(np.asarray(observations, dtype=np.float64))
-    x = (obs - np.array(contract.obs_offset)) * np.array(contract.obs_scale)
+    x = contract.normalise(np.atleast_2d(np.asarray(observations, dtype=np.float64)))
     last = len(weights.layers) - 1
     for i, (w, b) in enumerate(weights.layers):
         wq = dequantize(quantize_per_channel(w, percentile)).astype(np.float64)
@@ -241,9 +240,5 @@ def int8_forward(weights: MlpWeights, contract: PolicyContract, observations: np
         else:
             xq = np.stack([quantize_activation(row, ActivationRange(float(row.min()), float(row.max()))) for row in x])
         x = xq @ wq.T + b
-        act = weights.output_activation if i == last else weights.hidden_activation
-        x = np.maximum(x, 0.0) if act == "relu" else np.tanh(x) if act == "tanh" else x
-    low, high = np.array(contract.action_low), np.array(contract.action_high)
-    if weights.output_activation == "tanh":
-        x = low + (x + 1.0) / 2.0 * (high - low)
-    return np.clip(x, low, high)
+        x = act_table.apply(weights.output_activation if i == last else weights.hidden_activation, x)
+    return contract.to_action(x, weights.output_activation)

@@ -250,7 +250,8 @@ def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: 
     Args:
         candidates: the tiers (distinct names).
         teacher_weights: the teacher (its fp32 return is the reference of the return gate).
-        contract: the teacher's contract; tiers inherit its I/O.
+        contract: the teacher's contract; tiers inherit its I/O (observation side and limits; the action
+            transform is the one for each candidate's output activation, ``PolicyContract.retargeted``).
         cfg: thresholds, version and parent version.
         bundle_path: where the bundle goes; untouched when a gate fails.
         provenance: extra provenance for every tier.
@@ -284,7 +285,10 @@ def release(candidates: list[Candidate], teacher_weights: MlpWeights, contract: 
             teacher_prov = {f"teacher.{k}": v for k, v in contract.provenance.items() if not k.startswith("teacher")}
             prov = {**teacher_prov, **(provenance or {}), **cand.provenance, "tool": "lowrl compress",
                     "int8": "true", "clip_percentile": str(cfg.clip_percentile)}
-            c = dataclasses.replace(contract, tier=cand.tier, version=cfg.version, parent_version=cfg.parent_version,
+            # The candidate's own output activation decides its action transform (a tanh student of a linear
+            # PPO teacher maps [-1, 1] onto the limits); the observation side is the teacher's.
+            base = contract.retargeted(teacher_weights.output_activation, cand.weights.output_activation)
+            c = dataclasses.replace(base, tier=cand.tier, version=cfg.version, parent_version=cfg.parent_version,
                                     env_id=env_id, provenance=prov)
             fp32 = save_artifact(tmp / f"{cand.tier}_fp32.onnx", cand.weights, c)
             int8 = save_artifact(tmp / f"{cand.tier}.onnx", clip_outliers(cand.weights, cfg.percentile), c, int8=True)

@@ -3,6 +3,12 @@
 Whatever its source, a teacher is float ``MlpWeights`` plus its ``PolicyContract``, labels states
 with the contract's reference forward pass (numpy float64, no framework in the loop), and knows
 the size of its fp32 ``torch.save(state_dict)``: the baseline the students' bytes are compared with.
+
+Any artifact works, whatever made it (``lowrl import`` of an rsl_rl / Isaac Lab PPO actor: ELU hidden
+layers, a linear output, ``action_scale``/``action_offset`` and ``obs_clip``); name the environment
+(``--env-id``) when its contract has none. Students read observations exactly as the teacher does
+(offset, scale and clip), and :meth:`Teacher.student_contract` / :meth:`Teacher.student_targets`
+give each student the action transform and regression targets that suit its own output activation.
 """
 from __future__ import annotations
 
@@ -40,13 +46,30 @@ class Teacher:
         return reference_action(self.weights, self.contract, np.atleast_2d(obs))
 
     def targets(self, obs: np.ndarray) -> np.ndarray:
-        """The network output (after the output activation) the students regress onto."""
+        """The teacher's network output (after its output activation) for raw observations [n, obs_dim]."""
         return self.weights.forward(normalise(self.contract, np.atleast_2d(obs)))
+
+    def student_contract(self, student_output: str) -> PolicyContract:
+        """The contract of a student with output activation ``student_output`` (see PolicyContract.retargeted)."""
+        return self.contract.retargeted(self.weights.output_activation, student_output)
+
+    def student_targets(self, obs: np.ndarray, student: PolicyContract, student_output: str) -> np.ndarray:
+        """What a student's output should be for ``obs`` so that ``student`` maps it to the teacher's action.
+
+        With the teacher's own transform that is the teacher's output itself; otherwise the teacher's
+        (clamped) action taken back through the student's transform: (action - offset) / scale, which
+        for a tanh student lies in [-1, 1].
+        """
+        s_scale, s_offset = student.action_transform(student_output)
+        t_scale, t_offset = self.contract.action_transform(self.weights.output_activation)
+        if np.array_equal(s_scale, t_scale) and np.array_equal(s_offset, t_offset):
+            return self.targets(obs)
+        return (self.actions(obs) - s_offset) / s_scale
 
 
 def normalise(contract: PolicyContract, obs: np.ndarray) -> np.ndarray:
-    """Observations as the network reads them: (obs - obs_offset) * obs_scale, float64."""
-    return (np.asarray(obs, np.float64) - np.array(contract.obs_offset)) * np.array(contract.obs_scale)
+    """Observations as the network reads them (float64): clip((obs - obs_offset) * obs_scale, +-obs_clip)."""
+    return contract.normalise(obs)
 
 
 def _state_dict_bytes(state: dict[str, torch.Tensor]) -> int:
@@ -82,14 +105,15 @@ def load_teacher(source: str | Path, env_id: str | None = None) -> Teacher:
         raise ValueError(f"teacher {path}: no such file or directory; give an artifact (.onnx), a run directory "
                          "or an SB3 model zip")
     if path.suffix == ".zip":
-        from lowrl_ros.core.compress.sb3 import load_sb3, sb3_actor, sb3_contract
+        from lowrl_ros.core.compress.sb3 import load_sb3_model, sb3_actor, sb3_actor_module, sb3_contract
 
-        model, algo = load_sb3(path)
+        model, algo = load_sb3_model(path)
         weights = sb3_actor(model, algo)
         contract = sb3_contract(model, algo=algo, source=path, version=1, tier="full", env_id=env_id or None,
                                 control_period_s=None, extra={})
         # The SB3 actor's own state_dict (latent_pi, mu, log_std): the real fp32 teacher on disk.
-        return Teacher(weights, contract, str(path), "sb3", _state_dict_bytes(model.policy.actor.state_dict()))
+        actor = sb3_actor_module(model, algo)
+        return Teacher(weights, contract, str(path), "sb3", _state_dict_bytes(actor.state_dict()))
     weights, contract = load_weights(path)
     return Teacher(weights, contract, str(path), "artifact", _state_dict_bytes(weights_state_dict(weights)))
 

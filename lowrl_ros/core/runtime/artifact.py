@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,36 @@ class PolicyContract:
         offset = np.zeros(self.action_dim) if self.action_offset is None else np.array(self.action_offset)
         return scale, offset
 
+    def normalise(self, obs: np.ndarray) -> np.ndarray:
+        """Observations as the network reads them (float64): clip((obs - offset) * scale, -obs_clip, obs_clip)."""
+        x = (np.asarray(obs, dtype=np.float64) - np.array(self.obs_offset)) * np.array(self.obs_scale)
+        return x if self.obs_clip is None else np.clip(x, -self.obs_clip, self.obs_clip)
+
+    def to_action(self, y: np.ndarray, output_activation: str) -> np.ndarray:
+        """The action (float64) for network outputs ``y``: clip(offset + scale * y, low, high)."""
+        scale, offset = self.action_transform(output_activation)
+        return np.clip(offset + scale * np.asarray(y, dtype=np.float64), self.action_low, self.action_high)
+
+    def retargeted(self, teacher_output: str, student_output: str) -> "PolicyContract":
+        """The contract of a network with output activation ``student_output`` that imitates this one's actions.
+
+        The observation side (names, offset, scale, obs_clip) and the limits are kept. The action
+        transform is the one that suits the student's output, not blindly the teacher's: with the same
+        output activation the student works in the teacher's output space and keeps its transform; a
+        linear ("none") student of a tanh teacher gets the teacher's transform written out explicitly;
+        a tanh student gets the default mapping of [-1, 1] onto [low, high] (the teacher's transform,
+        e.g. Isaac Lab's 0.5 * y around the default pose, would confine a tanh output to offset +- scale).
+        """
+        for name, act in (("teacher_output", teacher_output), ("student_output", student_output)):
+            if act not in activations.OUTPUT:
+                raise ValueError(f"{name} {act!r}: use one of {activations.OUTPUT}")
+        if student_output == teacher_output:
+            return self
+        if student_output == "none":
+            scale, offset = self.action_transform(teacher_output)
+            return replace(self, action_scale=tuple(scale), action_offset=tuple(offset))
+        return replace(self, action_scale=None, action_offset=None)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (lists, not tuples); the version-2 keys only when set (older robots read the rest)."""
         d = asdict(self)
@@ -277,12 +307,7 @@ class MlpWeights:
 
 def reference_action(weights: MlpWeights, contract: PolicyContract, obs: np.ndarray) -> np.ndarray:
     """The float64 action the contract defines for ``obs`` (the parity reference for engines)."""
-    obs = np.asarray(obs, dtype=np.float64)
-    x = (obs - np.array(contract.obs_offset)) * np.array(contract.obs_scale)
-    if contract.obs_clip is not None:
-        x = np.clip(x, -contract.obs_clip, contract.obs_clip)
-    scale, offset = contract.action_transform(weights.output_activation)
-    return np.clip(offset + scale * weights.forward(x), contract.action_low, contract.action_high)
+    return contract.to_action(weights.forward(contract.normalise(obs)), weights.output_activation)
 
 
 def prune_by_magnitude(weights: MlpWeights, sparsity: float, *, skip_output: bool = False) -> MlpWeights:
@@ -355,6 +380,8 @@ def _write(path, stored: list, hidden_activation: str, output_activation: str, c
             ],
         },
     }
+    explicit = contract.action_scale is not None or contract.action_offset is not None
+    scale, offset = contract.action_transform(output_activation) if explicit else (None, None)
     model = onnx_graph.build_model(
         stored,
         hidden_activation=hidden_activation,
@@ -364,6 +391,10 @@ def _write(path, stored: list, hidden_activation: str, output_activation: str, c
         action_low=np.array(contract.action_low),
         action_high=np.array(contract.action_high),
         metadata={METADATA_KEY: json.dumps(meta, sort_keys=True)},
+        obs_clip=contract.obs_clip,
+        # Only an explicit transform goes in as such: the default one is built the version-1 way (same bytes).
+        action_scale=scale,
+        action_offset=offset,
     )
     path = Path(path)
     data = model.SerializeToString()
@@ -426,6 +457,10 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise fail(f"'{METADATA_KEY}' does not describe a {FORMAT} artifact", regen)
     fv = meta.get("format_version")
+    if isinstance(fv, int) and fv > FORMAT_VERSION:
+        raise fail(f"format_version {fv} was written by a newer lowrl_ros (this one reads 1..{FORMAT_VERSION}; "
+                   "version 2 adds activations beyond relu/tanh, obs_clip, action_scale/offset)",
+                   "update lowrl_ros on the robot")
     if not isinstance(fv, int) or not 1 <= fv <= FORMAT_VERSION:
         raise fail(f"format_version {fv!r} is not supported (this lowrl reads 1..{FORMAT_VERSION})",
                    "update lowrl_ros on the robot or re-export with this version")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.runtime import activations
 from lowrl_ros.core.runtime.artifact import (
     ArtifactError,
     ParsedArtifact,
@@ -134,8 +135,54 @@ class _GatherKernel:
         ]
 
 
+def _activation_steps(act: str, out: np.ndarray, tmp: np.ndarray) -> list[tuple]:
+    """(numpy function, args) steps applying ``act`` to ``out`` in place (``tmp``: scratch of the same size).
+
+    float32 throughout, no allocation. Each matches activations.FUNCTIONS within float32 rounding;
+    relu and tanh are the one-call steps the benchmark targets were measured with.
+    """
+    f32 = np.float32
+    maximum = functools.partial(np.maximum, out=out)  # np.maximum's positional out is deprecated
+    if act == "none":
+        return []
+    if act == "relu":
+        return [(maximum, (out, f32(0)))]
+    if act == "tanh":
+        return [(np.tanh, (out, out))]
+    if act == "elu":
+        # exp, not expm1: numpy's float32 exp is vectorised, expm1 ~5x slower; exp(x) - 1 is off by at most
+        # an ulp of 1 (6e-8) near 0. With alpha <= 1, alpha * (exp(min(x, 0)) - 1) >= x for x <= 0 and
+        # is 0 for x > 0, so one max gives ELU.
+        steps = [(functools.partial(np.minimum, out=tmp), (out, f32(0))), (np.exp, (tmp, tmp)),
+                 (np.subtract, (tmp, f32(1), tmp))]
+        if activations.ELU_ALPHA != 1.0:
+            steps.append((np.multiply, (tmp, f32(activations.ELU_ALPHA), tmp)))
+        if activations.ELU_ALPHA <= 1.0:
+            return steps + [(maximum, (out, tmp))]
+        return steps + [(maximum, (out, f32(0))), (np.add, (out, tmp, out))]
+    if act == "leaky_relu":  # max(x, slope * x) for a slope below 1
+        return [(np.multiply, (out, f32(activations.LEAKY_RELU_SLOPE), tmp)), (maximum, (out, tmp))]
+    if act == "silu":  # x * sigmoid(x) = h + h * tanh(h) with h = x / 2: no exp to overflow
+        return [(np.multiply, (out, f32(0.5), out)), (np.tanh, (out, tmp)), (np.multiply, (out, tmp, tmp)),
+                (np.add, (out, tmp, out))]
+    if act == "gelu_tanh":  # 0.5 * x * (1 + tanh(x * (k + k * c * x^2)))
+        k, c = activations.GELU_K, activations.GELU_C
+        return [(np.multiply, (out, out, tmp)), (np.multiply, (tmp, f32(k * c), tmp)), (np.add, (tmp, f32(k), tmp)),
+                (np.multiply, (tmp, out, tmp)), (np.tanh, (tmp, tmp)), (np.multiply, (tmp, f32(0.5), tmp)),
+                (np.add, (tmp, f32(0.5), tmp)), (np.multiply, (out, tmp, out))]
+    if act == "softsign":  # x / (1 + |x|)
+        return [(np.absolute, (out, tmp)), (np.add, (tmp, f32(1), tmp)), (np.divide, (out, tmp, out))]
+    raise ValueError(f"activation {act!r} is not in the numpy engine; use one of {activations.HIDDEN}")
+
+
 class NumpyEngine:
-    """numpy kernels over the artifact's initializers (dequantised once at load), preallocated."""
+    """numpy kernels over the artifact's initializers (dequantised once at load), preallocated.
+
+    The contract's obs clip is applied to the raw observation, before the folded normalisation:
+    clip((obs - offset) * scale, -c, c) equals (clip(obs, offset - c/|scale|, offset + c/|scale|) -
+    offset) * scale, so the normalisation stays folded into the first layer and the clip costs two
+    ufunc calls on obs_dim numbers.
+    """
 
     name = "numpy"
 
@@ -151,6 +198,11 @@ class NumpyEngine:
         self._x_body = bufs[0][:-1]
         self._y = np.zeros(c.action_dim, np.float32)
         self._steps: list[tuple] = []
+        if c.obs_clip is not None:
+            reach = c.obs_clip / np.abs(scale)
+            lo, hi = (offset - reach).astype(np.float32), (offset + reach).astype(np.float32)
+            self._steps += [(functools.partial(np.maximum, out=self._x_body), (self._x_body, lo)),
+                            (functools.partial(np.minimum, out=self._x_body), (self._x_body, hi))]
         self.kernel_kinds: list[str] = []
         for i, layer in enumerate(parsed.layers):
             w = layer.dequantized().astype(np.float64)
@@ -172,20 +224,16 @@ class NumpyEngine:
             # method layer per step, no keyword parsing, no allocation.
             self._steps += chosen.calls()
             act = parsed.output_activation if i == n - 1 else parsed.hidden_activation
-            if act == "relu":
-                # np.maximum's positional out is deprecated; partial binds out= once, at load.
-                self._steps.append((functools.partial(np.maximum, out=out), (out, np.float32(0))))
-            elif act == "tanh":
-                self._steps.append((np.tanh, (out, out)))
+            self._steps += _activation_steps(act, out, np.empty_like(out))
             self.kernel_kinds.append(chosen.kind)
-        low, high = np.array(c.action_low), np.array(c.action_high)
         self._steps = tuple(self._steps)
-        self.run_into = self._make_run_into(parsed.output_activation == "tanh", (high - low) / 2.0, (high + low) / 2.0)
+        a_scale, a_offset = c.action_transform(parsed.output_activation)
+        self.run_into = self._make_run_into(a_scale, a_offset)
 
-    def _make_run_into(self, tanh_out: bool, half: np.ndarray, mid: np.ndarray):
+    def _make_run_into(self, a_scale: np.ndarray, a_offset: np.ndarray):
         """The per-call function, as a closure over locals (no attribute lookups in the hot path)."""
         steps, x_body, y, copyto, multiply, add = self._steps, self._x_body, self._y, np.copyto, np.multiply, np.add
-        identity = not tanh_out or (np.all(half == 1.0) and np.all(mid == 0.0))  # limits [-1, 1]: no rescale
+        identity = bool(np.all(a_scale == 1.0) and np.all(a_offset == 0.0))  # e.g. tanh onto [-1, 1]: no rescale
 
         def run_into(obs: np.ndarray, out: np.ndarray) -> None:
             """Write the (unclamped) action for one observation into ``out`` (float64 [action_dim])."""
@@ -195,8 +243,8 @@ class NumpyEngine:
             if identity:
                 copyto(out, y)
             else:
-                multiply(y, half, out=out)
-                add(out, mid, out=out)
+                multiply(y, a_scale, out=out)
+                add(out, a_offset, out=out)
 
         return run_into
 
@@ -301,8 +349,15 @@ class Policy:
 
 
 def probe_observations(contract: PolicyContract, n: int = 16, seed: int = 0) -> np.ndarray:
-    """Observations whose normalised values are standard normal (what the network was trained on)."""
+    """Observations whose normalised values are standard normal (what the network was trained on).
+
+    When the contract clips observations (``obs_clip``), every fourth row (the first included) is
+    stretched to 3 * obs_clip standard deviations, so each parity check also sees entries beyond
+    the clip (about 3/4 of that row's entries) beside ones inside it.
+    """
     z = np.random.default_rng(seed).standard_normal((n, contract.obs_dim))
+    if contract.obs_clip is not None:
+        z[::4] *= 3.0 * contract.obs_clip
     return np.array(contract.obs_offset) + z / np.array(contract.obs_scale)
 
 

@@ -2,7 +2,17 @@
 
 The graph is plain standard ONNX (opset 18), so any ONNX runtime gets actions from it:
 
-    obs -> (obs - offset) * scale -> [layer -> activation]* -> rescale to [low, high] -> clamp -> action
+    obs -> (obs - offset) * scale -> [clip to +-obs_clip] -> [layer -> activation]*
+        -> action_offset + action_scale * y -> clamp to [low, high] -> action
+
+The clip is there only when the contract sets ``obs_clip``; the rescale (Mul, Add) only when it is not
+the identity (``PolicyContract.action_transform``: a tanh output maps [-1, 1] onto [low, high] by
+default, a linear "none" output passes through unless the contract gives action_scale/offset).
+Hidden activations are those of ``activations.HIDDEN``: Relu, Tanh, Elu (alpha 1), LeakyRelu (alpha
+0.01) and Softsign are single opset-18 ops; SiLU is ``x * Sigmoid(x)`` and GELU (tanh
+approximation) ``0.5 * x * (1 + Tanh(k * (x + c * x^3)))`` composed from Mul/Add/Tanh (opset 18 has
+no Gelu op; ORT fuses the pattern where it can). An artifact that uses nothing of format version 2
+gets exactly the graph (and bytes) the version-1 writer made.
 
 Each layer's weight is stored one of four ways (``StoredLayer.storage`` / ``.dtype``):
 
@@ -30,6 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from lowrl_ros.core.runtime import activations
 
 OPSET = 18  # BitwiseAnd needs 18; ORT >= 1.14 and onnx >= 1.13 run it
 IN_NAME = "obs"
@@ -125,8 +137,24 @@ def build_model(
     action_low: np.ndarray,
     action_high: np.ndarray,
     metadata: dict[str, str],
+    obs_clip: float | None = None,
+    action_scale: np.ndarray | None = None,
+    action_offset: np.ndarray | None = None,
 ) -> onnx.ModelProto:
-    """The whole artifact graph; ``metadata`` goes into the model's metadata_props."""
+    """The whole artifact graph; ``metadata`` goes into the model's metadata_props.
+
+    Args:
+        obs_clip: clip the normalised observation to [-obs_clip, obs_clip]; None: no Clip node.
+        action_scale, action_offset: the contract's explicit action transform
+            (``action_offset + action_scale * y``); both None: the version-1 default (tanh output
+            mapped onto [low, high], none output unchanged). Give both or neither.
+    """
+    if (action_scale is None) != (action_offset is None):
+        raise ValueError("give both action_scale and action_offset (PolicyContract.action_transform) or neither")
+    for name, act in (("hidden", hidden_activation), ("output", output_activation)):
+        allowed = activations.HIDDEN if name == "hidden" else activations.OUTPUT
+        if act not in allowed:
+            raise ValueError(f"{name} activation {act!r} has no ONNX form here; use one of {allowed}")
     inits: list = []
     nodes: list = []
 
@@ -137,6 +165,10 @@ def build_model(
     x = IN_NAME
     x = node("Sub", [x, _const(inits, "obs_offset", obs_offset.astype(np.float32))], "obs_centred")
     x = node("Mul", [x, _const(inits, "obs_scale", obs_scale.astype(np.float32))], "obs_norm")
+    if obs_clip is not None:
+        clip = np.float32(obs_clip)
+        x = node("Clip", [x, _const(inits, "obs_clip_low", np.array(-clip, np.float32)),
+                          _const(inits, "obs_clip_high", np.array(clip, np.float32))], "obs_clipped")
     for i, layer in enumerate(layers):
         p = f"l{i}"
         if layer.storage == "dense":
@@ -158,17 +190,21 @@ def build_model(
         y = node("Add", [y, bias], f"{p}.pre")
         last = i == len(layers) - 1
         act = output_activation if last else hidden_activation
-        if act == "relu":
-            y = node("Relu", [y], f"{p}.act")
-        elif act == "tanh":
-            y = node("Tanh", [y], f"{p}.act")
-        x = y
+        x = _activation(node, inits, act, y, f"{p}.act")
     low = action_low.astype(np.float32)
     high = action_high.astype(np.float32)
-    if output_activation == "tanh":
-        # low + (y + 1) / 2 * (high - low) == mid + half * y
-        x = node("Mul", [x, _const(inits, "action_half_range", (high - low) / 2)], "action_scaled")
-        x = node("Add", [x, _const(inits, "action_mid", (high + low) / 2)], "action_unclamped")
+    if action_scale is None:
+        if output_activation == "tanh":
+            # The version-1 graph, kept byte for byte: low + (y + 1) / 2 * (high - low) == mid + half * y
+            x = node("Mul", [x, _const(inits, "action_half_range", (high - low) / 2)], "action_scaled")
+            x = node("Add", [x, _const(inits, "action_mid", (high + low) / 2)], "action_unclamped")
+    else:
+        scale = np.asarray(action_scale, np.float64).astype(np.float32)
+        offset = np.asarray(action_offset, np.float64).astype(np.float32)
+        if not np.all(scale == 1.0):
+            x = node("Mul", [x, _const(inits, "action_scale", scale)], "action_scaled")
+        if not np.all(offset == 0.0):
+            x = node("Add", [x, _const(inits, "action_offset", offset)], "action_unclamped")
     x = node("Min", [x, _const(inits, "action_high", high)], "action_le_high")
     nodes.append(helper.make_node("Max", [x, _const(inits, "action_low", low)], [OUT_NAME], name=OUT_NAME))
 
@@ -185,6 +221,36 @@ def build_model(
     model.ir_version = 8  # onnx 1.13+ / ORT 1.14+ read it; newer IR versions lock older runtimes out
     helper.set_model_props(model, metadata)
     return model
+
+
+def _activation(node, inits: list, act: str, y: str, out: str) -> str:
+    """Append ``act`` (a name of activations.FUNCTIONS) applied to ``y``; returns the output's name.
+
+    Scalar constants are shared by every layer (added once). relu and tanh keep their version-1
+    node names, so graphs that use nothing new stay byte-identical.
+    """
+    def const(name: str, value: float) -> str:
+        if not any(t.name == name for t in inits):
+            _const(inits, name, np.array(value, np.float32))
+        return name
+
+    if act == "none":
+        return y
+    single = {"relu": ("Relu", {}), "tanh": ("Tanh", {}), "elu": ("Elu", {"alpha": activations.ELU_ALPHA}),
+              "leaky_relu": ("LeakyRelu", {"alpha": activations.LEAKY_RELU_SLOPE}), "softsign": ("Softsign", {})}
+    if act in single:
+        op, attrs = single[act]
+        return node(op, [y], out, **attrs)
+    if act == "silu":  # x * sigmoid(x): ORT has no SiLU op in the default domain
+        return node("Mul", [y, node("Sigmoid", [y], f"{out}.sig")], out)
+    if act == "gelu_tanh":  # 0.5 * x * (1 + tanh(k * (x + c * x^3)))
+        x2 = node("Mul", [y, y], f"{out}.x2")
+        x3 = node("Mul", [x2, y], f"{out}.x3")
+        inner = node("Add", [y, node("Mul", [x3, const("gelu.c", activations.GELU_C)], f"{out}.cx3")], f"{out}.in")
+        t = node("Tanh", [node("Mul", [inner, const("gelu.k", activations.GELU_K)], f"{out}.kin")], f"{out}.t")
+        half_x = node("Mul", [y, const("gelu.half", 0.5)], f"{out}.hx")
+        return node("Mul", [half_x, node("Add", [t, const("gelu.one", 1.0)], f"{out}.t1")], out)
+    raise ValueError(f"activation {act!r} has no ONNX form here; use one of {activations.HIDDEN}")
 
 
 def _int8_to_uint8(node, inits: list, p: str, w: str) -> str:
