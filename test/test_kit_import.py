@@ -236,25 +236,6 @@ def test_the_new_version_loads_like_the_artifact_it_came_from(ppo_like, env_kit,
     assert np.max(np.abs(reference_action(w2, c2, obs) - reference_action(w1, contract, obs))) < 1e-6
 
 
-def test_the_bench_reads_an_sb3_ppo_actor_as_model_predict_does():
-    """`lowrl bench sim2real --start sb3-ppo`'s stand-in importer, on a real (untrained) SB3 PPO."""
-    import gymnasium as gym
-    from stable_baselines3 import PPO
-
-    from lowrl_ros.bench.sim2real import ppo_actor
-
-    env = gym.make("Pendulum-v1")
-    model = PPO("MlpPolicy", env, seed=0, device="cpu")
-    with torch.no_grad():
-        model.policy.action_net.weight.mul_(1000.0)  # means far beyond the Box: SB3 clips them, so must we
-    weights, contract = ppo_actor(model, env)
-    assert (weights.hidden_activation, weights.output_activation) == ("tanh", "none")
-    obs = np.random.default_rng(0).uniform(-1, 1, (256, 3)) * [1, 1, 8]
-    want = model.predict(obs.astype(np.float32), deterministic=True)[0]
-    assert np.abs(want).max() == pytest.approx(2.0)
-    assert np.max(np.abs(reference_action(weights, contract, obs) - want)) < 1e-5
-
-
 def test_the_bench_refuses_sb3_ppo_off_pendulum(capsys):
     import argparse
 
@@ -265,3 +246,35 @@ def test_the_bench_refuses_sb3_ppo_off_pendulum(capsys):
     args = parser.parse_args(["--start", "sb3-ppo", "--envs", "InvertedPendulum-v5", "--out", "/nonexistent/x"])
     assert run(args) == 2
     assert "Pendulum-v1 only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_an_isaac_style_version_runs_on_the_robots_engines(int8, tmp_path):
+    """ELU, an action scale and offset, an obs clip: a version the fine-tuner made acts, on the ORT and numpy
+    engines the policy node uses, as the learner's actor does (int8: within quantization error)."""
+    from lowrl_ros.core.runtime.engines import load_artifact
+
+    w = mlp([3, 32, 32, 1], "elu", "none", seed=4)
+    contract = PolicyContract(**PENDULUM, **{**ISAAC, "obs_clip": 2.0})
+    base = save_artifact(tmp_path / "isaac.onnx", w, contract, int8=int8)
+    writer = TransitionLogWriter(tmp_path / "log")
+    rng = np.random.default_rng(6)
+    for i in range(200):
+        writer.append(Transition(rng.normal(0, 1, 3), rng.uniform(-2, 2, 1), -1.0, rng.normal(0, 1, 3), False, False,
+                                 1, float(i)))
+    writer.close()
+    kit_dir, _ = write_kit_from_artifact(base, tmp_path / "kit", transitions=tmp_path / "log", critic_updates=10,
+                                         hidden=32, batch_size=32)
+    tuner = FineTuner(load_kit(kit_dir), FineTuneConfig(min_transitions=64, batch_size=32), tmp_path / "w",
+                      base_path=str(base))
+    for i in range(100):
+        tuner.add(rng.normal(0, 1, 3), rng.uniform(-2, 2, 1), -1.0, rng.normal(0, 1, 3), False, False)
+    assert tuner.update(30) == 30
+    record = tuner.make_version()
+    obs = rng.normal(0, 2, (64, 3)).astype(np.float32)
+    want = tuner.agent.actor.act(obs)
+    tol = 0.05 if int8 else 1e-4
+    for engine in ("ort", "numpy"):
+        policy = load_artifact(record.path, engine=engine)
+        got = np.stack([policy.act(o) for o in obs])
+        assert np.max(np.abs(got - want)) < tol, engine

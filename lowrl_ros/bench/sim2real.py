@@ -101,8 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "returns adjusted for each episode's start state")
     parser.add_argument("--start", choices=START, default="train",
                         help="the sim policy: train (a lowrl train run of the preset) or sb3-ppo (a Stable-Baselines3 "
-                             "PPO trained here for --ppo-steps, imported as an artifact, its kit made by `lowrl kit` "
-                             "with critics warmed up in the simulator; Pendulum-v1)")
+                             "PPO trained here for --ppo-steps, imported by `lowrl import`, its kit made by "
+                             "`lowrl kit` with critics warmed up in the simulator; Pendulum-v1)")
     parser.add_argument("--ppo-steps", type=int, default=60_000,
                         help="--start sb3-ppo: PPO's training steps (60000; RL Zoo trains 100000, 60000 reach "
                              "about -130 in sim here)")
@@ -154,45 +154,17 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     return run_dir
 
 
-def ppo_actor(model, env) -> tuple:
-    """(MlpWeights, PolicyContract) of an SB3 PPO model's deterministic actor (the Gaussian mean, clipped to the Box).
-
-    A stand-in for the SB3 importer (lowrl_ros.core.compress.sb3) until it is on main: the merger may
-    swap it for that importer's call. PPO's mean is unsquashed: output "none", the identity transform.
-    """
-    from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract
-
-    policy = model.policy
-    linears = [m for m in policy.mlp_extractor.policy_net if hasattr(m, "weight")] + [policy.action_net]
-    acts = {type(m).__name__ for m in policy.mlp_extractor.policy_net if not hasattr(m, "weight")}
-    names = {"Tanh": "tanh", "ReLU": "relu", "ELU": "elu"}
-    if len(acts) != 1 or not acts <= set(names):
-        raise ValueError(f"PPO actor activations {sorted(acts)}: this helper takes one of {sorted(names)}")
-    hidden = names[acts.pop()]
-    layers = [(m.weight.detach().numpy().astype(np.float32), m.bias.detach().numpy().astype(np.float32))
-              for m in linears]
-    space = env.action_space
-    contract = PolicyContract(
-        obs_names=tuple(f"obs_{i}" for i in range(layers[0][0].shape[1])),
-        action_names=tuple(f"action_{i}" for i in range(layers[-1][0].shape[0])),
-        action_low=tuple(float(x) for x in space.low), action_high=tuple(float(x) for x in space.high),
-        control_period_s=float(getattr(env.unwrapped, "dt", 0.0) or 0.05), env_id=env.spec.id,
-        provenance={"tool": "lowrl bench sim2real", "source": "stable-baselines3 PPO"})
-    return MlpWeights(layers, hidden, "none"), contract
-
-
 def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
-    """Train (or reuse) an SB3 PPO on ``env_id``, import it as an int8 artifact and make its kit with `lowrl kit`.
+    """Train (or reuse) an SB3 PPO on ``env_id``, import it (`lowrl import --int8`), make its kit (`lowrl kit`).
 
     Returns a run directory laid out like :func:`sim_policy`'s (``actor_int8.onnx``, ``kit/``).
     """
-    import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    from lowrl_ros.commands import kit as kit_command
-    from lowrl_ros.core.runtime.artifact import reference_action, save_artifact
+    from lowrl_ros.commands import import_policy, kit as kit_command
+    from lowrl_ros.core.runtime.artifact import load_weights, reference_action
 
     if env_id != "Pendulum-v1":
         raise ValueError(f"--start sb3-ppo runs on Pendulum-v1 (RL Zoo's PPO settings); not {env_id}")
@@ -207,15 +179,19 @@ def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
                     **PPO_PENDULUM)
         model.learn(args.ppo_steps)
         model.save(run_dir / "ppo.zip")
+    # What a user runs: lowrl import PPO.zip -o actor_int8.onnx --int8 --env-id Pendulum-v1, then lowrl kit.
+    import_args = argparse.Namespace(source=run_dir / "ppo.zip", output=run_dir / "actor_int8.onnx", kind=None,
+                                     sidecar=None, vecnormalize=None, activation=None, int8=True, sparsity=0.0,
+                                     version=1, tier="full", env_id=env_id, control_period=None)
+    if import_policy.run(import_args) != 0:
+        raise ValueError("lowrl import refused the PPO model (see above)")
+    weights, contract = load_weights(run_dir / "actor_int8.onnx")
     model = PPO.load(run_dir / "ppo.zip", device="cpu")
-    env = gym.make(env_id)
-    weights, contract = ppo_actor(model, env)
     probe = np.random.default_rng(seed).uniform(-1, 1, (32, contract.obs_dim)) * [1, 1, 8]
     want = model.predict(probe.astype(np.float32), deterministic=True)[0]  # SB3 clips PPO's mean to the Box
     err = float(np.max(np.abs(reference_action(weights, contract, probe) - want)))
-    if err > 1e-4:
-        raise ValueError(f"the imported PPO actor differs from model.predict by {err:.2e}")
-    save_artifact(run_dir / "actor_int8.onnx", weights, contract, int8=True)
+    if err > 0.05:  # int8 weights: a few hundredths of a 4 N m range
+        raise ValueError(f"the imported PPO actor differs from model.predict by {err:.3f}")
     kit_args = argparse.Namespace(artifact=run_dir / "actor_int8.onnx", output=run_dir / "kit", env_id=env_id,
                                   transitions=None, algo="td3", seed=seed, explore_noise=0.1, hidden=256, depth=2,
                                   **PPO_KIT)
@@ -460,9 +436,9 @@ def run(args: argparse.Namespace) -> int:
         rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
     start = ("" if args.start == "train" else
-             f"Sim policy: an SB3 PPO ({args.ppo_steps} steps, RL Zoo settings without gSDE) imported as an int8 "
-             f"artifact and made into a kit by `lowrl kit` (TD3 over the imported actor; critics warmed up on "
-             f"{PPO_KIT['warmup_steps']} simulator steps, {PPO_KIT['critic_updates']} updates). ")
+             f"Sim policy: an SB3 PPO ({args.ppo_steps} steps, RL Zoo settings without gSDE) imported by "
+             f"`lowrl import --int8` and made into a kit by `lowrl kit` (TD3 over the imported actor; critics "
+             f"warmed up on {PPO_KIT['warmup_steps']} simulator steps, {PPO_KIT['critic_updates']} updates). ")
     markdown = (start + "Reality gap: " + "; ".join(f"{env_id}: {g.describe()}" for env_id, g in gaps.items())
                 + f". K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
