@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, default=256, help="critic hidden width (256)")
     parser.add_argument("--depth", type=int, default=2, help="critic hidden layers (2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of rollouts, networks and sampling (0)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1; more only on an otherwise idle machine)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         path, report = write_kit_from_artifact(
             args.artifact, out, env_id=args.env_id, transitions=args.transitions, algo=args.algo,
             warmup_steps=args.warmup_steps, critic_updates=args.critic_updates, seed=args.seed, hidden=args.hidden,
-            depth=args.depth, explore_noise=args.explore_noise, progress=True)
+            depth=args.depth, explore_noise=args.explore_noise, threads=getattr(args, "threads", 1), progress=True)
     except (KitRefused, ArtifactError, TransitionLogError, ValueError, OSError) as exc:
         remove_partial_kit(out, existed)
         print(f"lowrl kit: {exc}", file=sys.stderr)

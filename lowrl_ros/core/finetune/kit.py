@@ -280,7 +280,7 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
                             transitions: str | Path | None = None, algo: str = "td3", warmup_steps: int = 5000,
                             critic_updates: int = 5000, seed: int = 0, hidden: int = 256, depth: int = 2,
                             batch_size: int = 256, explore_noise: float = 0.1, gamma: float = 0.99,
-                            progress: bool = False) -> tuple[Path, WarmupReport]:
+                            threads: int = 1, progress: bool = False) -> tuple[Path, WarmupReport]:
     """Make a fine-tune kit from any artifact (an imported SB3 / rsl_rl / Isaac Lab policy).
 
     The actor is the artifact's network exactly (:class:`ArtifactActor`); new twin critics
@@ -288,7 +288,8 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
     updates on transitions of the imported policy. They come from ``warmup_steps`` steps of the
     policy in the gymnasium environment ``env_id`` with Gaussian exploration noise
     (``explore_noise`` x half the action range; the env's reward), or from the robot's transition
-    log at ``transitions`` (its recorded rewards). Exactly one of the two is required.
+    log at ``transitions`` (its recorded rewards). Exactly one of the two is required. ``threads``:
+    torch threads (1: best on a shared machine).
 
     Raises:
         KitRefused: neither or both data sources, spaces that do not match the contract, a log
@@ -306,6 +307,9 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
             raise KitRefused(f"{name}={value} must be >= 0")
     parsed = parse_artifact(read_artifact_bytes(artifact), str(artifact))
     weights, contract = parsed.weights(), parsed.contract
+    # One thread by default, as the trainer: on a busy 2-core machine two intra-op threads made the warm-up
+    # ~10x slower (4 against 42 updates/s measured here), spinning against the other load.
+    torch.set_num_threads(int(threads))
     spec = {"sizes": [weights.input_dim] + [w.shape[0] for w, _ in weights.layers],
             "hidden_activation": weights.hidden_activation, "output_activation": weights.output_activation,
             "masked_layers": [i for i, layer in enumerate(parsed.layers) if layer.storage != "dense"],
