@@ -1,0 +1,124 @@
+"""The legged example (issue 18 §7): the MuJoCo legged robot, its gymnasium task, the sim robot node's
+LeggedAnt kind, and the robot file + policy node walking it (real MuJoCo, real rclpy over DDS)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lowrl_ros.core.sim import legged
+
+ROOT = Path(__file__).resolve().parents[1]
+ROBOT_FILE = ROOT / "config" / "robots" / "legged_ant.yaml"
+MODEL = ROOT / "models" / "legged_ant_int8.onnx"
+
+
+def test_pd_holds_the_default_pose_standing():
+    robot = legged.LeggedRobot()
+    robot.reset()
+    robot.step(400)  # 2 s at 200 Hz
+    q = robot.joint_positions()
+    assert np.abs(q - np.array(legged.DEFAULT_POSE)).max() < 0.05, q
+    assert 0.45 < robot.base_height() < 0.6
+    quat, gyro, acc = robot.imu()
+    assert np.allclose(quat, [0, 0, quat[2], quat[3]], atol=1e-3) and abs(np.linalg.norm(quat) - 1) < 1e-9
+    assert np.abs(gyro).max() < 1e-3
+    assert acc[2] == pytest.approx(9.81, abs=0.05)  # an accelerometer reads +g up when standing still
+    # the PD torques hold the weight and stay inside the motors' range
+    assert np.abs(robot.joint_efforts()).max() <= legged.LeggedConfig().torque_limit + 1e-9
+
+
+def test_pd_tracks_a_target_and_clips_torque():
+    robot = legged.LeggedRobot()
+    robot.reset()
+    target = np.array(legged.DEFAULT_POSE)
+    target[0] = 0.3  # swing hip_1 forward
+    robot.set_targets(target)
+    robot.step(1)
+    assert robot.joint_efforts()[0] == pytest.approx(legged.LeggedConfig().kp * 0.3, rel=0.05)
+    robot.step(200)
+    assert robot.joint_positions()[0] == pytest.approx(0.3, abs=0.03)
+    robot.set_targets(np.array(legged.DEFAULT_POSE) + np.array([5.0] + [0.0] * 7))  # far: 500 N m asked
+    robot.step(1)
+    assert robot.joint_efforts()[0] == pytest.approx(legged.LeggedConfig().torque_limit)
+    with pytest.raises(ValueError, match="8 finite values"):
+        robot.set_targets([0.0] * 7)
+
+
+def test_env_is_registered_and_zero_action_stands_without_falling():
+    import gymnasium as gym
+
+    env = gym.make(legged.ENV_ID)
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (legged.OBS_DIM,) == env.observation_space.shape and len(legged.OBS_NAMES) == legged.OBS_DIM
+    assert 0.0 <= info["command"][0] <= 0.6
+    for _ in range(100):
+        obs, reward, terminated, truncated, info = env.step(np.zeros(8))
+        assert not terminated
+    assert obs[3:6] == pytest.approx([0, 0, -1], abs=0.02)  # projected gravity upright
+    assert abs(info["velocity"][0]) < 0.05  # standing still, not walking
+
+
+def test_fall_ends_the_episode():
+    env = legged.LeggedAnt()
+    env.reset(seed=0)
+    env.robot.data.qpos[3:7] = (0.0, 1.0, 0.0, 0.0)  # upside down
+    env.robot.data.qpos[2] = 0.3
+    _, _, terminated, _, _ = env.step(np.zeros(8))
+    assert terminated
+
+
+def test_action_to_targets_is_the_robot_files_action_section():
+    """Scale, offset, limits and rate limit of config/robots/legged_ant.yaml = the env's action mapping."""
+    from lowrl_ros.core.runtime.actions import ActionProcessor
+    from lowrl_ros.core.runtime.robot_file import load_robot_file
+
+    rf = load_robot_file(ROBOT_FILE)
+    assert tuple(rf.joints) == legged.JOINTS and tuple(rf.default_pose) == legged.DEFAULT_POSE
+    robot = legged.LeggedRobot()
+    proc = ActionProcessor.from_robot_dict(rf.raw, _contract())
+    assert tuple(proc.controller_joints) == legged.CONTROLLER_JOINTS
+    rng = np.random.default_rng(0)
+    previous = np.array(legged.DEFAULT_POSE)
+    for _ in range(20):
+        a = rng.uniform(-1.2, 1.2, 8)
+        ours = legged.action_to_targets(a, previous, 0.04, robot)
+        theirs = proc.limit_rate(proc.transform(np.clip(a, -1, 1)), previous, 0.04)
+        np.testing.assert_allclose(ours, theirs, atol=1e-12)
+        previous = ours
+
+
+def _contract():
+    from lowrl_ros.core.runtime.artifact import PolicyContract
+
+    return PolicyContract(obs_names=legged.OBS_NAMES, action_names=legged.JOINTS, action_low=(-1.0,) * 8,
+                          action_high=(1.0,) * 8, control_period_s=0.04)
+
+
+def test_env_observation_equals_the_policy_nodes_for_the_same_state():
+    """The robot file's observation terms, fed what the sim robot node publishes, give the env's obs."""
+    from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
+    from lowrl_ros.core.runtime.robot_file import load_robot_file
+
+    spec = ObservationSpec.from_robot_file(load_robot_file(ROBOT_FILE), 0.04)
+    spec.check_against(_contract())
+    builder = ObservationBuilder(spec)
+    env = legged.LeggedAnt()
+    obs, _ = env.reset(seed=3, options={"command": np.array([0.4, -0.05, 0.1])})
+    rng = np.random.default_rng(1)
+    last = np.zeros(8)
+    for step in range(30):
+        r = env.robot
+        quat, gyro, acc = r.imu()
+        now = float(step)
+        builder.update("joint_states", (legged.JOINTS, r.joint_positions(), r.joint_velocities(),
+                                        r.joint_efforts()), now)
+        builder.update("imu", (quat, gyro, acc), now)
+        builder.update("cmd_vel", np.array([*env.command[:2], 0.0, 0.0, 0.0, env.command[2]]), now)
+        builder.set_last_action(last)
+        np.testing.assert_allclose(builder.build(now), obs, atol=1e-6)
+        last = rng.uniform(-1, 1, 8)
+        obs, _, terminated, _, _ = env.step(last)
+        if terminated:
+            break
