@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None, help="artifact (.onnx); default models/pendulum_sac_int8.onnx")
     parser.add_argument("--out", type=Path, default=None,
                         help="results root (default bench_results/); the result goes to <root>/loop/result.*")
+    parser.add_argument("--legged", action="store_true",
+                        help="instead: a 12-joint robot (JointState 1 kHz, Imu 200 Hz) and a robot-file policy "
+                             "node at 50 Hz: CPU %% against a bare 1 kHz subscriber, command period error idle "
+                             "and under two pinned CPU burners with RT requested, RSS (result: <root>/loop/legged.*)")
+    parser.add_argument("--phase-seconds", type=float, default=20.0,
+                        help="--legged: measured seconds per phase (default 20)")
 
 
 class RoundTrips:
@@ -166,6 +172,9 @@ def _markdown(results: dict, args: argparse.Namespace, png: Path | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
+
+    if getattr(args, "legged", False):
+        return run_legged(args)
 
     try:  # a result of another command there: refused before the measurement, not after
         record.check_free(record.result_path("loop", root=args.out), record.command_line())
@@ -306,4 +315,250 @@ def run(args: argparse.Namespace) -> int:
     path = record.write_result("loop", results, md, root=args.out)
     print(md)
     print(f"results: {path}" + (f", plot: {png}" if png else ""))
+    return 0
+
+
+# ---- --legged: a 12-joint robot at joint_state_broadcaster rates ---------------------------------------------
+LEGGED_ROBOT = "config/robots/legged_example.yaml"
+JOINT_RATE_HZ, IMU_EVERY, SCAN_EVERY, CMD_EVERY = 1000.0, 5, 20, 100  # 1 kHz, 200 Hz, 50 Hz, 10 Hz
+BARE_SUBSCRIBER = """
+import sys, rclpy
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import JointState
+rclpy.init()
+node = Node("bare_joint_state_subscriber")
+count = [0]
+node.create_subscription(JointState, sys.argv[1], lambda m: count.__setitem__(0, count[0] + 1), qos_profile_sensor_data)
+try:
+    rclpy.spin(node)
+except BaseException:
+    pass
+print(count[0], flush=True)
+"""
+BURNER = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+def legged_policy(path: Path, obs_dim: int, action_dim: int = 12) -> Path:
+    """An Isaac Lab-sized actor (ELU [128, 128, 128], rsl_rl's flat-terrain size) with random weights, 50 Hz."""
+    from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
+
+    rng = np.random.default_rng(0)
+    dims = [obs_dim, 128, 128, 128, action_dim]
+    layers = [(rng.normal(0, 1 / np.sqrt(i), (o, i)).astype(np.float32), np.zeros(o, np.float32))
+              for i, o in zip(dims[:-1], dims[1:])]
+    contract = PolicyContract(obs_names=tuple(f"obs_{i}" for i in range(obs_dim)),
+                              action_names=tuple(f"a{i}" for i in range(action_dim)), action_low=(-10.0,) * action_dim,
+                              action_high=(10.0,) * action_dim, control_period_s=0.02)
+    return save_artifact(path, MlpWeights(layers, hidden_activation="elu", output_activation="none"), contract)
+
+
+class RobotPublisher:
+    """The robot's sensors from a thread, paced on perf_counter: JointState 1 kHz, Imu 200 Hz, a height scan at
+    50 Hz, cmd_vel at 10 Hz (the shipped legged robot file's topics, under /bench_robot)."""
+
+    def __init__(self, node, joints: list[str]) -> None:
+        import threading
+
+        from geometry_msgs.msg import Twist
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Imu, JointState
+        from std_msgs.msg import Float32MultiArray
+
+        self.js = JointState(name=list(joints), position=[0.0] * len(joints), velocity=[0.0] * len(joints),
+                             effort=[0.0] * len(joints))
+        self.imu = Imu()
+        self.imu.orientation.w = 1.0
+        self.scan = Float32MultiArray(data=[0.0] * 10)
+        self.cmd = Twist()
+        ns = "/bench_robot/"
+        self.pubs = {"js": node.create_publisher(JointState, ns + "joint_states", qos_profile_sensor_data),
+                     "imu": node.create_publisher(Imu, ns + "imu", qos_profile_sensor_data),
+                     "scan": node.create_publisher(Float32MultiArray, ns + "height_scan", 10),
+                     "cmd": node.create_publisher(Twist, ns + "cmd_vel", 10)}
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        period, t0, k = 1.0 / JOINT_RATE_HZ, time.perf_counter(), 0
+        while not self._stop.is_set():
+            k += 1
+            self.js.position[0] = 0.01 * (k % 100)
+            self.pubs["js"].publish(self.js)
+            if k % IMU_EVERY == 0:
+                self.pubs["imu"].publish(self.imu)
+            if k % SCAN_EVERY == 0:
+                self.pubs["scan"].publish(self.scan)
+            if k % CMD_EVERY == 0:
+                self.pubs["cmd"].publish(self.cmd)
+            self.sent = k
+            wait = t0 + k * period - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            elif wait < -0.1:  # fell far behind (a stall): restart the schedule rather than burst
+                t0, k = time.perf_counter(), 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+
+def _cpu_percent(proc, seconds: float) -> tuple[float, float]:
+    """(CPU % of one core over ``seconds``, max RSS MB) of a process, sampled twice a second."""
+    import psutil
+
+    p = psutil.Process(proc.pid)
+    c0, t0, rss = sum(p.cpu_times()[:2]), time.monotonic(), 0.0
+    while time.monotonic() - t0 < seconds:
+        time.sleep(0.5)
+        rss = max(rss, p.memory_info().rss / 2**20)
+    return 100.0 * (sum(p.cpu_times()[:2]) - c0) / (time.monotonic() - t0), rss
+
+
+def _periods(sub) -> np.ndarray:
+    """Take every command waiting on a never-spun subscription; the periods between their source timestamps (s)."""
+    stamps = []
+    with sub.handle:
+        while (got := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
+            stamps.append(got[1]["source_timestamp"])
+    return np.diff(np.asarray(sorted(stamps), dtype=np.float64)) * 1e-9
+
+
+def run_legged(args: argparse.Namespace) -> int:
+    """``lowrl bench loop --legged``: see add_arguments and docs/policy_node.md."""
+    import tempfile
+
+    import rclpy
+    from rclpy.node import Node
+    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import Float64MultiArray
+
+    from lowrl_ros.bench import record
+    from lowrl_ros.core.runtime.observation import ObservationSpec
+    from lowrl_ros.core.runtime.robot_file import load_robot_file
+    from lowrl_ros.launcher import PACKAGE, package_share
+
+    try:
+        record.check_free(record.result_path("loop", name="legged", root=args.out), record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench loop: {exc}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    share = package_share(PACKAGE)
+    robot_path = share / LEGGED_ROBOT
+    robot = load_robot_file(robot_path)
+    obs_dim = ObservationSpec.from_robot_file(robot, 0.02).obs_dim
+    tmp = Path(tempfile.mkdtemp(prefix="lowrl_bench_legged_"))
+    policy = legged_policy(tmp / "legged.onnx", obs_dim)
+    cpus = sorted(os.sched_getaffinity(0))
+    node_cpu = cpus[-1]
+    seconds = args.phase_seconds
+    bin_dir = Path(sys.executable).parent
+
+    def policy_node(*extra: str):
+        cmd = [str(bin_dir / "policy_node"), "--ros-args", "--params-file", str(share / "config/policy_node.yaml"),
+               "-r", "__ns:=/bench_robot", "-p", f"policy_path:={policy}", "-p", f"robot_file:={robot_path}",
+               "-p", "controller_name:=bench_legged", "-p", "soft_start_steps:=0", *extra]
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = Node("legged_bench", context=ctx)
+    pub = RobotPublisher(node, list(robot.joints))
+    cmd_sub = node.create_subscription(Float64MultiArray, "/bench_legged/commands", lambda _m: None, QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=10000, reliability=ReliabilityPolicy.RELIABLE))
+    results: dict = {"policy": f"MLP {obs_dim}-128-128-128-12 ELU (random weights), fp32",
+                     "robot_file": LEGGED_ROBOT, "phase_seconds": seconds, "node_cpu": node_cpu,
+                     "cpu_count": os.cpu_count(), "loadavg_1min_before": os.getloadavg()[0]}
+    burners: list = []
+    try:
+        # 1. The baseline: a bare rclpy subscriber to the same 1 kHz JointState (a Python callback each).
+        sent_start = pub.sent
+        bare = subprocess.Popen([sys.executable, "-c", BARE_SUBSCRIBER, "/bench_robot/joint_states"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3.0)  # start-up and discovery, not counted
+        sent0 = pub.sent
+        cpu, rss = _cpu_percent(bare, seconds)
+        sent = pub.sent - sent0
+        bare.send_signal(2)
+        out, _ = bare.communicate(timeout=10)
+        received = int(out.split()[-1]) if out.split() else 0
+        # A subscriber that cannot keep up drops samples (best effort) and then costs less: say how many it got.
+        results["bare_subscriber"] = {"cpu_percent": cpu, "rss_mb": rss, "joint_states_sent": sent,
+                                      "received_fraction": received / max(1, pub.sent - sent_start)}
+        phases = {"idle": (), "burners": (), "burners_rt": ("-p", "rt_priority:=80", "-p", f"rt_cpus:={node_cpu}")}
+        for name, extra in phases.items():
+            if name.startswith("burners"):
+                burners = [subprocess.Popen([sys.executable, "-c", BURNER, str(node_cpu)]) for _ in range(2)]
+            proc = policy_node(*extra, *(("-p", f"rt_cpus:={node_cpu}") if name == "burners" else ()))
+            t0 = time.monotonic()
+            while cmd_sub.get_publisher_count() == 0 or len(_periods(cmd_sub)) < 10:
+                if proc.poll() is not None or time.monotonic() - t0 > 60:
+                    raise RuntimeError(f"the policy node did not command within 60 s: {proc.stderr.read()[-2000:]}")
+                time.sleep(0.5)
+            _periods(cmd_sub)  # drop the warm-up
+            sent0 = pub.sent
+            cpu, rss = _cpu_percent(proc, seconds)
+            periods = _periods(cmd_sub)
+            err = np.abs(periods - 0.02) * 1e3
+            results[name] = {
+                "cpu_percent": cpu, "rss_mb": rss, "commands": int(periods.size + 1),
+                "joint_states_sent": pub.sent - sent0,
+                "period_error_p50_ms": float(np.percentile(err, 50)),
+                "period_error_p99_ms": float(np.percentile(err, 99)),
+                "period_error_max_ms": float(err.max()), "late_periods_gt_1ms": int((err > 1.0).sum()),
+                "missed_periods": int(np.maximum(np.round(periods / 0.02) - 1, 0).sum())}
+            proc.send_signal(2)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            tail = proc.stderr.read()
+            results[name]["realtime_log"] = [ln.split("realtime: ", 1)[1] for ln in tail.splitlines()
+                                             if "realtime: " in ln]
+            for b in burners:
+                b.kill()
+                b.wait()
+            burners = []
+    finally:
+        for b in burners:
+            b.kill()
+        pub.stop()
+        node.destroy_node()
+        ctx.shutdown()
+    results["loadavg_1min_after"] = os.getloadavg()[0]
+    idle, bare_r = results["idle"], results["bare_subscriber"]
+    results["targets_met"] = {"node CPU <= 5 % of a core": idle["cpu_percent"] <= 5.0,
+                              "command period p99 error idle <= 1 ms": idle["period_error_p99_ms"] <= 1.0,
+                              "rss <= 120 MB": idle["rss_mb"] <= 120.0}
+    rows = "\n".join(
+        f"| {n} | {r['cpu_percent']:.1f} | {r.get('period_error_p50_ms', float('nan')):.3f} | "
+        f"{r.get('period_error_p99_ms', float('nan')):.3f} | {r.get('period_error_max_ms', float('nan')):.2f} | "
+        f"{r.get('late_periods_gt_1ms', '-')} | {r.get('missed_periods', '-')} | {r['rss_mb']:.0f} | "
+        f"{'; '.join(r.get('realtime_log', [])) or '-'} |"
+        for n, r in (("bare subscriber (1 kHz callbacks)", bare_r), ("policy node, idle", idle),
+                     ("policy node, 2 burners on its CPU", results["burners"]),
+                     ("policy node, 2 burners, RT requested", results["burners_rt"])))
+    md = (f"12-joint robot: JointState at {JOINT_RATE_HZ:.0f} Hz, Imu 200 Hz, height scan 50 Hz, cmd_vel 10 Hz "
+          f"(`{LEGGED_ROBOT}`), published from the bench process; policy node at the contract's 50 Hz "
+          f"({results['policy']}), its subscriptions taken at the tick (ros/robot_inputs.py). {seconds:g} s per "
+          f"phase, one after the other; burners: two busy loops pinned to CPU {node_cpu}, the control thread pinned "
+          f"there too (rt_cpus). Period error: |period - 20 ms| between the commands' DDS source timestamps. "
+          f"Load (1-min) {results['loadavg_1min_before']:.1f} before, {results['loadavg_1min_after']:.1f} after, "
+          f"{results['cpu_count']} cores.\n\n"
+          "| phase | CPU % of a core | period err p50 ms | p99 ms | max ms | periods > 1 ms off | missed | RSS MB | "
+          "realtime |\n|---|---|---|---|---|---|---|---|---|\n" + rows + "\n\n"
+          f"Policy node / bare subscriber CPU: {idle['cpu_percent'] / bare_r['cpu_percent']:.2f}x; the bare "
+          f"subscriber received {100 * bare_r['received_fraction']:.0f} % of the joint states sent while it ran "
+          "(below 100 %: it could not keep up, and dropped samples cost it nothing).\n"
+          "Targets (idle): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in results["targets_met"].items())
+          + "\n")
+    headline = (f"legged 1 kHz joint states, 50 Hz policy: node {idle['cpu_percent']:.1f} % of a core (bare "
+                f"subscriber {bare_r['cpu_percent']:.1f} %), period p99 error {idle['period_error_p99_ms']:.2f} ms, "
+                f"RSS {idle['rss_mb']:.0f} MB")
+    path = record.write_result("loop", results, md, name="legged", headline=headline, root=args.out)
+    print(md)
+    print(f"results: {path}")
     return 0

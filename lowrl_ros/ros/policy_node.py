@@ -3,7 +3,9 @@
 configure: load the artifact/bundle and the config   activate: start control
 deactivate: publish the safe action and stop          cleanup/shutdown: release everything
 
-In: ``/joint_states`` (sensor_msgs/JointState, through the observation adapter) or
+In: with ``robot_file`` set, the robot file's observation topics (ros/robot_inputs.py: the newest
+sample of each taken at the control tick, at the contract's control period); otherwise
+``/joint_states`` (sensor_msgs/JointState, through the observation adapter) or
 ``/lowrl/observation`` (std_msgs/Float32MultiArray); ``/lowrl/compute_tier`` (std_msgs/UInt8, latched);
 ``/lowrl/policy_bundle`` (std_msgs/UInt8MultiArray, latched: signed bundles from the trainer node).
 Out: ``/<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_command_controller),
@@ -42,7 +44,10 @@ from lowrl_ros.core.config import LIVE, field, require
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.runtime.control import ControlConfig, PolicyController, TickSchedule
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
+from lowrl_ros.core.runtime.realtime import RealtimeResult, apply_realtime, parse_cpus
+from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status
 from lowrl_ros.core.runtime.swap import PolicySwapper
 from lowrl_ros.core.runtime.tiers import ComputeTier
@@ -52,10 +57,13 @@ from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
+from lowrl_ros.ros.robot_inputs import RobotInputs
 from lowrl_ros.ros.spinning import guarded, run_node
 
 INPUTS = ("joint_states", "observation")
 ENGINES = ("auto", "ort", "numpy")
+ROBOT_TIMINGS = ("contract", "parameters")
+REALTIME_STATUS = "lowrl/policy/realtime"
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
 LIVE_CONTROL = tuple(f.name for f in dataclasses.fields(ControlConfig) if f.metadata[LIVE])
 # ReceiverConfig as parameters: keep is keep_bundles; the engine is this node's; probe_count is fixed.
@@ -81,11 +89,22 @@ class PolicyNodeSettings:
                               "signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status")
     key_file: str = field("", "HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted unless "
                               "require_signature is false")
+    robot_file: str = field("", "robot YAML: observation terms, joints, actions (docs/policy_node.md); empty: "
+                                "obs_fields/extra_obs_dim and input as before")
+    robot_timing: str = field("contract", "with robot_file: contract (fixed_rate at the policy contract's control "
+                                          "period) | parameters (mode and control_period_s as set)")
+    rt_priority: int = field(0, "SCHED_FIFO priority of the control thread, 1..99 (0: normal scheduling); "
+                                "refused without rtprio/CAP_SYS_NICE: then a WARN and the node runs on",
+                             range=(0, 99))
+    # dynamic: `-p rt_cpus:=3` arrives as an integer, "2,3" as a string; parse_cpus reads both.
+    rt_cpus: str = field("", "CPUs for the control thread, e.g. '3' or '2-3' (empty: any)", dynamic=True)
+    rt_lock_memory: bool = field(False, "mlockall the process at activation (needs memlock rights)")
 
     def __post_init__(self) -> None:
-        for name, allowed in (("input", INPUTS), ("engine", ENGINES)):
+        for name, allowed in (("input", INPUTS), ("engine", ENGINES), ("robot_timing", ROBOT_TIMINGS)):
             require(getattr(self, name) in allowed,
                     f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
+        parse_cpus(self.rt_cpus)  # a bad CPU list fails here, with the fix
 
 
 class PolicyNode(LifecycleNode):
@@ -113,6 +132,12 @@ class PolicyNode(LifecycleNode):
         self._control_timer = None
         self._schedule: TickSchedule | None = None
         self._input_reports = InputErrorReports()
+        self.robot = None  # the loaded RobotFile (core/runtime/robot_file.py), robot_file set
+        self.robot_inputs: RobotInputs | None = None
+        self._obs_spec: ObservationSpec | None = None
+        self._builder: ObservationBuilder | None = None
+        self._timing: dict[str, Any] = {}  # ControlConfig overrides from robot_timing: contract
+        self._realtime: RealtimeResult | None = None
 
     @property
     def active_policy_path(self) -> str:
@@ -124,7 +149,7 @@ class PolicyNode(LifecycleNode):
         return self.get_parameter(name).value
 
     def _control_config(self, overrides: dict[str, Any] | None = None) -> ControlConfig:
-        return config_from_params(self, ControlConfig, overrides=overrides)
+        return config_from_params(self, ControlConfig, overrides={**self._timing, **(overrides or {})})
 
     def _adapter_config(self) -> ObsAdapterConfig:
         return config_from_params(self, ObsAdapterConfig, obs_fields=tuple(f for f in self._get("obs_fields") if f))
@@ -167,10 +192,12 @@ class PolicyNode(LifecycleNode):
                 raise ValueError("policy_path is empty; set it to a .onnx artifact or .lowrl bundle "
                                  "(e.g. models/pendulum_sac_int8.onnx)")
             settings = config_from_params(self, PolicyNodeSettings)  # checks input and engine
-            config = self._control_config()
             bundle = load_bundle(settings.policy_path, engine=settings.engine)
+            if settings.robot_file:
+                self._configure_robot_file(settings, bundle.contract)
+            config = self._control_config()
             controller = PolicyController(config, bundle, clock=time.perf_counter)
-            if settings.input == "joint_states":
+            if not settings.robot_file and settings.input == "joint_states":  # a robot file replaces both
                 adapter = ObservationAdapter(self._adapter_config())
                 adapter.check_against(bundle.contract)
                 self.adapter = adapter
@@ -191,6 +218,16 @@ class PolicyNode(LifecycleNode):
             f"{controller.obs_dim} obs -> {controller.action_dim} actions, mode {config.mode}")
         return TransitionCallbackReturn.SUCCESS
 
+    def _configure_robot_file(self, settings: PolicyNodeSettings, contract) -> None:
+        """Load the robot file and check its observation against the policy (a mismatch fails configure)."""
+        robot = load_robot_file(settings.robot_file)
+        spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
+        spec.check_against(contract)
+        self.robot = robot
+        self._obs_spec, self._builder = spec, ObservationBuilder(spec)
+        if settings.robot_timing == "contract":  # the rate the policy was trained at, on a drift-free timer
+            self._timing = {"mode": "fixed_rate", "control_period_s": float(contract.control_period_s)}
+
     def _make_receiver(self) -> BundleReceiver:
         """The bundle receiver from the parameters; a key_file that is set but unusable fails configure."""
         key_file = self._get("key_file")
@@ -207,7 +244,12 @@ class PolicyNode(LifecycleNode):
         self._latency_pub = self.create_lifecycle_publisher(Float64, "/lowrl/policy/latency_us", STATS)
         self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "/lowrl/policy/stats", STATS)
         self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
-        if self._get("input") == "joint_states":
+        if self._obs_spec is not None:
+            event = self.controller.config.mode == "event"
+            self.robot_inputs = RobotInputs(self, self._obs_spec, self._builder,
+                                            trigger=(lambda t0: self._observe(t0, self._robot_observation))
+                                            if event else None)
+        elif self._get("input") == "joint_states":
             self._subs.append(self.create_subscription(JointState, self._get("joint_states_topic"),
                                                        self._on_joint_state, CONTROL))
             if self.adapter.config.extra_obs_dim:
@@ -231,6 +273,9 @@ class PolicyNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.controller.activate()
+        if self._builder is not None:
+            self._builder.reset()  # no sample or history from before this activation
+        self._apply_realtime()
         config = self.controller.config
         if config.mode == "fixed_rate":
             self._start_fixed_rate()
@@ -247,6 +292,15 @@ class PolicyNode(LifecycleNode):
         self.get_logger().info("deactivated: safe action sent")
         return super().on_deactivate(state)
 
+    def _apply_realtime(self) -> None:
+        """rt_* parameters, asked for this thread (the executor's: it runs the control ticks)."""
+        priority, cpus, lock = self._get("rt_priority"), parse_cpus(self._get("rt_cpus")), self._get("rt_lock_memory")
+        if not (priority or cpus or lock):
+            return
+        self._realtime = apply_realtime(priority, cpus, lock)
+        for level, line in self._realtime.lines:
+            self._log(level, f"realtime: {line}")
+
     def _destroy_control_timer(self) -> None:
         if self._control_timer is not None:
             self.destroy_timer(self._control_timer)
@@ -258,6 +312,8 @@ class PolicyNode(LifecycleNode):
             self.destroy_timer(t)
         for s in self._subs:
             self.destroy_subscription(s)
+        if self.robot_inputs is not None:
+            self.robot_inputs.destroy()
         for pub in self._lifecycle_pubs:
             self.destroy_lifecycle_publisher(pub)
         for pub in self._pubs:
@@ -297,6 +353,11 @@ class PolicyNode(LifecycleNode):
         if self.controller.config.mode == "event":
             self._tick(t0)
 
+    def _robot_observation(self) -> np.ndarray:
+        """Robot file: take the newest sample of each topic, build the observation (a stale term raises)."""
+        self.robot_inputs.take()
+        return self._builder.build(time.perf_counter())
+
     def _on_extra(self, msg: Float32MultiArray) -> None:
         try:
             self.adapter.set_extra(msg.data)
@@ -307,6 +368,8 @@ class PolicyNode(LifecycleNode):
         """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted."""
         due, skipped = self._schedule.tick(time.perf_counter())
         self.controller.deadline_misses += skipped  # each skipped period is an output that never came
+        if self.robot_inputs is not None and self.controller.active:
+            self._observe(due, self._robot_observation)
         self._tick(due)
 
     def _start_fixed_rate(self) -> None:
@@ -335,6 +398,9 @@ class PolicyNode(LifecycleNode):
             c.last_error_time = time.perf_counter()
             result = None
         action = c.safe_action() if result is None else result.action
+        if self._builder is not None:  # last_action: what the policy put out; zeros after a safe action
+            self._builder.set_last_action(action if result is not None and result.source != "safe"
+                                          else np.zeros_like(action))
         self._publish_command(action)
         if result is not None and result.latency_s is not None:
             self._latency_pub.publish(Float64(data=result.latency_s * 1e6))
@@ -405,7 +471,10 @@ class PolicyNode(LifecycleNode):
                                 bundle_topic=self._get("bundle_topic"))
         entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
-        self._publish_diag(diag.from_entries(entries))
+        statuses = diag.from_entries(entries)
+        if self._realtime is not None:
+            statuses.append(diag.status(REALTIME_STATUS, self._realtime.level, self._realtime.text()))
+        self._publish_diag(statuses)
 
 
 def _autostart(node: PolicyNode) -> int:
