@@ -45,7 +45,8 @@ from std_msgs.msg import Float64, Float64MultiArray
 from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.sim.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
-from lowrl_ros.core.sim.sim_robot import SimRobotConfig, make_sim_robot
+from lowrl_ros.core.sim.legged import LeggedSim
+from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, STATS
 from lowrl_ros.ros.params import config_from_params, declare_config
@@ -78,7 +79,8 @@ class SimRobotNode(Node):
         get = lambda name: self.get_parameter(name).value  # noqa: E731
         self.config = config_from_params(self, SimRobotConfig)
         self.gap = config_from_params(self, RealityGapConfig, prefix=GAP_PREFIX)
-        self.robot = make_sim_robot(self.config, self.gap)
+        self.robot = (LeggedSim.from_config(self.config, self.gap) if self.config.env_id == LEGGED
+                      else SimRobot(self.config, self.gap))
         # A position-controlled robot holds its pose until the first command (zero would fold its legs).
         self._hold = getattr(self.robot, "hold_command", np.zeros(self.robot.action_dim))
         self._command = self._hold.copy()

@@ -31,6 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome
+
 ENV_ID = "lowrl/LeggedAnt-v0"
 # The policy's joint order (the model's joint order) and the controller's order (the actuator order
 # of ant.xml): they differ on purpose, the robot file maps one onto the other by name.
@@ -360,6 +363,14 @@ class LeggedSim:
         self._t0: float | None = None
         self.robot.reset(np.random.default_rng(seed), noise=0.0)
 
+    @classmethod
+    def from_config(cls, config: SimRobotConfig, gap: RealityGapConfig | None = None) -> LeggedSim:
+        """The sim robot node's LeggedAnt: physics step = ``config.control_period_s``."""
+        if gap is not None and gap != RealityGapConfig():
+            raise ValueError(f"the reality gap ({gap.describe()}) is not implemented for LeggedAnt; leave gap.* at "
+                             "their defaults")
+        return cls(physics_dt=config.control_period_s, max_episode_steps=config.max_episode_steps, seed=config.seed)
+
     def check_action(self, action) -> np.ndarray:
         """Position targets (controller order) as a float array; ValueError naming the fix otherwise."""
         arr = np.asarray(action, dtype=np.float64).ravel()
@@ -375,8 +386,6 @@ class LeggedSim:
 
     def step(self, action):
         """Apply the targets (controller order) and advance the physics to the wall clock."""
-        from lowrl_ros.core.sim.sim_robot import StepOutcome
-
         self.robot.set_targets(self.check_action(action)[self._to_policy])
         n = 1
         if self.realtime:
@@ -405,8 +414,6 @@ class LeggedSim:
         return outcome
 
     def joints(self):
-        from lowrl_ros.core.sim.sim_robot import JointReading
-
         r = self.robot
         return JointReading(JOINTS, r.joint_positions(), r.joint_velocities(), r.joint_efforts())
 

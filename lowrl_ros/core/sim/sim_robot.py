@@ -178,15 +178,3 @@ class SimRobot:
     def close(self) -> None:
         self.env.close()
 
-
-def make_sim_robot(config: SimRobotConfig, gap: RealityGapConfig | None = None):
-    """The sim robot for ``config.env_id``: a :class:`SimRobot`, or for ``LeggedAnt`` a
-    :class:`lowrl_ros.core.sim.legged.LeggedSim` (physics step = ``control_period_s``)."""
-    if config.env_id != LEGGED:
-        return SimRobot(config, gap)
-    if gap is not None and gap != RealityGapConfig():
-        raise ValueError(f"the reality gap ({gap.describe()}) is not implemented for LeggedAnt; leave gap.* at "
-                         "their defaults")
-    from lowrl_ros.core.sim.legged import LeggedSim
-
-    return LeggedSim(physics_dt=config.control_period_s, max_episode_steps=config.max_episode_steps, seed=config.seed)
