@@ -178,7 +178,8 @@ def test_sim_robot_node_legged_joint_states_imu_commands_and_cmd_vel(ros_context
         probe.create_subscription(Imu, "imu", imus.append, CONTROL)
         assert spin_until(executor, lambda: len(imus) > 5)
         m = imus[-1]
-        assert m.orientation.w == pytest.approx(1.0, abs=0.01) and m.linear_acceleration.z == pytest.approx(9.81, abs=0.3)
+        assert m.orientation.w == pytest.approx(1.0, abs=0.01)
+        assert m.linear_acceleration.z == pytest.approx(9.81, abs=0.3)
         assert sim.robot.command.tolist() == [0.25, 0.0, 0.1]  # its own cmd_vel stand-in came back
         # hip_1 is the controller's 3rd joint (ant.xml's actuator order): the target reaches hip_1 by name
         target = list(sim.robot.hold_command)
