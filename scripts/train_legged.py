@@ -116,10 +116,10 @@ def policy_fn(path: str):
 
         model = PPO.load(path, device="cpu")
         return lambda obs: model.predict(obs, deterministic=True)[0]
-    from lowrl_ros.core.runtime.artifact import load_artifact
+    from lowrl_ros.core.runtime.engines import load_artifact
 
-    art = load_artifact(path)
-    return lambda obs: np.asarray(art.act(obs) if hasattr(art, "act") else art(obs), dtype=np.float64)
+    policy = load_artifact(path)
+    return lambda obs: policy.act(np.asarray(obs, dtype=np.float32))
 
 
 def evaluate(path: str, episodes: int, commands, seed: int = 0, steps: int = 250) -> list[dict]:
