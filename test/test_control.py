@@ -82,11 +82,34 @@ def test_bad_observation_gives_safe_action_with_reason_until_a_good_one():
     ctl, _ = make()
     ctl.activate()
     ctl.observe(None, "observation entry 1 is nan (NaN/Inf)")
-    result = ctl.step()
-    assert result.source == "safe" and "NaN" in result.reason
+    result = ctl.step()  # nothing was commanded yet: a bad first observation commands nothing either
+    assert result.source == "none" and "NaN" in result.reason and result.action.size == 0
     assert "NaN" in ctl.last_error
     ctl.observe(OBS)
     assert ctl.step().source == "policy"
+    ctl.observe(None, "observation entry 1 is nan (NaN/Inf)")
+    result = ctl.step()
+    assert result.source == "safe" and "NaN" in result.reason
+    ctl.observe(OBS)
+    assert ctl.step().source == "policy"
+
+
+def test_nothing_is_commanded_before_the_first_good_observation():
+    ctl, clock = make(ControlConfig(soft_start_steps=0, safe_action="hold"))
+    ctl.activate()
+    for _ in range(3):
+        clock.advance(1.0)  # even long past the watchdog: there is nothing to watch yet
+        result = ctl.step()
+        assert result.source == "none" and "first observation" in result.reason
+    ctl.set_tier(ComputeTier.SAFE)
+    assert ctl.step().source == "none"
+    ctl.observe(OBS)
+    assert ctl.step().source == "safe"  # the safe tier now has something to say
+    ctl.set_tier(ComputeTier.FULL)
+    assert ctl.step().source == "policy"
+    ctl.deactivate()
+    ctl.activate()  # a new activation waits for a new observation
+    assert ctl.step().source == "none"
 
 
 def test_watchdog_trips_after_timeout():

@@ -193,6 +193,7 @@ def test_diagnostics_and_stats_content(rig):
     for _ in range(20):
         exchange(robot, executor, robot.joint_state())
     robot.diags.clear()
+    robot.stats.clear()  # stats published during the exchanges count fewer ticks
     assert spin_until(executor, lambda: {"lowrl/policy/latency", "lowrl/policy/policy", "lowrl/policy/tier",
                                          "lowrl/policy/input"} <= {s.name for s in robot.diags})
     assert spin_until(executor, lambda: len(robot.stats) > 0)
@@ -337,7 +338,8 @@ def test_extra_observation_is_appended(rig, tmp_path):
     node = build(obs_fields=FIELDS[:2], extra_obs_dim=1)
     extra = robot.node.create_publisher(Float32MultiArray, "/lowrl/extra_observation", CONTROL)
     connect(robot, executor)
-    assert exchange(robot, executor, robot.joint_state()) == 0.0  # no extra observation yet
+    robot.js_pub.publish(robot.joint_state())  # no extra observation yet: incomplete, so nothing is commanded
+    assert not spin_until(executor, lambda: robot.commands, timeout=0.3)
     assert wait_for_match(executor, extra)
     extra.publish(Float32MultiArray(data=[0.25]))
     assert spin_until(executor, lambda: node.adapter._extra is not None)

@@ -118,8 +118,11 @@ def test_reliable_qos_does_not_match_a_best_effort_publisher(ros_context, ex):
 
 
 def write_robot(tmp_path: Path, terms: list[dict]) -> Path:
+    """A robot whose policy drives one effort joint (j0) and reads all twelve (the terms' own joints)."""
     path = tmp_path / "robot.yaml"
-    path.write_text(yaml.safe_dump({"joints": JOINTS, "default_pose": [0.0] * 12, "observation": terms}))
+    terms = [{**t, "joints": JOINTS} if t["term"].startswith("joint_") else t for t in terms]
+    path.write_text(yaml.safe_dump({"joints": JOINTS[:1], "default_pose": [0.0], "interface": "effort",
+                                    "safety": {"soft_start_s": 0.0}, "observation": terms}))
     return path
 
 

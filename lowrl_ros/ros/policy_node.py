@@ -16,6 +16,13 @@ Commands, latency and stats go out on lifecycle publishers: rclpy itself keeps a
 silent. The one exception is deliberate: the safe action on deactivate/shutdown is published
 before the publishers are deactivated.
 
+With a ``robot_file`` (docs/policy_node.md, "Robot file: actions, outputs, safety") the command is
+post-processed and goes out by interface (``ros/robot_outputs.py``: Float64MultiArray or
+JointTrajectory, in the controller's joint order by name); nothing is commanded before the first
+good observation and, on a position interface, the measured joint positions (from JointState);
+``hold`` holds the measured pose; an e-stop (std_msgs/Bool) latches the safe action until a reset
+(std_msgs/Empty), diagnosed as ``lowrl/policy/estop``.
+
 The node declares, converts and wires; the decisions live in core:
 :class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
 tiers), :class:`~lowrl_ros.core.runtime.swap.PolicySwapper` (hot swap of a ``policy_path`` or a
@@ -42,7 +49,8 @@ from std_msgs.msg import (Float32MultiArray, Float64, Float64MultiArray, MultiAr
 
 from lowrl_ros.core.config import LIVE, field, require
 from lowrl_ros.core.runtime.bundle import load_bundle
-from lowrl_ros.core.runtime.control import ControlConfig, PolicyController, TickSchedule
+from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
+from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, PolicyController, TickSchedule
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
@@ -58,6 +66,7 @@ from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
 from lowrl_ros.ros.robot_inputs import RobotInputs
+from lowrl_ros.ros.robot_outputs import CommandOutput, check_output, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
 
 INPUTS = ("joint_states", "observation")
@@ -119,12 +128,16 @@ class PolicyNode(LifecycleNode):
         self.add_on_set_parameters_callback(self._validate_parameters)
         add_post_set_callback(self, self._apply_parameters)
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
+        # Outlives cleanup/configure: a latched e-stop stays latched until its reset, whatever else happens.
+        self._estop_latch: EStopLatch | None = None
         self._clear_runtime()
 
     def _clear_runtime(self) -> None:
         self.controller: PolicyController | None = None
         self.adapter: ObservationAdapter | None = None
         self.swapper: PolicySwapper | None = None
+        self.actions: ActionProcessor | None = None  # the robot file's output side (None: no robot file)
+        self._output: CommandOutput | None = None
         self._lifecycle_pubs: list = []
         self._pubs: list = []
         self._subs: list = []
@@ -193,10 +206,14 @@ class PolicyNode(LifecycleNode):
                                  "(e.g. models/pendulum_sac_int8.onnx)")
             settings = config_from_params(self, PolicyNodeSettings)  # checks input and engine
             bundle = load_bundle(settings.policy_path, engine=settings.engine)
+            actions = None
             if settings.robot_file:
                 self._configure_robot_file(settings, bundle.contract)
+                actions = ActionProcessor.from_robot_dict(self.robot.raw, bundle.contract)
+                check_output(actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
+            estop = self._estop_for(actions)
             config = self._control_config()
-            controller = PolicyController(config, bundle, clock=time.perf_counter)
+            controller = PolicyController(config, bundle, clock=time.perf_counter, actions=actions, estop=estop)
             if not settings.robot_file and settings.input == "joint_states":  # a robot file replaces both
                 adapter = ObservationAdapter(self._adapter_config())
                 adapter.check_against(bundle.contract)
@@ -208,6 +225,13 @@ class PolicyNode(LifecycleNode):
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
         self.controller = controller
+        self.actions, self._estop_latch = actions, estop
+        if actions is not None:
+            self.get_logger().info(
+                f"robot file {settings.robot_file}: {actions.interface} interface, {actions.output.type} on "
+                f"{actions.output.topic}, safe action {actions.safety.safe_action}, soft start "
+                f"{actions.safety.soft_start_s:g} s (the safe_action, default_pose and soft_start_steps parameters "
+                "are not used)")
         engine = settings.engine
         self.swapper = PolicySwapper(controller, lambda path: load_bundle(path, engine=engine),
                                      active_path=settings.policy_path, receiver=receiver, reply=self._reply,
@@ -237,10 +261,26 @@ class PolicyNode(LifecycleNode):
             self.get_logger().warning(line)
         return BundleReceiver(config, key)
 
+    def _estop_for(self, actions: ActionProcessor | None) -> EStopLatch | None:
+        """The e-stop latch for this configuration: the one kept from before (still latched, if it was)
+        unless the e-stop topic changed; None without a robot file or with estop_topic ""."""
+        if actions is None or not actions.safety.estop_topic:
+            return None
+        old = self._estop_latch
+        if old is not None and old.topic == actions.safety.estop_topic:
+            old.reset_topic = actions.safety.reset_topic
+            return old
+        return EStopLatch(actions.safety.estop_topic, actions.safety.reset_topic)
+
     def _create_io(self) -> None:
-        cmd_topic = f"/{self._get('controller_name').strip('/')}/commands"
         # Lifecycle publishers: silent unless active, enforced by rclpy (activated by super().on_activate).
-        self._cmd_pub = self.create_lifecycle_publisher(Float64MultiArray, cmd_topic, CONTROL)
+        if self.actions is not None:
+            self._output = CommandOutput(self, self.actions, lambda: self.controller.output_period_s())
+            self._cmd_pub = self._output.publisher
+            self._subs.extend(create_estop(self, self.actions, self._on_estop, self._on_estop_reset))
+        else:
+            cmd_topic = f"/{self._get('controller_name').strip('/')}/commands"
+            self._cmd_pub = self.create_lifecycle_publisher(Float64MultiArray, cmd_topic, CONTROL)
         self._latency_pub = self.create_lifecycle_publisher(Float64, "/lowrl/policy/latency_us", STATS)
         self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "/lowrl/policy/stats", STATS)
         self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
@@ -288,8 +328,13 @@ class PolicyNode(LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._destroy_control_timer()
         # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
-        self._publish_command(self.controller.deactivate())
-        self.get_logger().info("deactivated: safe action sent")
+        # On a position interface it holds the newest measured pose (None: never measured, send nothing).
+        self._update_measured()
+        action = self.controller.deactivate()
+        if action is not None:
+            self._publish_command(action)
+        self.get_logger().info("deactivated: " + ("safe action sent" if action is not None else
+                                                  "nothing sent (the joint positions were never measured)"))
         return super().on_deactivate(state)
 
     def _apply_realtime(self) -> None:
@@ -329,7 +374,10 @@ class PolicyNode(LifecycleNode):
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         if self.controller is not None and self.controller.active:
-            self._publish_command(self.controller.deactivate())  # still enabled: shutdown does not deactivate them
+            self._update_measured()
+            action = self.controller.deactivate()
+            if action is not None:
+                self._publish_command(action)  # still enabled: shutdown does not deactivate them
         self._release()
         return TransitionCallbackReturn.SUCCESS
 
@@ -392,24 +440,57 @@ class PolicyNode(LifecycleNode):
             return
         try:
             self.swapper.take()
+            self._update_measured()
             result = c.step(reference)
         except Exception as exc:  # noqa: BLE001 - a failing policy call must still end in a command
             c.last_error = f"control step failed: {type(exc).__name__}: {exc}"
             c.last_error_time = time.perf_counter()
             result = None
         action = c.safe_action() if result is None else result.action
-        if self._builder is not None:  # last_action: what the policy put out; zeros after a safe action
-            self._builder.set_last_action(action if result is not None and result.source != "safe"
-                                          else np.zeros_like(action))
-        self._publish_command(action)
+        if self._builder is not None:  # last_action: the policy's own output (contract units), else zeros
+            if result is not None and result.source == "policy":
+                self._builder.set_last_action(result.policy_action)
+            elif result is None or result.source != "hold":
+                self._builder.set_last_action(np.zeros(c.action_dim))
+        if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
+            self._publish_command(action)
         if result is not None and result.latency_s is not None:
             self._latency_pub.publish(Float64(data=result.latency_s * 1e6))
         if self._input_reports.due(c.last_error_time, time.perf_counter()):  # a new input error: say so now
             self._publish_status()
 
     def _publish_command(self, action: np.ndarray) -> None:
+        if self._output is not None:
+            self._output.publish(action)  # the robot file's message, in the controller's joint order
+            return
         self._cmd_msg.data = action.tolist()
         self._cmd_pub.publish(self._cmd_msg)
+
+    def _update_measured(self) -> None:
+        """Hand the newest measured positions of the policy's joints to the controller (robot file)."""
+        if self.actions is None or self.controller is None:
+            return
+        if self._builder is not None:
+            sample = self._builder.joint_state()
+            if sample is not None:
+                self.controller.set_measured(measured_positions(sample[0], sample[1], self.actions.joints))
+
+    # ---- e-stop ----------------------------------------------------------------------------
+    def _on_estop(self, asserted: bool) -> None:
+        latch = self._estop_latch
+        if latch is None or not latch.update(asserted, time.perf_counter()):
+            return
+        self.get_logger().error(f"e-stop on {latch.topic}: safe action latched until a reset on {latch.reset_topic}")
+        self._tick(time.perf_counter())  # the safe action now, not at the next tick
+        self._publish_status()
+
+    def _on_estop_reset(self) -> None:
+        latch = self._estop_latch
+        if latch is None:
+            return
+        released, line = latch.reset()
+        self.get_logger().warning(line) if released else self.get_logger().error(line)
+        self._publish_status()
 
     # ---- tiers, hot-swap -------------------------------------------------------------------
     def _on_tier(self, msg: UInt8) -> None:
@@ -471,6 +552,8 @@ class PolicyNode(LifecycleNode):
                                 bundle_topic=self._get("bundle_topic"))
         entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
+        if self._estop_latch is not None:
+            entries.append(self._estop_latch.status())
         statuses = diag.from_entries(entries)
         if self._realtime is not None:
             statuses.append(diag.status(REALTIME_STATUS, self._realtime.level, self._realtime.text()))

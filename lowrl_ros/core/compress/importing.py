@@ -101,12 +101,16 @@ def detect_kind(source: Path) -> str:
             raise ImportRefused(f"{source}: a damaged zip ({exc}); re-save the model") from None
         if "data" in names and any(n.endswith(".pth") for n in names):
             return "sb3"
+        if source.suffix == ".zip":
+            return "sb3"  # model.save() names it .zip (torch files are .pt); the SB3 importer says what is wrong
         if any("/code/" in n or n.endswith("/constants.pkl") for n in names):
             return "torchscript"
         if any(n.endswith("/data.pkl") for n in names):
             return "rsl_rl"
         raise ImportRefused(f"{source}: a zip that is neither an SB3 model nor a torch file; "
                             "give an SB3 .zip, an rsl_rl model_*.pt, a TorchScript .pt or an .onnx (or --from KIND)")
+    if source.suffix == ".zip":
+        return "sb3"  # a truncated or damaged SB3 zip: its importer names the damage
     if source.suffix == ".onnx":
         return "onnx"
     if source.suffix in (".pt", ".pth"):

@@ -105,14 +105,15 @@ def load_teacher(source: str | Path, env_id: str | None = None) -> Teacher:
         raise ValueError(f"teacher {path}: no such file or directory; give an artifact (.onnx), a run directory "
                          "or an SB3 model zip")
     if path.suffix == ".zip":
-        from lowrl_ros.core.compress.sb3 import load_sb3, sb3_actor, sb3_contract
+        from lowrl_ros.core.compress.sb3 import load_sb3_model, sb3_actor, sb3_actor_module, sb3_contract
 
-        model, algo = load_sb3(path)
+        model, algo = load_sb3_model(path)
         weights = sb3_actor(model, algo)
         contract = sb3_contract(model, algo=algo, source=path, version=1, tier="full", env_id=env_id or None,
                                 control_period_s=None, extra={})
         # The SB3 actor's own state_dict (latent_pi, mu, log_std): the real fp32 teacher on disk.
-        return Teacher(weights, contract, str(path), "sb3", _state_dict_bytes(model.policy.actor.state_dict()))
+        actor = sb3_actor_module(model, algo)
+        return Teacher(weights, contract, str(path), "sb3", _state_dict_bytes(actor.state_dict()))
     weights, contract = load_weights(path)
     return Teacher(weights, contract, str(path), "artifact", _state_dict_bytes(weights_state_dict(weights)))
 

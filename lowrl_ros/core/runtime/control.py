@@ -7,14 +7,22 @@ fake clock and fake policies (test/test_control.py) and the node stays a thin wr
 Order of decisions in one tick (the first that applies wins):
 
 1. not active                      -> safe action
-2. the latest observation was bad  -> safe action, error reason kept for diagnostics
-3. no observation within watchdog  -> safe action
-4. tier SAFE                       -> safe action
-5. not an acting tick (decimation) -> hold the last action
-6. otherwise                       -> policy (full or lite by tier), blended from the safe action
+2. e-stop latched (robot file)     -> safe action until a reset
+3. no good observation yet since activation, or (position interface) no measured joint
+   positions yet                   -> NOTHING: no command at all (``source == "none"``)
+4. the latest observation was bad  -> safe action, error reason kept for diagnostics
+5. no observation within watchdog  -> safe action
+6. tier SAFE                       -> safe action
+7. not an acting tick (decimation) -> hold the last action
+8. otherwise                       -> policy (full or lite by tier), blended from the safe action
                                       over ``soft_start_steps`` after activation or a swap.
 
-Every action is clamped to the policy contract's limits.
+Without a robot file every action is clamped to the policy contract's limits. With one (an
+``ActionProcessor``, core/runtime/actions.py) the policy's output is post-processed (scale, offset,
+joint limits), soft start is timed (``safety.soft_start_s``) and blends from the MEASURED pose on a
+position interface (from the last command after a swap or a safe period), the rate limit applies
+to what goes out, and the safe action is the interface's (``hold``: the last measured joint
+positions; ``None`` while they are unknown, so nothing goes out).
 """
 from __future__ import annotations
 
@@ -26,11 +34,14 @@ from typing import Callable, Mapping, Protocol
 import numpy as np
 
 from lowrl_ros.core.config import field
+from lowrl_ros.core.runtime.actions import ActionProcessor
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.types import Policy
+from lowrl_ros.core.types import Level, Policy, StatusEntry
 
 MODES = ("event", "fixed_rate")
 SAFE_ACTIONS = ("zero", "hold", "default_pose")
+NOTHING = "none"  # StepResult.source when no command may go out at all
+ESTOP_STATUS = "lowrl/policy/estop"
 
 PolicyLike = Policy  # what the controller needs of a policy: core/types.py's Policy protocol
 
@@ -102,10 +113,11 @@ class ControlConfig:
 class StepResult:
     """One tick's output: the action and why it was chosen."""
 
-    action: np.ndarray
-    source: str  # "policy", "hold", "safe"
+    action: np.ndarray  # empty when source is "none"
+    source: str  # "policy", "hold", "safe", "none" (publish nothing)
     reason: str = ""  # why the safe action, when it is
     latency_s: float | None = None  # inference time when the policy ran
+    policy_action: np.ndarray | None = None  # the policy's own output (contract units) when it ran: last_action
 
 
 class LatencyWindow:
@@ -149,6 +161,57 @@ class TickSchedule:
         return due, skipped
 
 
+class EStopLatch:
+    """An emergency stop that latches: once asserted, the safe action goes out until a reset.
+
+    Owned by the node, not by one controller, so the latch survives policy swaps, tier changes,
+    deactivate/activate and a cleanup/configure cycle. A reset is refused while the e-stop input
+    still reads true (releasing the button comes first), and the latch is an ERROR status naming
+    the e-stop topic for as long as it holds.
+
+    Args:
+        topic: the e-stop input (shown in the status); reset_topic: where a reset comes from.
+    """
+
+    def __init__(self, topic: str = "estop", reset_topic: str = "estop_reset") -> None:
+        self.topic, self.reset_topic = topic, reset_topic
+        self.latched = False
+        self.asserted = False
+        self.latched_at: float | None = None
+        self.count = 0  # how often it latched
+
+    def update(self, asserted: bool, now: float) -> bool:
+        """Record the e-stop input; return True when this latched it (it was not latched before)."""
+        self.asserted = bool(asserted)
+        if self.asserted and not self.latched:
+            self.latched, self.latched_at = True, now
+            self.count += 1
+            return True
+        return False
+
+    def reset(self) -> tuple[bool, str]:
+        """Release the latch unless the e-stop still reads true; (released, a line for the log)."""
+        if not self.latched:
+            return False, "e-stop reset: nothing to release (not latched)"
+        if self.asserted:
+            return False, (f"e-stop reset refused: {self.topic} still reads true; release the e-stop "
+                           "(publish false) first, then reset")
+        self.latched = False
+        return True, "e-stop released: the policy takes over again through the soft start"
+
+    def status(self) -> StatusEntry:
+        """ERROR while latched (naming the e-stop and how to release it), OK otherwise."""
+        if self.latched:
+            steps = f"publish std_msgs/Empty on {self.reset_topic}"
+            if self.asserted:
+                steps = f"release the e-stop (false on {self.topic}), then {steps}"
+            return StatusEntry(ESTOP_STATUS, Level.ERROR, f"e-stop latched by {self.topic}: safe action held; "
+                               f"to resume, {steps}",
+                               {"topic": self.topic, "latched": True, "asserted": self.asserted, "count": self.count})
+        return StatusEntry(ESTOP_STATUS, Level.OK, f"e-stop clear ({self.topic})",
+                           {"topic": self.topic, "latched": False, "asserted": self.asserted, "count": self.count})
+
+
 def full_policy(bundle: BundleLike) -> PolicyLike:
     """The bundle's "full" tier, or its only/first policy."""
     return bundle.policies.get("full") or next(iter(bundle.policies.values()))
@@ -169,14 +232,27 @@ class _Active:
 
 
 class PolicyController:
-    """Chooses the action of each control tick. Not thread-safe: call from one thread."""
+    """Chooses the action of each control tick. Not thread-safe: call from one thread.
+
+    Args:
+        config: the control settings.
+        bundle: the policies.
+        clock: seconds, monotonic (a fake one in tests).
+        actions: the robot file's post-processing (None: no robot file, today's behaviour).
+        estop: the e-stop latch (kept by the node so it outlives this controller); None: none.
+    """
 
     def __init__(self, config: ControlConfig, bundle: BundleLike,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, actions: ActionProcessor | None = None,
+                 estop: EStopLatch | None = None) -> None:
         self.config = config
         self._clock = clock
         self._policy = self._prepare(bundle)
         self.obs_dim, self.action_dim = policy_dims(self._policy.full)
+        self.actions = actions
+        self.estop = estop
+        if actions is not None:
+            actions.check_contract(self._policy.full.contract)
         self.check_config(config)
         self.latency = LatencyWindow(config.latency_window)
         self.requested_tier = ComputeTier.FULL
@@ -193,6 +269,12 @@ class PolicyController:
         self._last_action = np.zeros(self.action_dim)
         self._soft_from = self._last_action.copy()
         self._soft_step = 0
+        self._observed = False  # a good observation came since activation
+        self._measured: np.ndarray | None = None  # measured joint positions (policy order), robot file only
+        self._last_out: np.ndarray | None = None  # the last command that went out (robot file: rate limit)
+        self._last_out_time = 0.0
+        self._last_source = NOTHING
+        self._soft_t0: float | None = None  # robot file: when the running blend started (None: start one)
 
     def check_config(self, config: ControlConfig) -> None:
         """Raise ValueError if ``config`` does not fit the running policy (checked before a live change).
@@ -219,13 +301,16 @@ class PolicyController:
         return self._policy.bundle
 
     def check_compatible(self, bundle: BundleLike) -> None:
-        """Raise ValueError if ``bundle`` cannot replace the running one (different I/O sizes)."""
+        """Raise ValueError if ``bundle`` cannot replace the running one (different I/O sizes, or an
+        action scale/offset the robot file would apply a second time)."""
         for name, policy in bundle.policies.items():
             dims = policy_dims(policy)
             if dims != (self.obs_dim, self.action_dim):
                 raise ValueError(f"policy tier {name!r} maps {dims[0]} observations to {dims[1]} actions, "
                                  f"the running one {self.obs_dim} to {self.action_dim}; a hot-swap must keep the "
                                  "I/O contract (restart the node for a different robot)")
+            if self.actions is not None:
+                self.actions.check_contract(policy.contract)
 
     def swap(self, bundle: BundleLike) -> None:
         """Replace the policies between ticks (atomic: one reference), then soft-start again."""
@@ -238,16 +323,22 @@ class PolicyController:
     def activate(self) -> None:
         self.active = True
         self._obs, self._obs_time, self._obs_error = None, None, ""
+        self._observed = False  # nothing goes out before the first good observation of this activation
+        self._last_out, self._last_source = None, NOTHING
         self._start_soft()
 
-    def deactivate(self) -> np.ndarray:
-        """Stop; return the safe action to publish last."""
+    def deactivate(self) -> np.ndarray | None:
+        """Stop; return the safe action to publish last (None: nothing may go out, the pose is unknown)."""
         self.active = False
         action = self.safe_action()
-        self._last_action = action
+        if action is not None:
+            self._last_action = action
         return action
 
     def _start_soft(self) -> None:
+        if self.actions is not None:
+            self._soft_t0 = None  # the next policy output starts a timed blend (see _blend)
+            return
         # Blend from what the actuators were last told, or the safe action, towards the policy.
         self._soft_from = self.safe_action()
         self._soft_step = 0
@@ -262,6 +353,19 @@ class PolicyController:
             self.last_error, self.last_error_time = self._obs_error, now
         else:
             self._obs, self._obs_error = obs, ""
+            self._observed = True
+
+    def set_measured(self, positions: np.ndarray | None) -> None:
+        """The robot's newest measured joint positions in the policy's joint order (None: unknown);
+        ``hold`` holds them and a position soft start starts from them. Keeps the last known pose
+        when given None (a message without these joints says nothing about where they are)."""
+        if positions is not None:
+            self._measured = np.asarray(positions, dtype=np.float64)
+
+    @property
+    def measured(self) -> np.ndarray | None:
+        """The last measured joint positions (policy order), None before the first."""
+        return None if self._measured is None else self._measured.copy()
 
     def observation_age(self, now: float | None = None) -> float | None:
         """Seconds since the newest observation (good or bad); None before the first one."""
@@ -288,7 +392,10 @@ class PolicyController:
         return tier
 
     # ---- output ---------------------------------------------------------------------------
-    def safe_action(self) -> np.ndarray:
+    def safe_action(self) -> np.ndarray | None:
+        """The safe action; None only with a robot file whose safe action needs a pose not yet measured."""
+        if self.actions is not None:
+            return self._robot_safe_action()
         c = self.config
         if c.safe_action == "hold":
             action = self._last_action.copy()
@@ -297,6 +404,17 @@ class PolicyController:
         else:
             action = np.zeros(self.action_dim)
         return np.clip(action, self._policy.low, self._policy.high)
+
+    def _robot_safe_action(self) -> np.ndarray | None:
+        safe = self.actions.safety.safe_action
+        if safe == "hold":
+            # The MEASURED pose, not the last command: after a fall or a stall the two differ, and
+            # commanding the old target would pull the joints back at full gain. Not clamped:
+            # clamping a pose measured outside the limits would move the joint.
+            return None if self._measured is None else self._measured.copy()
+        if safe == "default_pose":
+            return self.actions.clamp(self.actions.default_pose)
+        return np.zeros(self.action_dim)
 
     def output_period_s(self) -> float:
         """fixed_rate: seconds between outputs in the tier now applied.
@@ -329,17 +447,30 @@ class PolicyController:
         ref = now if reference_time is None else reference_time
         self.ticks += 1
         result = self._choose(now)
+        self._last_source = result.source
+        if result.source == NOTHING:
+            return result  # nothing goes out: no deadline to meet, nothing to hold or limit from
         self._last_action = result.action
+        self._last_out, self._last_out_time = result.action, now
         if self._clock() - ref > self.config.deadline:
             self.deadline_misses += 1
         return result
 
     def _safe(self, reason: str) -> StepResult:
-        return StepResult(self.safe_action(), "safe", reason)
+        action = self.safe_action()
+        if action is None:
+            return StepResult(np.empty(0), NOTHING, f"{reason}; joint positions not measured yet")
+        return StepResult(action, "safe", reason)
 
     def _choose(self, now: float) -> StepResult:
         if not self.active:
             return self._safe("inactive")
+        if self.estop is not None and self.estop.latched:
+            return self._safe(f"e-stop latched by {self.estop.topic}")
+        if not self._observed:
+            return StepResult(np.empty(0), NOTHING, self._obs_error or "waiting for the first observation")
+        if self.actions is not None and self.actions.interface == "position" and self._measured is None:
+            return StepResult(np.empty(0), NOTHING, "waiting for the measured joint positions")
         if self._obs_error:
             return self._safe(self._obs_error)
         if self._obs_time is None:
@@ -350,7 +481,8 @@ class PolicyController:
             return self._safe(reason)
         if self.tier == ComputeTier.SAFE:
             return self._safe("compute tier safe")
-        if (self.ticks - 1) % self._decimation():
+        if (self.ticks - 1) % self._decimation() and self._last_source in ("policy", "hold"):
+            # Hold only what the policy last chose, never a safe action from before (act instead).
             return StepResult(self._last_action, "hold")
         active = self._policy
         policy = active.full if self.tier == ComputeTier.FULL or active.lite is None else active.lite
@@ -359,6 +491,8 @@ class PolicyController:
         latency = self._clock() - t0
         self.latency.add(latency)
         self.policy_steps += 1
+        if self.actions is not None:
+            return self._robot_action(action, active, now, latency)
         n = self.config.soft_start_steps
         if self._soft_step < n:
             self._soft_step += 1
@@ -367,7 +501,35 @@ class PolicyController:
         if action.shape != (self.action_dim,) or not np.isfinite(action).all():
             # A policy must never put a NaN on an actuator, whatever its weights did.
             return self._safe(f"policy produced an invalid action {action!r}")
-        return StepResult(np.clip(action, active.low, active.high), "policy", latency_s=latency)
+        action = np.clip(action, active.low, active.high)
+        return StepResult(action, "policy", latency_s=latency, policy_action=action)
+
+    def _robot_action(self, y: np.ndarray, active: _Active, now: float, latency: float) -> StepResult:
+        """Robot file: post-process, blend (timed soft start), rate-limit (see the module docstring)."""
+        if y.shape != (self.action_dim,) or not np.isfinite(y).all():
+            return self._safe(f"policy produced an invalid action {y!r}")
+        y = np.clip(y, active.low, active.high)
+        target = self.actions.transform(y)
+        if self._soft_t0 is None or self._last_source not in ("policy", "hold"):
+            # A new blend after activation, a swap, a reset or any safe period: from the last
+            # command (continuity), or at activation from the measured pose (position) / zero.
+            if self._last_out is not None:
+                self._soft_from = self._last_out
+            elif self.actions.interface == "position":
+                self._soft_from = self._measured.copy()
+            else:
+                self._soft_from = np.zeros(self.action_dim)
+            self._soft_t0 = now
+        soft_s = self.actions.safety.soft_start_s
+        if soft_s > 0:
+            alpha = min(1.0, (now - self._soft_t0) / soft_s)
+            target = self._soft_from + alpha * (target - self._soft_from)
+        previous, elapsed = self._last_out, now - self._last_out_time
+        if previous is None and self.actions.interface == "position":
+            # The first command after activation: limited from where the joints are, over one period.
+            previous, elapsed = self._measured, self.config.control_period_s
+        target = self.actions.limit_rate(target, previous, elapsed)
+        return StepResult(target, "policy", latency_s=latency, policy_action=y)
 
     def stats(self) -> dict[str, float]:
         """Numbers for /diagnostics and /lowrl/policy/stats."""

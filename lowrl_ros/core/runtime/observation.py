@@ -322,7 +322,8 @@ class ObservationSpec:
         The sizes must add up to the contract's observation size; where the contract names its
         observations (anything but the generic ``obs_<i>``), each entry's contract name must begin
         with its term's ``name`` (set ``name:`` on a term to the policy's own term name, e.g.
-        Isaac Lab's ``base_ang_vel``). ``last_action`` must have the contract's action size.
+        Isaac Lab's ``base_ang_vel``) or, for a joint term, contain the entry's joint name.
+        ``last_action`` must have the contract's action size.
         """
         where = self.source or "robot file"
         for t in self.terms:
@@ -339,7 +340,10 @@ class ObservationSpec:
         start = 0
         for t in self.terms:
             for k in range(start, start + t.dim):
-                if not names[k].lower().startswith(t.name.lower()):
+                name = names[k].lower()
+                # A joint entry may also be named by its joint (e.g. "hip.position", our own `<joint>.<field>`).
+                joint = t.labels[(k - start) % t.size].lower() if t.source == "joint_state" else None
+                if not (name.startswith(t.name.lower()) or (joint and joint in name)):
                     raise ValueError(
                         f"{where}: observation entry {k} is {names[k]!r} in the policy but comes from "
                         f"{t.describe()} (entries {start}..{start + t.dim - 1}); put the terms in the policy's "
@@ -360,6 +364,7 @@ class ObservationBuilder:
         self._last_action: np.ndarray | None = None
         self._affine = {t.index: bool((t.offset != 0).any() or (t.scale != 1).any()) for t in spec.terms}
         self._out = np.empty(spec.obs_dim)
+        self._joint_topic = next((t.topic for t in spec.terms if t.source == "joint_state"), None)
 
     def reset(self) -> None:
         """Forget every sample, the histories and the last action (on activation)."""
@@ -375,6 +380,12 @@ class ObservationBuilder:
     def set_last_action(self, action: np.ndarray) -> None:
         """The action the policy node put out this tick (the next observation's last_action)."""
         self._last_action = np.array(action, dtype=np.float64)  # a copy: a history may keep it
+
+    def joint_state(self) -> tuple[Sequence[str], Any] | None:
+        """(names, positions) of the newest JointState sample, whatever its age (the measured pose that
+        ``hold`` and soft start use); None before the first one or without a joint term."""
+        got = self._samples.get(self._joint_topic) if self._joint_topic else None
+        return None if got is None else (got[0][0], got[0][1])
 
     def age(self, topic: str, now: float) -> float | None:
         """Seconds since ``topic``'s newest sample; None before the first one."""

@@ -244,7 +244,12 @@ class BundleReceiver:
         return bundle
 
     def _parity(self, version: int, tier: str, policy, parsed) -> None:
-        """The serving engine against the float64 reference of the same weights, on probe observations."""
+        """The serving engine against the float64 reference of the same weights, on probe observations.
+
+        The probes (engines.probe_observations) reach past the contract's obs_clip on every fourth row,
+        and the reference applies the whole contract (clip, activations, action transform), so a graph
+        that drops or mis-writes any of them is rejected here.
+        """
         c = parsed.contract
         probes = probe_observations(c, n=self.config.probe_count, seed=version)
         weights = parsed.weights()
