@@ -97,7 +97,7 @@ class SimRobotNode(Node):
             self._imu_msg = Imu()
             self._imu_msg.header.frame_id = "imu_link"
             self.create_subscription(Twist, get("cmd_vel_topic"), self._on_cmd_vel, CONTROL)
-            velocity = [float(v) for v in get("command_velocity")]
+            velocity = [float(v) for v in (get("command_velocity") or [])]  # an empty YAML list: NOT_SET
             if len(velocity) == 3:
                 self._twist = Twist()
                 self._twist.linear.x, self._twist.linear.y, self._twist.angular.z = velocity
