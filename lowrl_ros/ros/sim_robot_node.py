@@ -97,6 +97,8 @@ class SimRobotNode(Node):
             self._imu_msg = Imu()
             self._imu_msg.header.frame_id = "imu_link"
             self.create_subscription(Twist, get("cmd_vel_topic"), self._on_cmd_vel, CONTROL)
+            self._walk_from = (time.monotonic(), self.robot.position_xy())
+            self._walk_timer = self.create_timer(5.0, self._log_walk)
             velocity = [float(v) for v in (get("command_velocity") or [])]  # an empty YAML list: NOT_SET
             if len(velocity) == 3:
                 self._twist = Twist()
@@ -158,6 +160,16 @@ class SimRobotNode(Node):
         if self._lockstep and self._started:
             self._last_command_at = time.monotonic()
             self._tick()
+
+    def _log_walk(self) -> None:
+        """Every 5 s: how far and how fast the torso went, against the command (what a user watches for)."""
+        now, xy = time.monotonic(), self.robot.position_xy()
+        t0, xy0 = self._walk_from
+        self._walk_from = (now, xy)
+        v = (xy - xy0) / max(now - t0, 1e-9)
+        self.get_logger().info(f"torso moved {np.linalg.norm(xy - xy0):.2f} m in {now - t0:.1f} s: v = ({v[0]:.2f}, "
+                               f"{v[1]:.2f}) m/s (world), command vx {self.robot.command[0]:.2f}, falls "
+                               f"{self.robot.falls}")
 
     def _on_cmd_vel(self, msg: Twist) -> None:
         self.robot.set_velocity_command(msg.linear.x, msg.linear.y, msg.angular.z)

@@ -420,5 +420,9 @@ class LeggedSim:
     def imu(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.robot.imu()
 
+    def position_xy(self) -> np.ndarray:
+        """The torso's world x, y (m): ground truth a real robot would need odometry for."""
+        return self.robot.data.qpos[:2].copy()
+
     def close(self) -> None:
         pass
