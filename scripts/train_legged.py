@@ -150,11 +150,12 @@ def evaluate(path: str, episodes: int, commands, seed: int = 0, steps: int = 250
 def eval_cmd(args: argparse.Namespace) -> int:
     cmds = [tuple(float(x) for x in c.split(",")) for c in args.commands]
     rows = evaluate(args.policy, args.episodes, cmds, seed=args.seed, steps=args.steps)
-    print(f"{'command vx,vy,wz':>18} {'mean vx':>8} {'mean vy':>8} {'|v-cmd| xy':>10} {'falls':>6}")
+    print(f"{'command vx,vy,wz':>18} {'mean vx':>8} {'mean vy':>8} {'mean wz':>8} {'|v-cmd| xy':>10} {'falls':>6}")
     for cmd in cmds:
         r = [x for x in rows if tuple(x["command"]) == cmd]
         print(f"{','.join(f'{c:g}' for c in cmd):>18} {np.mean([x['vx'] for x in r]):8.3f} "
-              f"{np.mean([x['vy'] for x in r]):8.3f} {np.mean([x['lin_err'] for x in r]):10.3f} "
+              f"{np.mean([x['vy'] for x in r]):8.3f} {np.mean([x['yaw_rate'] for x in r]):8.3f} "
+              f"{np.mean([x['lin_err'] for x in r]):10.3f} "
               f"{sum(x['fell'] for x in r):>3}/{len(r)}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
