@@ -7,7 +7,7 @@ robot file's observation and outputs a in [-1, 1]; the robot file's action secti
 joint targets (default_pose + 0.5 a). Commands:
 
     python scripts/train_legged.py train --run-dir runs/legged_ppo --steps 2000000   # checkpoints every 100k
-    python scripts/train_legged.py export runs/legged_ppo/ckpt_best.zip models/legged_ant_int8.onnx --int8
+    python scripts/train_legged.py export runs/legged_ppo/final.zip models/legged_ant_int8.onnx --int8
     python scripts/train_legged.py eval models/legged_ant_int8.onnx --episodes 10    # tracking error table
 """
 from __future__ import annotations
