@@ -61,8 +61,8 @@ GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
 class SimRobotTopics:
     """The sim robot node's own parameters: where its joint states go and its commands come from."""
 
-    joint_states_topic: str = field("/joint_states", "joint state output")
-    command_topic: str = field("/forward_command_controller/commands", "command input")
+    joint_states_topic: str = field("joint_states", "joint state output")
+    command_topic: str = field("forward_command_controller/commands", "command input")
     imu_topic: str = field("imu", "LeggedAnt: sensor_msgs/Imu of the torso")
     cmd_vel_topic: str = field("cmd_vel", "LeggedAnt: geometry_msgs/Twist velocity command (for the reward)")
     command_velocity: list = field([], "LeggedAnt: [vx, vy, yaw rate] published on cmd_vel_topic at 20 Hz "
@@ -87,9 +87,9 @@ class SimRobotNode(Node):
         self._command = self._hold.copy()
         self._pub_js = self.create_publisher(JointState, get("joint_states_topic"), CONTROL)
         self._js_pubs = {get("joint_states_topic"): self._pub_js}
-        self._pub_reward = self.create_publisher(Float64, "/lowrl/reward", STATS)
-        self._pub_return = self.create_publisher(Float64, "/lowrl/episode_return", STATS)
-        self._pub_episode = self.create_publisher(Float64MultiArray, "/lowrl/episode", STATS)
+        self._pub_reward = self.create_publisher(Float64, "lowrl/reward", STATS)
+        self._pub_return = self.create_publisher(Float64, "lowrl/episode_return", STATS)
+        self._pub_episode = self.create_publisher(Float64MultiArray, "lowrl/episode", STATS)
         self._cmd_sub = self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
         self._pub_imu = None
         if hasattr(self.robot, "imu"):  # the legged robot: an IMU, a velocity command
@@ -176,7 +176,7 @@ class SimRobotNode(Node):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name == POLICY_DIAG:
+            if status.name == diag.robot_name(POLICY_DIAG, self.get_namespace()):
                 for kv in status.values:
                     if kv.key == "version":
                         try:
