@@ -73,38 +73,18 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def actor_weights(model_path: str):
-    """The PPO actor's mean path (mlp_extractor.policy_net + action_net) as MlpWeights, linear output."""
-    import torch
-    from stable_baselines3 import PPO
-
-    from lowrl_ros.core.runtime.artifact import MlpWeights
-
-    model = PPO.load(model_path, device="cpu")
-    pol = model.policy
-    acts = {torch.nn.ELU: "elu", torch.nn.Tanh: "tanh", torch.nn.ReLU: "relu"}
-    layers, act = [], None
-    for m in list(pol.mlp_extractor.policy_net) + [pol.action_net]:
-        if isinstance(m, torch.nn.Linear):
-            layers.append((m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy()))
-        elif type(m) in acts:
-            act = acts[type(m)]
-        else:
-            raise ValueError(f"{model_path}: unexpected module {type(m).__name__} in the PPO actor")
-    return MlpWeights(layers, hidden_activation=act or "tanh", output_activation="none"), model
-
-
 def export(args: argparse.Namespace) -> int:
-    from lowrl_ros.core.runtime.artifact import PolicyContract, save_artifact
+    """The PPO checkpoint through `lowrl import`'s SB3 importer, named with the robot file's entries."""
+    import dataclasses
 
-    weights, _ = actor_weights(args.checkpoint)
-    n = len(legged.JOINTS)
-    contract = PolicyContract(
-        obs_names=legged.OBS_NAMES, action_names=legged.JOINTS, action_low=(-1.0,) * n, action_high=(1.0,) * n,
-        control_period_s=args.period, env_id=legged.ENV_ID,
-        provenance={"tool": "scripts/train_legged.py (SB3 PPO)", "source": Path(args.checkpoint).name,
+    from lowrl_ros.core.compress.importing import ImportOptions, load_source, write_imported
+
+    imported = load_source(args.checkpoint, "sb3", ImportOptions(control_period_s=args.period))
+    imported.contract = dataclasses.replace(
+        imported.contract, obs_names=legged.OBS_NAMES, action_names=legged.JOINTS, env_id=legged.ENV_ID,
+        provenance={**imported.contract.provenance, "trained_by": "scripts/train_legged.py (SB3 PPO)",
                     "robot_file": "config/robots/legged_ant.yaml"})
-    out = save_artifact(args.output, weights, contract, int8=args.int8)
+    out = write_imported(imported, args.output, int8=args.int8)
     print(f"artifact: {out} ({Path(out).stat().st_size} bytes)")
     return 0
 
