@@ -225,3 +225,29 @@ def test_bench_sim2real_compares_every_method_and_counts_steps_to_half_the_gap()
     assert _steps_to_half_gap(episodes, -1000.0, -200.0, 2) == 800
     assert _steps_to_half_gap(episodes, -1000.0, -200.0, 5) is None  # the 5-episode mean never gets there
     assert _steps_to_half_gap(episodes, -200.0, -200.0, 1) is None  # no gap
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_crossq_and_rlpd_fine_tune_an_imported_actor(algo, tmp_path, monkeypatch):
+    """A kit from an imported artifact (`lowrl kit`): the learners wrap its agent; the actor stays the artifact's."""
+    from lowrl_ros.core.finetune.kit import write_kit_from_artifact
+    from lowrl_ros.core.runtime.artifact import PolicyContract, save_artifact
+
+    from test_kit_import import PENDULUM, SB3_PPO, mlp
+
+    monkeypatch.setattr(learner_module, "FRESH_CRITIC_WARMUP", 5)
+    contract = PolicyContract(**PENDULUM, **SB3_PPO, version=4, provenance={"tool": "lowrl import", "algo": "PPO"})
+    path = save_artifact(tmp_path / "ppo.onnx", mlp([3, 32, 32, 1], "tanh", "none", seed=3), contract)
+    kit_dir, _ = write_kit_from_artifact(path, tmp_path / "kit", env_id="Pendulum-v1", algo=algo, warmup_steps=100,
+                                         critic_updates=5, hidden=32, batch_size=32)
+    rng = np.random.default_rng(0)
+    for name in ("crossq", "rlpd"):
+        cfg = FineTuneConfig(min_transitions=64, batch_size=32, version_every_updates=20, algorithm=name)
+        tuner = FineTuner(load_kit(kit_dir), cfg, tmp_path / name, base_path=str(path))
+        assert type(tuner.agent).__name__.startswith(name.capitalize() + "Artifact")
+        for _ in range(100):
+            tuner.add(rng.normal(0, 1, 3), rng.uniform(-2, 2, 1), float(rng.normal(-3, 1)), rng.normal(0, 1, 3),
+                      False, False)
+        assert tuner.update(30) == 30 and tuner.weights_finite()
+        record = tuner.make_version()
+        assert record.version == 5 and (name != "rlpd" or "no prior data" in tuner.notes[0])
