@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from lowrl_ros.core.finetune.config import FineTuneConfig
+from lowrl_ros.core.finetune.demos import DemoBuffer
 from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
@@ -75,6 +76,7 @@ class FineTuner:
         self._offset, self._scale = np.asarray(c.obs_offset), np.asarray(c.obs_scale)
         self._low, self._high = np.asarray(c.action_low), np.asarray(c.action_high)
         self.buffer = ReplayBuffer(kit.obs_dim, kit.action_dim, config.buffer_size)
+        self.demos = DemoBuffer(kit.obs_dim, kit.action_dim)  # interventions + given demos (HIL-SERL, demos.py)
         self.rng = np.random.default_rng(config.seed)
         self.updates = 0
         self.transitions_seen = 0
@@ -153,7 +155,8 @@ class FineTuner:
         a = 2.0 * (np.asarray(action, dtype=np.float64) - self._low) / (self._high - self._low) - 1.0
         return np.clip(a, -1.0, 1.0)
 
-    def add(self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool) -> bool:
+    def add(self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool,
+            intervention: bool = False) -> bool:
         """Add one recorded transition (robot units); returns False when it is not trained on.
 
         A truncated transition is kept in the log but not trained on: on a robot its next
@@ -169,14 +172,30 @@ class FineTuner:
         a = self._norm_action(action)
         self.buffer.add(self._norm_obs(obs), a, float(reward), self._norm_obs(next_obs), bool(terminated),
                         bool(truncated) and self.train_on_truncated, a)
+        if intervention:  # HIL-SERL: a person's action goes to the online AND the demo buffer
+            self.demos.add(self._norm_obs(obs), a, float(reward), self._norm_obs(next_obs), bool(terminated))
         return True
+
+    def add_demos(self, batch: TransitionBatch) -> int:
+        """Seed the demo buffer with recorded transitions (robot units); returns how many were kept."""
+        kept = 0
+        for i in range(len(batch)):
+            obs, action, next_obs = batch.obs[i], batch.action[i], batch.next_obs[i]
+            if (batch.truncated[i] and not batch.terminated[i]) or not (
+                    np.all(np.isfinite(obs)) and np.all(np.isfinite(next_obs)) and np.all(np.isfinite(action))):
+                continue
+            self.demos.add(self._norm_obs(obs), self._norm_action(action), float(batch.reward[i]),
+                           self._norm_obs(next_obs), bool(batch.terminated[i]))
+            kept += 1
+        return kept
 
     def add_batch(self, batch: TransitionBatch) -> int:
         """Add every transition of a log read (resume); returns how many were trained on."""
         used = 0
         for i in range(len(batch)):
             used += self.add(batch.obs[i], batch.action[i], batch.reward[i], batch.next_obs[i],
-                             bool(batch.terminated[i]), bool(batch.truncated[i]))
+                             bool(batch.terminated[i]), bool(batch.truncated[i]),
+                             batch.intervention is not None and bool(batch.intervention[i]))
         return used
 
     # -- learning --
@@ -189,7 +208,8 @@ class FineTuner:
         """Run up to ``n`` updates (fewer when the cap is reached); returns how many ran."""
         done = 0
         while done < n and self.can_update():
-            self.agent.update(self.buffer.sample(self.config.batch_size, self.rng, self.nstep, self.agent_config.gamma),
+            batch = self.buffer.sample(self.config.batch_size, self.rng, self.nstep, self.agent_config.gamma)
+            self.agent.update(self.demos.mix(batch, self.rng, self.agent_config.gamma),
                               train_actor=self.updates >= self.config.critic_warmup_updates,
                               bc_weight=self.config.bc_weight)
             self.updates += 1
