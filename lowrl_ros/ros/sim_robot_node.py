@@ -18,6 +18,10 @@ terminated (1/0)]``, index from 1). The robot may differ from the simulation by 
 episode to ``session_dir/episodes.csv`` with the policy version that ran it (read from the policy
 node's ``lowrl/policy/policy`` diagnostic; used for the session log only).
 
+A reset request on ``reset_topic`` (``/lowrl/reset``, std_msgs/Empty, from the fine-tuner at an
+episode end of the robot file's ``episode:`` section) starts a new episode at once and publishes
+``true`` on ``ready_topic`` (``/lowrl/ready``, std_msgs/Bool, latched), as a stand-up routine would.
+
 Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
 (`lowrl bench loop` measures round trips from it), and ``redirect_joint_states`` moves the output.
 """
@@ -32,14 +36,14 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64, Float64MultiArray
+from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray
 
 from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.sim.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
 from lowrl_ros.core.sim.sim_robot import SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.qos import CONTROL, STATS
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
 from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import run_node
 
@@ -53,6 +57,8 @@ class SimRobotTopics:
 
     joint_states_topic: str = field("/joint_states", "joint state output")
     command_topic: str = field("/forward_command_controller/commands", "command input")
+    reset_topic: str = field("/lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
+    ready_topic: str = field("/lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
 
 
 class SimRobotNode(Node):
@@ -74,6 +80,9 @@ class SimRobotNode(Node):
         self._pub_return = self.create_publisher(Float64, "/lowrl/episode_return", STATS)
         self._pub_episode = self.create_publisher(Float64MultiArray, "/lowrl/episode", STATS)
         self._cmd_sub = self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
+        self.create_subscription(Empty, get("reset_topic"), self._on_reset, STATUS)
+        self._pub_ready = self.create_publisher(Bool, get("ready_topic"), LATCHED)
+        self.resets = 0
         self._published_at: float | None = None
         self.steps = 0
         self.on_published: list = []  # callables(perf_counter time) run after each joint state: bench hooks
@@ -119,6 +128,15 @@ class SimRobotNode(Node):
         if self._lockstep and self._started:
             self._last_command_at = time.monotonic()
             self._tick()
+
+    def _on_reset(self, _msg: Empty) -> None:
+        """A reset request: a new episode from the env's initial state, then ready (a simulator stands up at once)."""
+        self.robot.reset()
+        self._command = np.zeros(self.robot.action_dim)
+        self.resets += 1
+        self._episode_version = self.policy_version
+        self.get_logger().info(f"reset requested: new episode (reset {self.resets})")
+        self._pub_ready.publish(Bool(data=True))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
