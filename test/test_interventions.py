@@ -157,3 +157,37 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
     chained = np.all(batch.next_obs[:-1] == batch.obs[1:], axis=1)
     assert chained[inner].mean() >= 0.8, chained[inner].mean()
     assert not chained[ends[ends < len(batch) - 1]].any()
+
+
+@pytest.mark.slow
+def test_with_a_reward_topic_the_step_messages_pair_with_the_robots_reward(ros_context, tiny_kit, tmp_path):
+    """No reward: section: the sim robot's /lowrl/reward is paired with the step messages as before, and
+    the intervention flag still reaches the log."""
+    kit_dir, base = tiny_kit
+    robot = robot_file(tmp_path)
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[
+        Parameter("mode", value="lockstep"), Parameter("seed", value=4), Parameter("max_episode_steps", value=1000)])
+    policy = policy_node(ros_context, base, robot)
+    tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
+        "kit_path": str(kit_dir), "work_dir": str(tmp_path / "ft"), "robot_file": str(robot),
+        "min_transitions": 10_000}.items()])
+    op = Operator(ros_context)
+    ex = SingleThreadedExecutor(context=ros_context)
+    for n in (sim, policy, tuner, op.node):
+        ex.add_node(n)
+    try:
+        assert spin_until(ex, lambda: tuner.recorded >= 3, 15.0), tuner.recorded
+        op.hold(ex, 1.0)
+        assert spin_until(ex, lambda: tuner.recorded >= 40, 20.0), tuner.recorded
+    finally:
+        tuner.close()
+        ex.shutdown()
+        for n in (sim, policy, tuner, op.node):
+            n.destroy_node()
+    batch, _ = read_log(tmp_path / "ft" / "transitions")
+    assert len(batch) >= 40 and tuner.received["reward"] >= len(batch) and tuner.received["step"] >= len(batch)
+    theta = np.arctan2(batch.obs[:, 1], batch.obs[:, 0])
+    u = np.clip(batch.action[:, 0], -2.0, 2.0).astype(np.float32).astype(np.float64)
+    assert np.allclose(batch.reward, -(theta ** 2 + 0.1 * batch.obs[:, 2] ** 2 + 0.001 * u ** 2), rtol=1e-5, atol=1e-5)
+    assert batch.intervention.sum() >= 5 and np.all(batch.action[batch.intervention, 0] == TELEOP)
+    assert not np.any(batch.action[~batch.intervention, 0] == TELEOP)
