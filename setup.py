@@ -31,7 +31,6 @@ setup(
     maintainer_email="lowrl@example.com",
     description="Compressed RL policies on a robot's small computer, under an enforced budget.",
     license="Apache-2.0",
-    tests_require=["pytest"],
     entry_points={
         "console_scripts": [
             "lowrl = lowrl_ros.cli:main",

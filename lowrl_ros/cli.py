@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("lowrl_ros.commands.demo", "90 s sim-to-real session: gapped Pendulum, policy node, on-robot fine-tuning"),
     "import": ("lowrl_ros.commands.import_policy",
                "bring your own policy: SB3, rsl_rl, Isaac Lab ONNX, TorchScript -> artifact"),
-    "import-sb3": ("lowrl_ros.commands.import_sb3", "turn a Stable-Baselines3 SAC/TD3 actor into an artifact"),
+    "import-sb3": ("lowrl_ros.commands.import_sb3", "lowrl import for SB3 zips (PPO, A2C, SAC, TD3, DDPG)"),
     "inspect": ("lowrl_ros.commands.inspect", "validate an artifact or bundle and print its contract"),
     "launch": ("lowrl_ros.commands.launch", "run a ROS 2 YAML launch file without ROS 2's launch"),
     "train": ("lowrl_ros.commands.train", "train SAC/TD3 (dense or RLx2 sparse) in simulation"),

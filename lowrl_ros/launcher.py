@@ -37,6 +37,8 @@ TOP_KEYS = {"arg", "node"}
 ARG_KEYS = {"name", "default", "description"}
 NODE_KEYS = {"pkg", "exec", "name", "namespace", "param", "remap", "output", "args", "if", "unless"}
 _SUBST = re.compile(r"\$\(([^)]*)\)")
+# A ROS namespace: parts of letters, digits and _, none starting with a digit (rcl's rule; "" = none).
+_NAMESPACE = re.compile(r"^/?([A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*/?)?$")
 
 
 class LaunchError(ValueError):
@@ -164,6 +166,9 @@ def parse_launch(path: str | Path, overrides: dict[str, str] | None = None) -> l
                 raise LaunchError(f"{where}: node needs '{key}'")
         spec = NodeSpec(pkg=sub(body["pkg"]), executable=sub(body["exec"]),
                         name=sub(body.get("name", body["exec"])), namespace=sub(body.get("namespace", "")))
+        if not _NAMESPACE.match(spec.namespace) or "//" in spec.namespace:
+            raise LaunchError(f"{where}: namespace {spec.namespace!r} is not a ROS namespace; use parts of letters, "
+                              "digits and _ separated by /, each starting with a letter or _ (e.g. r1 or fleet/r1)")
         for j, param in enumerate(body.get("param") or []):
             if isinstance(param, dict) and set(param) == {"from"}:
                 spec.params_files.append(sub(param["from"]))

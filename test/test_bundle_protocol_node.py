@@ -253,7 +253,7 @@ def test_policy_yaml_builds_a_valid_receiver_config():
     p = yaml.safe_load((ROOT / "config" / "policy_node.yaml").read_text())["/**/policy_node"]["ros__parameters"]
     config = ReceiverConfig(receive_dir=p["receive_dir"], require_signature=p["require_signature"],
                             keep=p["keep_bundles"], engine=p["engine"])
-    assert config.require_signature and p["bundle_topic"] == "/lowrl/policy_bundle"
+    assert config.require_signature and p["bundle_topic"] == "lowrl/policy_bundle"  # relative: under the namespace
 
 
 def _trainer(watch_dir: Path, key_file: Path) -> subprocess.Popen:

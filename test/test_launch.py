@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,8 +33,61 @@ def test_parse_robot_launch_resolves_args_and_package_share():
     assert policy.executable == "policy_node" and policy.name == "policy_node" and policy.namespace == "arm"
     assert Path(policy.params_files[0]).is_file() and policy.params_files[0].endswith("config/policy_node.yaml")
     assert dict(policy.params)["policy_path"].endswith("models/pendulum_sac.lowrl")
+    assert dict(policy.params)["key_file"] == "" and dict(policy.params)["use_sim_time"] == "false"
     args = policy.ros_args()
-    assert ["-r", "__ns:=/arm"] == args[3:5] and "/joint_states:=/joint_states" in args
+    # Relative remaps: under the namespace they are /arm/joint_states -> /arm/joint_states.
+    assert ["-r", "__ns:=/arm"] == args[3:5] and "joint_states:=joint_states" in args
+    assert "forward_command_controller/commands:=forward_command_controller/commands" in args
+
+
+def test_robot_launch_puts_every_node_in_the_namespace_with_its_params_file(tmp_path):
+    """params_file, key_file, namespace and use_sim_time reach every node of robot.launch.yaml (the
+    budget monitor and the fine-tuner included); the shipped file comes first, the robot's file on top."""
+    mine = tmp_path / "my_robot.yaml"
+    mine.write_text("/**/policy_node:\n  ros__parameters:\n    control_period_s: 0.02\n")
+    nodes = parse_launch(ROOT / "launch/robot.launch.yaml", {
+        "namespace": "r1", "params_file": str(mine), "key_file": "~/.lowrl/bundle.key", "use_sim_time": "true",
+        "finetune": "true", "finetune_kit": "/kits/k"})
+    assert sorted(n.executable for n in nodes) == ["budget_monitor_node", "finetune_node", "policy_node"]
+    for node in nodes:
+        assert node.namespace == "r1", node.name
+        assert node.params_files[-1] == str(mine) and node.params_files[0].endswith(f"config/{node.name}.yaml")
+        assert dict(node.params)["use_sim_time"] == "true"
+        assert ["-r", "__ns:=/r1"] == node.ros_args()[3:5]
+    (policy,) = [n for n in nodes if n.executable == "policy_node"]
+    assert dict(policy.params)["key_file"] == "~/.lowrl/bundle.key"  # the node expands ~ (load_key)
+    with pytest.raises(LaunchError, match="not a ROS namespace"):
+        parse_launch(ROOT / "launch/robot.launch.yaml", {"namespace": "robot-1"})
+    (trainer,) = parse_launch(ROOT / "launch/trainer.launch.yaml", {"namespace": "r1"})
+    assert trainer.namespace == "r1"
+
+
+# The keys of launch_ros's YAML front end that the shipped launch files may use (launch_yaml + launch_ros
+# Node); `ros2 launch` is not installable here, so the files are held to the standard syntax by structure.
+ROS2_LAUNCH_KEYS = {"arg": {"name", "default", "description"},
+                    "node": {"pkg", "exec", "name", "namespace", "param", "remap", "output", "args", "if", "unless"}}
+
+
+@pytest.mark.parametrize("name", ["robot", "demo", "sim_to_real", "trainer"])
+def test_shipped_launch_files_use_standard_launch_ros_yaml(name):
+    import yaml
+
+    doc = yaml.safe_load((ROOT / f"launch/{name}.launch.yaml").read_text())
+    declared = set()
+    for item in doc["launch"]:
+        ((kind, body),) = item.items()
+        assert set(body) <= ROS2_LAUNCH_KEYS[kind], (kind, set(body) - ROS2_LAUNCH_KEYS[kind])
+        if kind == "arg":
+            assert isinstance(body["default"], str), body  # launch args are strings under ros2 launch
+            declared.add(body["name"])
+            continue
+        for param in body.get("param", []):
+            assert set(param) in ({"from"}, {"name", "value"}), param
+        for remap in body.get("remap", []):
+            assert set(remap) == {"from", "to"}, remap
+        used = set(re.findall(r"\$\(var (\w+)\)", yaml.safe_dump(body)))
+        assert used <= declared, f"{name}: $(var) before its arg: {used - declared}"
+    assert parse_launch(ROOT / f"launch/{name}.launch.yaml") is not None
 
 
 def write(tmp_path, text) -> Path:
@@ -67,17 +121,25 @@ def test_cli_reports_unsupported_key_and_unknown_arg(tmp_path):
 @pytest.mark.slow
 def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tmp_path):
     log_dir = tmp_path / "logs"
-    # In a namespace: the shipped parameter file must still reach the node (its key is /**/policy_node).
-    proc = subprocess.Popen(LOWRL + ["launch", "robot.launch.yaml", "namespace:=arm", "--log-dir", str(log_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    # The docs' example key_file:=~/.lowrl/bundle.key (the shell leaves a ~ after := alone; the node expands
+    # it), with HOME in tmp_path. A key that is set but unusable fails configure, so "activated" proves it loaded.
+    (tmp_path / ".lowrl").mkdir()
+    (tmp_path / ".lowrl" / "bundle.key").write_text(bytes(range(32)).hex())
+    (tmp_path / ".lowrl" / "bundle.key").chmod(0o600)
+    # In a namespace: the shipped parameter file must still reach the node (its key is /**/policy_node),
+    # and every topic is under /arm.
+    proc = subprocess.Popen(LOWRL + ["launch", "robot.launch.yaml", "namespace:=arm", "key_file:=~/.lowrl/bundle.key",
+                                     "--log-dir", str(log_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, HOME=str(tmp_path)))
     node = Node("launch_probe", context=ros_context)
     executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(node)
     commands, stats = [], []
-    js = node.create_publisher(JointState, "/joint_states", CONTROL)
-    node.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
+    js = node.create_publisher(JointState, "/arm/joint_states", CONTROL)
+    node.create_subscription(Float64MultiArray, "/arm/forward_command_controller/commands",
                              lambda m: commands.append(list(m.data)), CONTROL)
-    node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", lambda m: stats.append(m), STATS)
+    node.create_subscription(Float64MultiArray, "/arm/lowrl/policy/stats", lambda m: stats.append(m), STATS)
     try:
         # The policy node appears on the graph and answers joint states.
         assert spin_until(executor, lambda: ("policy_node", "/arm") in node.get_node_names_and_namespaces(),
@@ -99,6 +161,7 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
         future = client.call_async(GetState.Request())
         assert spin_until(executor, future.done, timeout=30)
         assert future.result().current_state.id == State.PRIMARY_STATE_ACTIVE
+        seen_nodes = node.get_node_names_and_namespaces()
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -110,7 +173,8 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
     assert proc.returncode == 0, out
     assert "deactivated: safe action sent" in out  # the policy node stopped through its lifecycle
     log = (log_dir / "policy_node.log").read_text()
-    assert "activated" in log and "[policy_node]" in out
+    assert "activated" in log and "[policy_node]" in out and "no key_file" not in log  # the key was loaded
+    assert ("budget_monitor", "/arm") in seen_nodes, seen_nodes  # the budget monitor is in the namespace too
 
 
 @pytest.mark.slow

@@ -2,7 +2,9 @@
 
 This machine has no thermal zones, hwmon or cpufreq; the sysfs tests build a tree in the same
 file format under tmp_path (a test double of the kernel's files, the only way to run that parsing
-here). Memory is measured on a real subprocess that allocates resident memory.
+here). The Jetson-like, Raspberry-Pi-like and x86 trees below stand in for boards this machine is
+not: their file names and formats are the kernel's (cpufreq, thermal, thermal_throttle) and the Pi
+firmware driver's (get_throttled, hex). Memory is measured on a real subprocess that allocates resident memory.
 """
 from __future__ import annotations
 
@@ -74,7 +76,8 @@ def test_throttle_is_the_frequency_cap_not_idle_dvfs(tmp_path):
         write(tmp_path / f"devices/system/cpu/{cpu}/cpufreq/scaling_max_freq", cap)
         write(tmp_path / f"devices/system/cpu/{cpu}/cpufreq/cpuinfo_max_freq", "1800000")
     r = ThrottleProbe(tmp_path).read()
-    assert r.value == pytest.approx(0.5) and "scaling_max_freq" in r.source  # the worst core's cap
+    assert r.value == pytest.approx(0.5) and "cpufreq cap" in r.source  # the worst core's cap
+    assert "scaling_max_freq 50% below cpuinfo_max_freq" in r.detail
     write(tmp_path / "devices/system/cpu/cpu1/cpufreq/scaling_max_freq", "1800000")  # the cap lifted
     assert ThrottleProbe(tmp_path).read().value == pytest.approx(0.0)  # idle cpu0 alone throttles nothing
     assert ThrottleProbe(tmp_path / "nothing").read().value is None
@@ -176,3 +179,123 @@ def test_available_memory_agrees_with_psutil():
 
     ours = AvailableMemoryProbe().read().value
     assert ours == pytest.approx(psutil.virtual_memory().available / 1e6, rel=0.05)
+
+
+def shipped_budget() -> BudgetConfig:
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parent.parent / "config/budget_monitor.yaml").read_text())
+    return BudgetConfig.from_mapping(doc["/**/budget_monitor"]["ros__parameters"])
+
+
+def throttle_status(root: Path, probe: ThrottleProbe | None = None):
+    """The cpu_throttle status the budget monitor gives with the shipped config on this sysfs tree."""
+    from lowrl_ros.core.budget.monitor import BudgetMonitor
+
+    reading = (probe or ThrottleProbe(root)).read()
+    (status,) = [s for s in BudgetMonitor(shipped_budget()).judge_all(0.0, {"cpu_throttle": reading})
+                 if s.name == "cpu_throttle"]
+    return reading, status
+
+
+def cpufreq(root: Path, cpus: int, governor: str, cur: int, cap: int, top: int) -> None:
+    for i in range(cpus):
+        d = root / f"devices/system/cpu/cpu{i}/cpufreq"
+        for name, value in (("scaling_governor", governor), ("scaling_cur_freq", cur), ("scaling_max_freq", cap),
+                            ("cpuinfo_max_freq", top), ("cpuinfo_min_freq", top // 10)):
+            write(d / name, f"{value}\n")
+
+
+def jetson_like(root: Path) -> Path:
+    """An idle Jetson Orin-like board: schedutil clocked every core down, no cap; the fan runs; the CPU
+    zone is far below its passive (throttling) trip point."""
+    cpufreq(root, 6, "schedutil", 729600, 1510400, 1510400)
+    for i, (kind, temp, trips) in enumerate((("cpu-thermal", 47000, (("passive", 99000), ("critical", 104500))),
+                                             ("gpu-thermal", 45000, (("passive", 99000),)))):
+        write(root / f"class/thermal/thermal_zone{i}/type", kind)
+        write(root / f"class/thermal/thermal_zone{i}/temp", str(temp))
+        for j, (ttype, ttemp) in enumerate(trips):
+            write(root / f"class/thermal/thermal_zone{i}/trip_point_{j}_type", ttype)
+            write(root / f"class/thermal/thermal_zone{i}/trip_point_{j}_temp", str(ttemp))
+    for name, value in (("type", "pwm-fan"), ("cur_state", "4"), ("max_state", "10")):
+        write(root / f"class/thermal/cooling_device0/{name}", value)
+    for name, value in (("type", "cpufreq-cpu0"), ("cur_state", "0"), ("max_state", "12")):
+        write(root / f"class/thermal/cooling_device1/{name}", value)
+    return root
+
+
+def pi_like(root: Path) -> Path:
+    """An idle Raspberry Pi 4-like board: ondemand at its lowest clock, no cap; the firmware says it was
+    throttled and under-volted since boot (bits 16, 18: history), nothing now."""
+    cpufreq(root, 4, "ondemand", 600000, 1500000, 1500000)
+    write(root / "class/thermal/thermal_zone0/type", "cpu-thermal")
+    write(root / "class/thermal/thermal_zone0/temp", "48000")
+    write(root / "class/thermal/thermal_zone0/trip_point_0_type", "critical")
+    write(root / "class/thermal/thermal_zone0/trip_point_0_temp", "110000")
+    write(root / "devices/platform/soc/soc:firmware/get_throttled", "50000\n")
+    return root
+
+
+def test_idle_jetson_and_pi_raise_no_alarm_with_the_shipped_config(tmp_path):
+    from lowrl_ros.core.budget.monitor import Severity
+
+    for board in (jetson_like(tmp_path / "jetson"), pi_like(tmp_path / "pi")):
+        reading, status = throttle_status(board)
+        assert reading.value == pytest.approx(0.0), (board.name, reading)
+        assert status.severity == Severity.OK, (board.name, status)
+    _, source = throttle_status(tmp_path / "pi")
+    assert "get_throttled" in source.source and "cpufreq cap" in source.source
+
+
+def test_jetson_cap_cooling_or_passive_trip_is_throttling(tmp_path):
+    from lowrl_ros.core.budget.monitor import Severity
+
+    board = jetson_like(tmp_path)
+    cpufreq(board, 6, "schedutil", 652800, 652800, 1510400)  # cpufreq cooling lowered the cap to 43 %
+    reading, status = throttle_status(board)
+    assert reading.value == pytest.approx(1 - 652800 / 1510400) and status.severity == Severity.HARD
+    cpufreq(board, 6, "schedutil", 729600, 1510400, 1510400)  # cap lifted ...
+    write(board / "class/thermal/cooling_device1/cur_state", "9")  # ... but the CPU cooling device at 9/12
+    reading, status = throttle_status(board)
+    assert reading.value == pytest.approx(0.75) and status.severity == Severity.HARD
+    assert "cooling_device1 (cpufreq-cpu0) at state 9/12" in reading.detail
+    write(board / "class/thermal/cooling_device1/cur_state", "0")
+    write(board / "class/thermal/thermal_zone0/temp", "99500")  # past the CPU zone's passive trip point
+    reading, status = throttle_status(board)
+    assert reading.value == 1.0 and "cpu-thermal past its passive trip point 99 C" in reading.detail
+    write(board / "class/thermal/cooling_device0/cur_state", "10")  # the fan at full speed is not throttling
+    write(board / "class/thermal/thermal_zone0/temp", "60000")
+    assert throttle_status(board)[0].value == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("flags, now", [("0x1", False), ("2", True), ("4", True), ("8", True), ("50005", True),
+                                        ("e0000", False)])
+def test_pi_firmware_flags_now_are_throttling_history_is_not(tmp_path, flags, now):
+    from lowrl_ros.core.budget.monitor import Severity
+
+    board = pi_like(tmp_path)
+    write(board / "devices/platform/soc/soc:firmware/get_throttled", flags)
+    reading, status = throttle_status(board)
+    assert (reading.value == 1.0) is now and (status.severity == Severity.HARD) is now, (flags, reading)
+    if now:
+        assert reading.detail.startswith("Pi firmware: ")
+
+
+def test_x86_throttle_counters_rising_are_throttling_for_hold_s(tmp_path):
+    """The count since boot is history (baseline); a rise is throttling, held for hold_s after it."""
+    t = [100.0]
+    for cpu in ("cpu0", "cpu1"):
+        write(tmp_path / f"devices/system/cpu/{cpu}/thermal_throttle/core_throttle_count", "12")
+        write(tmp_path / f"devices/system/cpu/{cpu}/thermal_throttle/package_throttle_count", "3")
+    probe = ThrottleProbe(tmp_path, hold_s=5.0, clock=lambda: t[0])
+    assert probe.read().value == 0.0  # 12 events since boot: not throttling now
+    t[0] += 1.0
+    assert probe.read().value == 0.0
+    write(tmp_path / "devices/system/cpu/cpu1/thermal_throttle/core_throttle_count", "13")
+    t[0] += 1.0
+    reading, status = throttle_status(tmp_path, probe)
+    assert reading.value == 1.0 and "cpu1 core_throttle_count rose to 13" in reading.detail
+    t[0] += 4.9
+    assert probe.read().value == 1.0  # still within hold_s of the rise
+    t[0] += 0.2
+    assert probe.read().value == 0.0  # quiet for longer than hold_s

@@ -56,15 +56,13 @@ def quantization_analysis(student, teacher, env_id: str, seed: int) -> dict[str,
     """Action error (fraction of the range) of dynamic vs static int8 activations on held-out states."""
     from lowrl_ros.core.compress.distill import collect_teacher_states
     from lowrl_ros.core.compress.quantize import calibrate_activation_ranges, int8_forward
+    from lowrl_ros.core.runtime.artifact import reference_action
 
-    c = teacher.contract
+    c = student.contract or teacher.contract  # the student's own (its output's action transform)
     calib = collect_teacher_states(teacher, env_id, 3, 0.2, seed + 1)
     held_out = collect_teacher_states(teacher, env_id, 3, 0.2, seed + 2)[::4]
-    ref = student.weights.forward((held_out - np.array(c.obs_offset)) * np.array(c.obs_scale))
+    ref = reference_action(student.weights, c, held_out)
     low, high = np.array(c.action_low), np.array(c.action_high)
-    if student.weights.output_activation == "tanh":
-        ref = low + (ref + 1) / 2 * (high - low)
-    ref = np.clip(ref, low, high)
     span = high - low
     out = {}
     dyn = int8_forward(student.weights, c, held_out, activations="dynamic")

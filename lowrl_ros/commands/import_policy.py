@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="kind", choices=sorted(IMPORTERS), default=None,
                         help="source kind (default: detected from the file)")
     parser.add_argument("--sidecar", type=Path, default=None,
-                        help="YAML contract for a plain ONNX or TorchScript policy (docs/import.md)")
+                        help="YAML contract (names, scaling, limits, period) for ONNX, TorchScript or rsl_rl "
+                             "sources (docs/import.md)")
     parser.add_argument("--vecnormalize", type=Path, default=None,
                         help="SB3 VecNormalize pickle (VecNormalize.save) to fold into the artifact")
     parser.add_argument("--activation", default=None,

@@ -8,6 +8,9 @@ Samples its probes (lowrl_ros.core.budget.probes) at ``sample_rate_hz``, reads t
 - ``/diagnostics``: one status per signal under ``lowrl/budget/...`` plus ``lowrl/budget/tier``,
   every ``publish_period_s`` and at once on a tier change.
 
+Topic names are relative: in a namespace (robot.launch.yaml namespace:=r1) they are /r1/lowrl/...,
+and the diagnostics carry the namespace in their names (r1/lowrl/budget/...).
+
 Every ROS parameter is a BudgetConfig field, with ranges for rqt_reconfigure; a change is
 validated by building a new BudgetConfig, and rejected with its error message if it does not
 build. This module never imports torch (the on-robot memory budget).
@@ -38,8 +41,8 @@ from lowrl_ros.ros.params import add_post_set_callback, config_from_params, decl
 from lowrl_ros.ros.qos import LATCHED, STATS
 
 NODE_NAME = "budget_monitor"
-TIER_TOPIC = "/lowrl/compute_tier"
-STATS_TOPIC = "/lowrl/policy/stats"
+TIER_TOPIC = "lowrl/compute_tier"  # relative: a robot in a namespace has its own
+STATS_TOPIC = "lowrl/policy/stats"
 DIAG_PREFIX = "lowrl/budget"
 
 # Changing these rebuilds the probes (rates are read by the sampler at every sample).
@@ -218,7 +221,8 @@ class BudgetMonitorNode(Node):
         if self.last is None:
             return
         entries = budget_status(self.last, self.tier, self.monitor.policy, self.last_change, DIAG_PREFIX)
-        self.diag_pub.publish(diag.array(self.get_clock().now().to_msg(), diag.from_entries(entries)))
+        self.diag_pub.publish(diag.array(self.get_clock().now().to_msg(), diag.from_entries(entries),
+                                               self.get_namespace()))
 
 
 def main(args: list[str] | None = None) -> int:

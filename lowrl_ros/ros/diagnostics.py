@@ -18,7 +18,7 @@ from lowrl_ros.core.runtime.swap import SwapState
 from lowrl_ros.core.types import Level, StatusEntry
 
 __all__ = ["HARDWARE_ID", "POLICY_STATUS", "DiagnosticArray", "DiagnosticStatus", "Level", "array",
-           "from_entries", "level_of", "status", "swap_rejection"]
+           "from_entries", "level_of", "robot_name", "status", "swap_rejection"]
 
 HARDWARE_ID = socket.gethostname()
 # Level -> the message's one-byte level (rclpy exposes DiagnosticStatus.OK etc. as ``bytes``).
@@ -49,7 +49,26 @@ def from_entries(entries: Iterable[StatusEntry], hardware_id: str = HARDWARE_ID)
     return [status(e.name, e.level, e.message, e.values, hardware_id) for e in entries]
 
 
-def array(stamp, statuses: list[DiagnosticStatus]) -> DiagnosticArray:
+def robot_name(name: str, namespace: str = "/") -> str:
+    """A status name as the node in ``namespace`` publishes it: ``lowrl/...`` as is in the root
+    namespace, ``<namespace>/lowrl/...`` in another (``r1/lowrl/policy/policy``).
+
+    /diagnostics stays one global topic (the aggregator's convention), so two robots sharing a DDS
+    domain are told apart by the name (the aggregator keys statuses by name) and the hardware_id.
+    """
+    ns = namespace.strip("/")
+    return f"{ns}/{name}" if ns else name
+
+
+def array(stamp, statuses: list[DiagnosticStatus], namespace: str = "/") -> DiagnosticArray:
+    """A DiagnosticArray of ``statuses`` from a node in ``namespace`` (``node.get_namespace()``):
+    outside the root namespace each name gets the namespace in front and the hardware_id gets it at
+    the end (``host/r1``), so a second robot on the same domain never overwrites or is mistaken for
+    this one."""
+    if namespace.strip("/"):
+        for s in statuses:
+            s.name = robot_name(s.name, namespace)
+            s.hardware_id = f"{s.hardware_id}/{namespace.strip('/')}"
     msg = DiagnosticArray()
     msg.header.stamp = stamp
     msg.status = statuses
@@ -62,13 +81,14 @@ def level_of(s: DiagnosticStatus) -> Level:
     return Level(lvl[0] if isinstance(lvl, (bytes, bytearray)) else int(lvl))
 
 
-def swap_rejection(s: DiagnosticStatus) -> tuple[str, int] | None:
-    """(path, version) if ``s`` is the policy node's status reporting a rejected swap, else None.
+def swap_rejection(s: DiagnosticStatus, namespace: str = "/") -> tuple[str, int] | None:
+    """(path, version) if ``s`` is the status of the policy node in ``namespace`` reporting a
+    rejected swap, else None (another robot's policy node is not ours).
 
     Reads the ``swap_state``/``swap_path``/``swap_version`` keys (docs/CONTRACTS.md), never the
     message text, which is for people and may change.
     """
-    if s.name != POLICY_STATUS:
+    if s.name != robot_name(POLICY_STATUS, namespace):
         return None
     values = {kv.key: kv.value for kv in s.values}
     if values.get("swap_state") != SwapState.REJECTED:

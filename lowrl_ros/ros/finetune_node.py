@@ -1,7 +1,7 @@
 """finetune_node: records every transition on the robot and fine-tunes the running policy.
 
 In: the observation (``/joint_states`` through the same observation adapter as the policy node,
-or ``/lowrl/observation``), the policy node's commands (``/<controller_name>/commands``), the
+or ``lowrl/observation``), the policy node's commands (``<controller_name>/commands``), the
 reward (``/lowrl/reward``, std_msgs/Float64), episode ends (``/lowrl/episode_return``, Float64, one
 per finished episode), the compute tier (``/lowrl/compute_tier``, latched) and the policy node's
 diagnostics (``/diagnostics``: which version it runs, and whether a swap was rejected).
@@ -90,26 +90,26 @@ class FineTuneNodeSettings:
     work_dir: str = field("~/.ros/lowrl_finetune", "transitions/, versions/, learner.pt go here")
     base_policy_path: str = field("", "the artifact the policy node starts with (first rollback target)")
     base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
-    policy_node: str = field("/policy_node", "node whose policy_path parameter receives new versions")
+    policy_node: str = field("policy_node", "node whose policy_path parameter receives new versions")
     enabled: bool = field(True, "learn (recording never stops); true again clears a safety pause", live=True)
     input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
-    joint_states_topic: str = field("/joint_states", "sensor_msgs/JointState input")
-    observation_topic: str = field("/lowrl/observation", "std_msgs/Float32MultiArray input")
-    controller_name: str = field("forward_command_controller", "commands read from /<controller_name>/commands")
-    reward_topic: str = field("/lowrl/reward", "std_msgs/Float64 reward, one per robot step")
-    episode_info_topic: str = field("/lowrl/episode", "Float64MultiArray [index, return, length, terminated] per "
+    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState input")
+    observation_topic: str = field("lowrl/observation", "std_msgs/Float32MultiArray input")
+    controller_name: str = field("forward_command_controller", "commands read from <controller_name>/commands")
+    reward_topic: str = field("lowrl/reward", "std_msgs/Float64 reward, one per robot step")
+    episode_info_topic: str = field("lowrl/episode", "Float64MultiArray [index, return, length, terminated] per "
                                                       "episode ('' to use episode_topic)")
-    episode_topic: str = field("/lowrl/episode_return",
+    episode_topic: str = field("lowrl/episode_return",
                                "std_msgs/Float64 return per episode, read only when episode_info_topic is ''")
     episode_end_kind: str = field("truncated", "episode_topic only: what an end means: truncated (time limit) | "
                                                "terminated")
     diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
     learner: str = field("robot", "robot: learn here | offboard: stream transitions to trainer_node instead")
-    transitions_topic: str = field("/lowrl/transitions", "offboard: where transitions are streamed")
+    transitions_topic: str = field("lowrl/transitions", "offboard: where transitions are streamed")
     robot_file: str = field("", "the policy node's robot YAML: read step_topic, compute its reward:/episode: "
                                 "sections here; empty: rebuild observations from input as before")
-    step_topic: str = field("/lowrl/policy/step", "robot_file: the policy node's step messages")
-    reset_topic: str = field("/lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
+    step_topic: str = field("lowrl/policy/step", "robot_file: the policy node's step messages")
+    reset_topic: str = field("lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
     demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
 
     def __post_init__(self) -> None:
@@ -220,7 +220,7 @@ class FineTuneNode(Node):
         self.rss_mb = 0.0
         self.worker_error = ""
 
-        cmd_topic = f"/{get('controller_name').strip('/')}/commands"
+        cmd_topic = f"{get('controller_name').rstrip('/')}/commands"  # relative, as the policy node's
         if self.robot_file:
             self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
         elif self.adapter is not None:
@@ -238,10 +238,10 @@ class FineTuneNode(Node):
             self.create_subscription(Float64MultiArray, get("episode_info_topic"), self._on_episode_info, RECORD)
         else:
             self.create_subscription(Float64, get("episode_topic"), self._on_episode, RECORD)
-        self.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
+        self.create_subscription(UInt8, "lowrl/compute_tier", self._on_tier, LATCHED)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        service = f"/{get('policy_node').strip('/')}/set_parameters"
+        service = f"{get('policy_node').rstrip('/')}/set_parameters"  # relative: the policy node beside it
         self._set_params = self.create_client(SetParameters, service)
         self.create_timer(0.1, guarded(self, self._housekeeping, on_error=self._callback_failed, throttle_s=1.0))
         self.create_timer(get("diagnostics_period_s"),
@@ -469,10 +469,10 @@ class FineTuneNode(Node):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name != diag.POLICY_STATUS:
+            if status.name != diag.robot_name(diag.POLICY_STATUS, self.get_namespace()):  # ours only
                 continue
             values = {kv.key: kv.value for kv in status.values}
-            rejected = diag.swap_rejection(status)  # the swap_* keys (docs/CONTRACTS.md), never the text
+            rejected = diag.swap_rejection(status, self.get_namespace())  # swap_* keys (CONTRACTS.md), not text
             if rejected is not None:
                 version = self._requested.pop(rejected[0], None)
                 if version is not None:
@@ -601,7 +601,7 @@ class FineTuneNode(Node):
             source = "terms " + ", ".join(self.rewards.names) if self.computed_reward else "topic"
             statuses.extend(diag.from_entries([StatusEntry(f"{DIAG_PREFIX}/reward", Level.OK,
                                                            f"reward from {source}", values)]))
-        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
     def close(self) -> None:
         """Stop learning, seal the open step, close the log and save the learner."""

@@ -8,7 +8,7 @@ sample of each taken at the control tick, at the contract's control period); oth
 ``/joint_states`` (sensor_msgs/JointState, through the observation adapter) or
 ``/lowrl/observation`` (std_msgs/Float32MultiArray); ``/lowrl/compute_tier`` (std_msgs/UInt8, latched);
 ``/lowrl/policy_bundle`` (std_msgs/UInt8MultiArray, latched: signed bundles from the trainer node).
-Out: ``/<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_command_controller),
+Out: ``<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_command_controller),
 ``/diagnostics``, ``/lowrl/policy/latency_us`` (per inference), ``/lowrl/policy/stats`` (10 Hz),
 ``/lowrl/policy_bundle/status`` (std_msgs/String, JSON: accepted or the rejection code).
 
@@ -102,14 +102,14 @@ class PolicyNodeSettings:
     engine: str = field("auto", "inference engine: " + " | ".join(ENGINES))
     autostart: bool = field(True, "configure and activate at start (no lifecycle manager needed)")
     input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
-    joint_states_topic: str = field("/joint_states", "sensor_msgs/JointState input")
-    observation_topic: str = field("/lowrl/observation", "std_msgs/Float32MultiArray input")
-    extra_observation_topic: str = field("/lowrl/extra_observation",
+    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState input")
+    observation_topic: str = field("lowrl/observation", "std_msgs/Float32MultiArray input")
+    extra_observation_topic: str = field("lowrl/extra_observation",
                                          "Float32MultiArray appended to the joint observation")
-    controller_name: str = field("forward_command_controller", "commands go to /<controller_name>/commands")
+    controller_name: str = field("forward_command_controller", "commands go to <controller_name>/commands")
     stats_rate_hz: float = field(10.0, "rate of /lowrl/policy/stats", range=(0.1, 100.0))
     diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
-    bundle_topic: str = field("/lowrl/policy_bundle",
+    bundle_topic: str = field("lowrl/policy_bundle",
                               "signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status")
     key_file: str = field("", "HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted unless "
                               "require_signature is false")
@@ -125,12 +125,12 @@ class PolicyNodeSettings:
     rt_lock_memory: bool = field(False, "mlockall the process at activation (needs memlock rights)")
     publish_step: bool = field(True, "with robot_file: publish what the policy saw and did on step_topic "
                                      "(the fine-tuner reads it); without a robot file nothing is published")
-    step_topic: str = field("/lowrl/policy/step", "Float64MultiArray per policy/safe tick: stamp, flags, obs, "
+    step_topic: str = field("lowrl/policy/step", "Float64MultiArray per policy/safe tick: stamp, flags, obs, "
                                                   "policy action, executed action, command")
     teleop_topic: str = field("", "Float64MultiArray in the policy's action units and order that replaces the "
                                   "policy's output while held (an intervention); empty: no teleop")
     teleop_timeout_s: float = field(0.2, "a teleop message holds the override this long", range=(0.001, 10.0))
-    reset_topic: str = field("/lowrl/reset", "std_msgs/Empty: a reset request (episode end); used with ready_topic")
+    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: a reset request (episode end); used with ready_topic")
     ready_topic: str = field("", "std_msgs/Bool: true = the robot is ready again after a reset; set: a reset holds "
                                  "the safe action until then; empty: resets are not waited for")
 
@@ -307,10 +307,10 @@ class PolicyNode(LifecycleNode):
             self._cmd_pub = self._output.publisher
             self._subs.extend(create_estop(self, self.actions, self._on_estop, self._on_estop_reset))
         else:
-            cmd_topic = f"/{self._get('controller_name').strip('/')}/commands"
+            cmd_topic = f"{self._get('controller_name').strip('/')}/commands"  # relative: under the namespace
             self._cmd_pub = self.create_lifecycle_publisher(Float64MultiArray, cmd_topic, CONTROL)
-        self._latency_pub = self.create_lifecycle_publisher(Float64, "/lowrl/policy/latency_us", STATS)
-        self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "/lowrl/policy/stats", STATS)
+        self._latency_pub = self.create_lifecycle_publisher(Float64, "lowrl/policy/latency_us", STATS)
+        self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "lowrl/policy/stats", STATS)
         self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
         self.controller.override_timeout_s = self._get("teleop_timeout_s")
         if self._obs_spec is not None and self._get("publish_step"):
@@ -335,7 +335,7 @@ class PolicyNode(LifecycleNode):
         else:
             self._subs.append(self.create_subscription(Float32MultiArray, self._get("observation_topic"),
                                                        self._on_observation, CONTROL))
-        self._subs.append(self.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED))
+        self._subs.append(self.create_subscription(UInt8, "lowrl/compute_tier", self._on_tier, LATCHED))
         bundle_topic = self._get("bundle_topic")
         self._subs.append(self.create_subscription(UInt8MultiArray, bundle_topic, self._on_bundle, LATCHED))
         # A plain publisher: the trainer gets its answer in any lifecycle state.
@@ -644,7 +644,7 @@ class PolicyNode(LifecycleNode):
         self._stats_pub.publish(self._stats_msg)
 
     def _publish_diag(self, statuses: list) -> None:
-        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
     def _publish_status(self) -> None:
         c, swapper = self.controller, self.swapper

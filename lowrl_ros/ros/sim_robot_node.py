@@ -55,10 +55,10 @@ GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
 class SimRobotTopics:
     """The sim robot node's own parameters: where its joint states go and its commands come from."""
 
-    joint_states_topic: str = field("/joint_states", "joint state output")
-    command_topic: str = field("/forward_command_controller/commands", "command input")
-    reset_topic: str = field("/lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
-    ready_topic: str = field("/lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
+    joint_states_topic: str = field("joint_states", "joint state output")
+    command_topic: str = field("forward_command_controller/commands", "command input")
+    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
+    ready_topic: str = field("lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
 
 
 class SimRobotNode(Node):
@@ -76,9 +76,9 @@ class SimRobotNode(Node):
         self._command = np.zeros(self.robot.action_dim)
         self._pub_js = self.create_publisher(JointState, get("joint_states_topic"), CONTROL)
         self._js_pubs = {get("joint_states_topic"): self._pub_js}
-        self._pub_reward = self.create_publisher(Float64, "/lowrl/reward", STATS)
-        self._pub_return = self.create_publisher(Float64, "/lowrl/episode_return", STATS)
-        self._pub_episode = self.create_publisher(Float64MultiArray, "/lowrl/episode", STATS)
+        self._pub_reward = self.create_publisher(Float64, "lowrl/reward", STATS)
+        self._pub_return = self.create_publisher(Float64, "lowrl/episode_return", STATS)
+        self._pub_episode = self.create_publisher(Float64MultiArray, "lowrl/episode", STATS)
         self._cmd_sub = self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
         self.create_subscription(Empty, get("reset_topic"), self._on_reset, STATUS)
         self._pub_ready = self.create_publisher(Bool, get("ready_topic"), LATCHED)
@@ -140,7 +140,7 @@ class SimRobotNode(Node):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name == POLICY_DIAG:
+            if status.name == diag.robot_name(POLICY_DIAG, self.get_namespace()):
                 for kv in status.values:
                     if kv.key == "version":
                         try:

@@ -55,13 +55,13 @@ DIAG_PREFIX = "lowrl/trainer"
 class TrainerNodeSettings:
     """The trainer node's own parameters (StreamConfig brings the stream's; ``finetune.<field>`` FineTuneConfig's)."""
 
-    bundle_topic: str = field("/lowrl/policy_bundle", "where bundles go; the robot answers on <topic>/status")
+    bundle_topic: str = field("lowrl/policy_bundle", "where bundles go; the robot answers on <topic>/status")
     diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
     finetune_kit: str = field("", "off-board fine-tuning: the kit of the robot's policy ('' = off)")
     finetune_work_dir: str = field("~/.ros/lowrl_offboard", "transitions received, learner.pt, versions/")
     base_policy_path: str = field("", "the artifact the robot starts with (first rollback target)")
     base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
-    transitions_topic: str = field("/lowrl/transitions", "the robot's transitions (finetune_node learner:=offboard)")
+    transitions_topic: str = field("lowrl/transitions", "the robot's transitions (finetune_node learner:=offboard)")
 
 
 FINETUNE_PREFIX = "finetune."  # FineTuneConfig fields appear as finetune.<field> parameters
@@ -255,7 +255,7 @@ class TrainerNode(Node):
                 {"received": lr.received, "lost": lr.judge.lost, "bad_messages": self.bad_transitions,
                  "updates": lr.tuner.updates,
                  "current": tr.current, "best": tr.best, "released": ",".join(map(str, lr.released))}))
-        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses))
+        self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
 
 def main(args: list[str] | None = None) -> int:

@@ -234,22 +234,72 @@ class _Discovered:
         return self._found
 
 
-class ThrottleProbe:
-    """Fraction of the CPU's maximum frequency that is capped away (0 = no cap), the worst core.
+# Raspberry Pi firmware (sysfs of the raspberrypi firmware driver): bits that say the CPU is held back NOW.
+# Bits 16-19 say the same happened since boot (history, not a present state); bit 0 is under-voltage now,
+# which throttles only by setting bit 2.
+PI_GET_THROTTLED = "devices/platform/soc/soc:firmware/get_throttled"
+_PI_NOW = {1: "ARM frequency capped", 2: "throttled", 3: "soft temperature limit active"}
+# Cooling devices that slow the CPU (cpufreq cooling "cpufreq-cpu0"/"thermal-cpufreq-0", ACPI "Processor",
+# Jetson "cpu-balanced"...); a fan ("pwm-fan", "Fan") spinning is cooling, not throttling.
+_CPU_COOLING = ("cpu", "processor")
+_NOT_THROTTLING = ("fan",)
 
-    Throttling is the frequency *cap* coming down: a thermal or power limit (cpufreq cooling
-    devices, Jetson's power modes, RAPL/PL limits) lowers the policy's ``scaling_max_freq`` below the
-    hardware's ``cpuinfo_max_freq``. The *current* frequency (``scaling_cur_freq``) is not a sign of
-    throttling: ondemand/schedutil governors lower it whenever the CPU idles (DVFS), so reading
-    "current < maximum" as throttling pushes an idle Jetson or Raspberry Pi to a cheaper tier.
-    STALE where sysfs has no cpufreq (VMs): a maximum frequency is unknown there.
+
+class ThrottleProbe:
+    """How much the CPU is throttled now: 0 = not at all, up to 1; the worst of the sources the board has.
+
+    Real throttling is a thermal or power limit holding the CPU back; it is read where the kernel reports it:
+
+    - the frequency *cap*: ``1 - scaling_max_freq / cpuinfo_max_freq`` on the worst core. cpufreq cooling
+      devices (Jetson, most ARM boards) and power limits lower the policy maximum below the hardware's.
+    - x86 ``cpu*/thermal_throttle/*_throttle_count`` (core and package): a count that rose since the previous
+      read means the CPU hit its thermal limit (PROCHOT); reported as 1.0 for ``hold_s`` after the rise (the
+      counters step once per event, while the throttling lasts longer than one sample). The count since boot
+      is history: the first read only takes the baseline.
+    - Raspberry Pi ``get_throttled`` (firmware): bit 1 ARM frequency capped, 2 throttled, 3 soft temperature
+      limit, set now: 1.0 (the firmware caps behind the kernel's back, so the cap above does not show it).
+    - CPU cooling devices of the thermal framework (``class/thermal/cooling_device*``, fans excluded):
+      ``cur_state / max_state``; and a thermal zone past its *passive* trip point (the kernel throttles
+      there): 1.0.
+
+    The *current* frequency (``scaling_cur_freq``) is never read: ondemand/schedutil governors lower it
+    whenever the CPU idles (DVFS), so "current < maximum" is not throttling, and an idle Jetson or
+    Raspberry Pi reads 0. A power mode chosen on purpose (Jetson ``nvpmodel``) lowers scaling_max_freq too
+    and so reads as a cap; the shipped ``throttle_limit`` (0.5, warn at 0.375) leaves the usual modes alone.
+    STALE where sysfs has none of these (VMs).
     """
 
-    def __init__(self, root: Path = Path("/sys")) -> None:
+    def __init__(self, root: Path = Path("/sys"), hold_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.root = Path(root)
-        self._dirs = _Discovered(lambda: sorted(self.root.glob("devices/system/cpu/cpu[0-9]*/cpufreq")))
+        self.hold_s, self.clock = hold_s, clock
+        cpus = "devices/system/cpu/cpu[0-9]*"
+        self._dirs = _Discovered(lambda: sorted(self.root.glob(f"{cpus}/cpufreq")))
+        self._counters = _Discovered(lambda: sorted(self.root.glob(f"{cpus}/thermal_throttle/*_throttle_count")))
+        self._cooling = _Discovered(self._find_cooling)
+        self._trips = _Discovered(self._find_passive_trips)
+        self._counts: dict[Path, int] = {}
+        self._rose_at = -math.inf
+        self._rose = ""
 
-    def read(self) -> Reading:
+    def _find_cooling(self) -> list[tuple[str, Path]]:
+        found = []
+        for d in sorted(self.root.glob("class/thermal/cooling_device*")):
+            kind = _text(d / "type").lower()
+            if any(k in kind for k in _CPU_COOLING) and not any(k in kind for k in _NOT_THROTTLING):
+                found.append((kind, d))
+        return found
+
+    def _find_passive_trips(self) -> list[tuple[str, Path, Path]]:
+        found = []
+        for zone in sorted(self.root.glob("class/thermal/thermal_zone*")):
+            for trip in sorted(zone.glob("trip_point_*_type")):
+                if _text(trip) == "passive":
+                    found.append((_text(zone / "type") or zone.name, zone / "temp",
+                                  trip.with_name(trip.name.replace("_type", "_temp"))))
+        return found
+
+    def _cap(self) -> float | None:
         worst: float | None = None
         for d in self._dirs.get():
             try:
@@ -259,9 +309,71 @@ class ThrottleProbe:
                 continue
             if top > 0:
                 worst = max(worst or 0.0, 1.0 - cap / top)
-        if worst is not None:
-            return Reading(max(worst, 0.0), "sysfs cpufreq (scaling_max_freq / cpuinfo_max_freq)")
-        return Reading(None, "cpufreq", "no sensor: CPU maximum frequency unknown (no cpufreq)")
+        return None if worst is None else max(worst, 0.0)
+
+    def _counters_rose(self, now: float) -> bool | None:
+        files = self._counters.get()
+        if not files:
+            return None
+        for f in files:
+            try:
+                count = int(f.read_text())
+            except (OSError, ValueError):
+                continue
+            before = self._counts.get(f)
+            self._counts[f] = count
+            if before is not None and count > before:
+                self._rose_at, self._rose = now, f"{f.parent.parent.name} {f.name} rose to {count}"
+        return now - self._rose_at <= self.hold_s
+
+    def read(self) -> Reading:
+        now = self.clock()
+        parts: list[tuple[float, str, str]] = []  # (value, source, why)
+        cap = self._cap()
+        if cap is not None:
+            parts.append((cap, "cpufreq cap", f"scaling_max_freq {cap:.0%} below cpuinfo_max_freq" if cap else ""))
+        rose = self._counters_rose(now)
+        if rose is not None:
+            parts.append((1.0 if rose else 0.0, "thermal_throttle counters", self._rose if rose else ""))
+        pi = self.root / PI_GET_THROTTLED
+        try:
+            bits: int | None = int(_text(pi), 16) if pi.exists() else None  # hex, as the firmware driver prints it
+        except ValueError:
+            bits = None
+        if bits is not None:
+            now_set = [why for bit, why in _PI_NOW.items() if bits >> bit & 1]
+            parts.append((1.0 if now_set else 0.0, "get_throttled", f"Pi firmware: {', '.join(now_set)}"
+                          if now_set else ""))
+        for kind, d in self._cooling.get():
+            try:
+                cur, top = int(_text(d / "cur_state")), int(_text(d / "max_state"))
+            except ValueError:
+                continue
+            if top > 0:
+                parts.append((min(cur / top, 1.0), "cooling devices",
+                              f"{d.name} ({kind}) at state {cur}/{top}" if cur else ""))
+        for kind, temp, trip in self._trips.get():
+            try:
+                hot = int(_text(temp)) >= int(_text(trip))
+            except ValueError:
+                continue
+            parts.append((1.0 if hot else 0.0, "passive trip points",
+                          f"{kind} past its passive trip point {int(_text(trip)) / 1000:g} C" if hot else ""))
+        if not parts:
+            return Reading(None, "cpufreq", "no sensor: no cpufreq cap, throttle counters, firmware flags or "
+                           "CPU cooling devices in sysfs")
+        value = max(v for v, _, _ in parts)
+        sources = " + ".join(dict.fromkeys(src for _, src, _ in parts))
+        why = "; ".join(dict.fromkeys(w for v, _, w in parts if w and v >= value))
+        return Reading(value, f"sysfs {sources}", why)
+
+
+def _text(path: Path) -> str:
+    """A small sysfs file's content, stripped; "" when it is missing or unreadable (sensors come and go)."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 class SystemTemperatureProbe:

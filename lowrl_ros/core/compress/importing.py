@@ -111,6 +111,9 @@ def detect_kind(source: Path) -> str:
                             "give an SB3 .zip, an rsl_rl model_*.pt, a TorchScript .pt or an .onnx (or --from KIND)")
     if source.suffix == ".zip":
         return "sb3"  # a truncated or damaged SB3 zip: its importer names the damage
+    if source.suffix in (".pkl", ".pickle"):
+        raise ImportRefused(f"{source}: a pickle is not a policy; a VecNormalize file goes with its model: "
+                            f"lowrl import MODEL.zip --vecnormalize {source.name} -o OUT.onnx")
     if source.suffix == ".onnx":
         return "onnx"
     if source.suffix in (".pt", ".pth"):

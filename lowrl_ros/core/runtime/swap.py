@@ -29,7 +29,15 @@ from typing import Any, Protocol
 from lowrl_ros.core.types import Level
 
 
-class RejectCode(enum.StrEnum):
+class _StrEnum(str, enum.Enum):
+    """``enum.StrEnum`` (Python 3.11+) on Python 3.10 too (Humble, JetPack 6): str() and format() give
+    the value, exactly as StrEnum does."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class RejectCode(_StrEnum):
     """Why a bundle or artifact was rejected: the ``code`` of a BundleRejected and of the
     ``BundleStatus`` reply on ``/lowrl/policy_bundle/status`` (wire values: never rename one)."""
 
@@ -56,7 +64,7 @@ class RejectCode(enum.StrEnum):
     PARITY = "parity"
 
 
-class SwapState(enum.StrEnum):
+class SwapState(_StrEnum):
     """Where the last swap request stands (the ``swap_state`` diagnostic value)."""
 
     NONE = "none"  # nothing requested since configure
