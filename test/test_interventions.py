@@ -113,7 +113,8 @@ def test_step_message_layout_and_an_intervention_replaces_the_action(ros_context
 @pytest.mark.slow
 def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ros_context, tiny_kit, tmp_path):
     kit_dir, base = tiny_kit
-    robot = robot_file(tmp_path, reward={"terms": [{"term": "pendulum", "weight": 1.0}]},
+    robot = robot_file(tmp_path, reward={"terms": [{"term": "pendulum", "weight": 1.0},
+                                                   {"term": "joint_effort", "weight": 0.5}]},  # effort not observed
                        episode={"time_limit_steps": 15})
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
         Parameter("mode", value="lockstep"), Parameter("seed", value=2), Parameter("max_episode_steps", value=1000)])
@@ -139,10 +140,15 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
             n.destroy_node()
     batch, _ = read_log(tmp_path / "ft" / "transitions")
     assert len(batch) >= 60 and tuner.bad_inputs == 0 and tuner.callback_errors == 0
-    # Rewards: the robot file's pendulum term is Pendulum-v1's reward of the recorded step.
+    # Rewards: the robot file's pendulum term is Pendulum-v1's reward of the recorded step; joint_effort reads the
+    # sim's JointState effort (the torque it applied: the step's command, as float32), weighted; the total is the sum.
     theta = np.arctan2(batch.obs[:, 1], batch.obs[:, 0])
     u = np.clip(batch.action[:, 0], -2.0, 2.0)
-    assert np.allclose(batch.reward, -(theta ** 2 + 0.1 * batch.obs[:, 2] ** 2 + 0.001 * u ** 2), atol=1e-6)
+    terms = batch.reward_terms
+    assert terms.shape == (len(batch), 2) and np.allclose(batch.reward, terms.sum(axis=1))
+    assert np.allclose(terms[:, 0], -(theta ** 2 + 0.1 * batch.obs[:, 2] ** 2 + 0.001 * u ** 2), atol=1e-6)
+    effort = -0.5 * u.astype(np.float32).astype(np.float64) ** 2
+    assert np.isclose(terms[:, 1], effort, atol=1e-5).mean() >= 0.8  # the JointState of the step's result
     # Interventions: flagged with the teleop action, and in the learner's demo buffer too.
     assert batch.intervention.sum() >= 5 and np.all(batch.action[batch.intervention, 0] == TELEOP)
     trained = batch.intervention & ~batch.truncated  # a time-limit cut is logged, never trained on

@@ -81,6 +81,18 @@ def test_pendulum_term_is_pendulum_v1_reward_on_the_shipped_robot_file():
         obs = nxt
 
 
+def test_joint_effort_without_an_effort_observation_reads_the_joint_state():
+    robot = parse_robot_file({"joints": ["a"], "observation": LEGGED_OBS[:3],
+                              "reward": {"terms": [{"term": "joint_effort", "weight": 2.0}]}}, "x.yaml")
+    rewards = RewardSpec.from_robot_file(robot, ObservationSpec.from_robot_file(robot, 0.02))
+    assert rewards.needs_effort
+    obs = obs_of()[:9]
+    assert math.isnan(rewards.compute(obs, np.zeros(1), np.zeros(1), obs).total)  # no JointState yet: not trained on
+    assert rewards.compute(obs, np.zeros(1), np.zeros(1), obs, effort=np.array([3.0])).total == -18.0
+    _, spec = legged()
+    assert not RewardSpec.parse({"terms": [{"term": "joint_effort"}]}, spec).needs_effort  # observed: the term
+
+
 def test_reward_config_errors_name_the_entry_and_the_fix():
     with pytest.raises(RobotFileError, match=r"reward.terms\[0\].*term must be one of"):
         RewardSpec.from_robot_file(*legged(reward={"terms": [{"term": "speed"}]}))

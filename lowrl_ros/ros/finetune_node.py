@@ -147,8 +147,10 @@ class FineTuneNode(Node):
         self.rewards: RewardSpec | None = None
         self.episodes: EpisodeSpec | None = None
         self.robot_file = get("robot_file")
+        self._joints: tuple[str, ...] = ()
         if self.robot_file:
             robot = load_robot_file(self.robot_file)
+            self._joints = robot.joints  # the policy's joint order (joint_effort from JointState)
             spec = ObservationSpec.from_robot_file(robot, kit.contract.control_period_s)
             if spec.obs_dim != kit.obs_dim:
                 raise ValueError(f"robot_file {self.robot_file} builds {spec.obs_dim} observations but the kit's "
@@ -212,6 +214,8 @@ class FineTuneNode(Node):
         self._last_terms: dict[str, float] = {}  # the last finished episode's per-term sums
         self.interventions = 0
         self.resets_requested = 0
+        self._effort: np.ndarray | None = None  # newest JointState effort, the policy's joint order
+        self._effort_index: tuple[tuple[str, ...], np.ndarray | None] = ((), None)
         # Worker hand-over (thread-safe containers).
         self._to_learner: collections.deque = collections.deque()
         self._swaps: collections.deque = collections.deque()
@@ -223,6 +227,8 @@ class FineTuneNode(Node):
         cmd_topic = f"{get('controller_name').rstrip('/')}/commands"  # relative, as the policy node's
         if self.robot_file:
             self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
+            if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
+                self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
         elif self.adapter is not None:
             self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, RECORD)
         else:
@@ -349,11 +355,14 @@ class FineTuneNode(Node):
             p_obs, p_action, p_command, p_interv = prev
             end = self.episodes.step(obs, sent) if self.episodes is not None else None
             fell = end is not None and end.kind == "terminated"
-            r = self.rewards.compute(p_obs, p_action, p_command, obs, fell)
-            self._episode_return += r.total
-            self._term_sums += r.terms
-            self._record([Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
-                                     self.running_version, sent, p_interv, tuple(float(v) for v in r.terms))])
+            r = self.rewards.compute(p_obs, p_action, p_command, obs, fell, effort=self._effort)
+            if math.isfinite(r.total):
+                self._episode_return += r.total
+                self._term_sums += r.terms
+                self._record([Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
+                                         self.running_version, sent, p_interv, tuple(float(v) for v in r.terms))])
+            else:  # an input of a term is missing (no JointState effort yet): the step is dropped, counted
+                self.assembler.incomplete += 1
             if end is not None:
                 self._computed_end(end.kind, end.reason, sent)
                 self._prev_step = None
@@ -364,6 +373,22 @@ class FineTuneNode(Node):
         if self._episode_obs is None:
             self._episode_obs = obs.copy()
         self._prev_step = (obs.copy(), action.copy(), command.copy(), interv)
+
+    def _on_effort(self, msg: JointState, _info) -> None:
+        """joint_effort without an effort observation: the newest efforts of the policy's joints, by name."""
+        names = tuple(msg.name)
+        if names != self._effort_index[0]:
+            missing = [j for j in self._joints if j not in names]
+            index = None if missing or len(msg.effort) != len(names) else \
+                np.array([names.index(j) for j in self._joints])
+            if index is None:
+                what = ", ".join(missing) or "its joints"
+                self._bad(f"{self._get('joint_states_topic')} lacks the effort of {what}; the joint_effort "
+                          "reward needs the driver to fill JointState.effort")
+            self._effort_index = (names, index)
+        index = self._effort_index[1]
+        if index is not None and len(msg.effort) == len(names):
+            self._effort = np.asarray(msg.effort, dtype=np.float64)[index]
 
     def _computed_end(self, kind: str, reason: str, sent: float) -> None:
         """An episode end of the robot file: judge it, ask the robot to reset, start counting again."""

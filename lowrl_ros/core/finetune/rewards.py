@@ -16,7 +16,8 @@ Terms (``weight`` on each; the raw value is what is listed, the reward adds ``we
                       command: ``velocity_command`` (entry 2)
     upright           -(g_x^2 + g_y^2) from ``projected_gravity`` (0 upright, -1 on its side)
     action_rate       -|a_t - a_{t-1}|^2 of the executed action (policy units)
-    joint_effort      -|tau|^2 from a ``joint_effort`` term (the JointState effort)
+    joint_effort      -|tau|^2 from a ``joint_effort`` observation term, or, when the policy does not observe
+                      effort, from the JointState the fine-tuner reads itself (``compute(effort=...)``)
     alive             1 every step that is not a fall
     pendulum          Pendulum-v1: -(theta^2 + 0.1 thdot^2 + 0.001 u^2), theta = atan2(sin, cos) from the
                       ``joint_position`` terms with ``function: cos`` / ``sin``, thdot from ``joint_velocity``,
@@ -142,6 +143,12 @@ class RewardSpec:
         self.names = tuple(t.name for t in self.terms)
         self._prev: np.ndarray | None = None
         self._values = np.zeros(len(self.terms))
+        self._effort: np.ndarray | None = None
+
+    @property
+    def needs_effort(self) -> bool:
+        """A joint_effort term reads the JointState effort (the policy does not observe it)."""
+        return any(t.term == "joint_effort" and not t.refs for t in self.terms)
 
     @classmethod
     def from_robot_file(cls, robot: RobotFile, spec: ObservationSpec) -> RewardSpec | None:
@@ -182,7 +189,12 @@ class RewardSpec:
             if name in names:
                 raise ValueError(f"{where}: a second term named {name!r}; set name: to tell them apart")
             names.add(name)
-            refs = {k: _find(spec, raw.get(k), default, f"{where} ({kind}.{k})") for k, default in refs_allowed.items()}
+            if kind == "joint_effort" and raw.get("effort") is None and not any(
+                    t.term == "joint_effort" for t in spec.terms):
+                refs = {}  # not observed: the JointState effort, handed to compute() by the fine-tuner
+            else:
+                refs = {k: _find(spec, raw.get(k), default, f"{where} ({kind}.{k})")
+                        for k, default in refs_allowed.items()}
             terms.append(RewardTerm(name, kind, _number(raw, "weight", 1.0, where),
                                     _number(raw, "sigma", 0.25, where, positive=True), refs))
         return cls(terms)
@@ -192,12 +204,13 @@ class RewardSpec:
         self._prev = None
 
     def compute(self, obs: np.ndarray, action: np.ndarray, command: np.ndarray, next_obs: np.ndarray,
-                fell: bool = False) -> RewardResult:
+                fell: bool = False, effort: np.ndarray | None = None) -> RewardResult:
         """The reward of acting ``action`` (policy units) / ``command`` (robot units) on ``obs``, which led
         to ``next_obs``. The locomotion terms read ``next_obs`` (the state the action produced, as Isaac
         Lab's reward manager does after stepping); ``pendulum`` reads ``obs`` (Pendulum-v1's cost is of
         the state the torque was applied in)."""
         out = self._values
+        self._effort = effort
         for i, t in enumerate(self.terms):
             out[i] = t.weight * self._raw(t, obs if t.term == "pendulum" else next_obs, action, command, fell)
         self._prev = np.array(action, dtype=np.float64)
@@ -220,7 +233,12 @@ class RewardSpec:
             d = np.asarray(action, dtype=np.float64) - self._prev
             return -float(d @ d)
         if t.term == "joint_effort":
-            tau = r["effort"].raw(obs)
+            if not r:  # from the JointState: NaN (the step is not trained on) until the first one arrived
+                if self._effort is None:
+                    return math.nan
+                tau = np.asarray(self._effort, dtype=np.float64)
+            else:
+                tau = r["effort"].raw(obs)
             return -float(tau @ tau)
         if t.term == "alive":
             return 0.0 if fell else 1.0

@@ -138,6 +138,7 @@ class TransitionBatch:
     policy_version: np.ndarray
     stamp: np.ndarray
     intervention: np.ndarray | None = None  # bool per transition (None: read as all False)
+    reward_terms: np.ndarray | None = None  # (n, terms) when every transition has the same terms, else None
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -518,7 +519,9 @@ def _batch(items: list[Transition]) -> TransitionBatch:
         reward=np.array([t.reward for t in items]), next_obs=np.stack([t.next_obs for t in items]),
         terminated=np.array([t.terminated for t in items]), truncated=np.array([t.truncated for t in items]),
         policy_version=np.array([t.policy_version for t in items], dtype=np.int64),
-        stamp=np.array([t.stamp for t in items]), intervention=np.array([t.intervention for t in items]))
+        stamp=np.array([t.stamp for t in items]), intervention=np.array([t.intervention for t in items]),
+        reward_terms=(np.array([t.reward_terms for t in items])
+                      if items[0].reward_terms and len({len(t.reward_terms) for t in items}) == 1 else None))
 
 
 
