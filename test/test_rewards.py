@@ -158,8 +158,10 @@ def test_demo_buffer_fills_half_of_every_batch():
     assert demos.mix(online, rng) is online  # no demos yet: the batch as sampled
     demos.add(np.ones(3), np.ones(1), 5.0, np.ones(3), False)
     mixed = demos.mix(online, rng)
-    assert mixed.reward.tolist() == [0.0] * 4 + [5.0] * 4 and mixed.obs.shape == (8, 3)
+    assert mixed.reward.tolist() == [5.0] * 4 + [0.0] * 4 and mixed.obs.shape == (8, 3)
     assert demos.sampled == 4 and len(demos) == 1
+    online.reward[4:] = 7.0  # rows 4.. are RLPD's prior data: kept; half of the 4 robot rows become demos
+    assert demos.mix(online, rng, online_rows=4).reward.tolist() == [5.0] * 2 + [0.0] * 2 + [7.0] * 4
     with pytest.raises(ValueError, match="fraction"):
         DemoBuffer(3, 1, fraction=1.0)
 

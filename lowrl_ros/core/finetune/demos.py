@@ -4,7 +4,8 @@ HIL-SERL (rail-berkeley/hil-serl ``train_rlpd.py``) records every transition in 
 took over into BOTH the online replay buffer and a demo buffer, and samples half of every batch
 from the demo buffer. :class:`DemoBuffer` is that second buffer: the learner adds an intervention
 transition here too (:meth:`add`, already normalised as its own buffer stores them), and
-:meth:`mix` replaces the second half of each sampled batch with demo transitions once any exist. A
+:meth:`mix` replaces half of the robot's rows of each sampled batch with demo transitions once any
+exist (with RLPD's prior data in the batch too, the prior rows are left as they are). A
 session can start from a few recorded demonstrations: :func:`load_demos` reads a transition log
 (lowrl_ros/core/finetune/transition_log.py; every transition in it counts as a demo).
 
@@ -47,18 +48,18 @@ class DemoBuffer:
         self.buffer.add(obs, action, reward, next_obs, terminated, False, action)
         self.added += 1
 
-    def mix(self, batch: Batch, rng: np.random.Generator, gamma: float = 0.99) -> Batch:
-        """``batch`` with its last ``fraction`` of rows replaced by demos (unchanged while there are none)."""
+    def mix(self, batch: Batch, rng: np.random.Generator, gamma: float = 0.99, online_rows: int | None = None) -> Batch:
+        """``batch`` with ``fraction`` of its first ``online_rows`` rows (the robot's; default: all) replaced by
+        demos; unchanged while there are none. Rows after ``online_rows`` (RLPD's prior data) are kept."""
         if len(self.buffer) == 0:
             return batch
-        n = len(batch.reward)
+        n = len(batch.reward) if online_rows is None else min(int(online_rows), len(batch.reward))
         k = int(round(n * self.fraction))
         if k == 0:
             return batch
         demo = self.buffer.sample(k, rng, 1, gamma)
         self.sampled += k
-        cut = n - k
-        return Batch(*(np.concatenate([getattr(batch, f.name)[:cut], getattr(demo, f.name)])
+        return Batch(*(np.concatenate([getattr(demo, f.name), getattr(batch, f.name)[k:]])
                        for f in dataclasses.fields(Batch)))
 
 
