@@ -20,7 +20,8 @@ node's ``lowrl/policy/policy`` diagnostic; used for the session log only).
 
 A reset request on ``reset_topic`` (``/lowrl/reset``, std_msgs/Empty, from the fine-tuner at an
 episode end of the robot file's ``episode:`` section) starts a new episode at once and publishes
-``true`` on ``ready_topic`` (``/lowrl/ready``, std_msgs/Bool, latched), as a stand-up routine would.
+``true`` on ``ready_topic`` (``/lowrl/ready``, std_msgs/Bool, latched) with the new episode's first
+joint state, as a stand-up routine would.
 
 Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
 (`lowrl bench loop` measures round trips from it), and ``redirect_joint_states`` moves the output.
@@ -83,6 +84,7 @@ class SimRobotNode(Node):
         self.create_subscription(Empty, get("reset_topic"), self._on_reset, STATUS)
         self._pub_ready = self.create_publisher(Bool, get("ready_topic"), LATCHED)
         self.resets = 0
+        self._ready_due = False
         self._published_at: float | None = None
         self.steps = 0
         self.on_published: list = []  # callables(perf_counter time) run after each joint state: bench hooks
@@ -136,7 +138,9 @@ class SimRobotNode(Node):
         self.resets += 1
         self._episode_version = self.policy_version
         self.get_logger().info(f"reset requested: new episode (reset {self.resets})")
-        self._pub_ready.publish(Bool(data=True))
+        # Ready goes out with the new episode's first joint state, not at once: the policy node gets the same
+        # reset request from the fine-tuner, and a ready that overtook it would be taken for the previous one.
+        self._ready_due = True
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -191,6 +195,9 @@ class SimRobotNode(Node):
         self._pub_js.publish(msg)
         for hook in self.on_published:
             hook(self._published_at)
+        if self._ready_due:
+            self._ready_due = False
+            self._pub_ready.publish(Bool(data=True))
 
     def destroy_node(self) -> None:
         if getattr(self, "_log", None) is not None:
