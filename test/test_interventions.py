@@ -132,7 +132,8 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
         op.hold(ex, 1.5)
         assert spin_until(ex, lambda: tuner.recorded >= 60 and tuner.tuner.demos.sampled > 0, 40.0), \
             (tuner.recorded, len(tuner.tuner.demos), tuner.tuner.updates)
-        assert spin_until(ex, lambda: sim.resets >= tuner.resets_requested, 2.0)  # the last request too
+        assert spin_until(ex, lambda: sim.resets >= tuner.resets_requested and not policy.controller.waiting_ready,
+                          3.0)  # the last request too, and the robot's ready after it
     finally:
         tuner.close()
         ex.shutdown()
@@ -157,6 +158,8 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
     ends = np.flatnonzero(batch.truncated)
     assert len(ends) >= 3 and np.all(np.diff(ends) == 15) and not batch.terminated.any()
     assert sim.resets == tuner.resets_requested >= len(ends)
+    # The policy node held the safe action from each reset request until the sim robot reported ready.
+    assert sum(d[1] for _, d in op.steps) >= len(ends) - 1
     # Within an episode the steps chain (a safe tick, e.g. an observation late on this loaded machine, breaks
     # the chain: no transition spans it); never across an end: the next episode starts from the reset state.
     inner = np.setdiff1d(np.arange(len(batch) - 1), ends)
