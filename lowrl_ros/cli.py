@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("lowrl_ros.commands.import_policy",
                "bring your own policy: SB3, rsl_rl, Isaac Lab ONNX, TorchScript -> artifact"),
     "import-sb3": ("lowrl_ros.commands.import_sb3", "lowrl import for SB3 zips (PPO, A2C, SAC, TD3, DDPG)"),
+    "kit": ("lowrl_ros.commands.kit", "a fine-tune kit from any artifact: critics learned from an env or a robot log"),
     "inspect": ("lowrl_ros.commands.inspect", "validate an artifact or bundle and print its contract"),
     "launch": ("lowrl_ros.commands.launch", "run a ROS 2 YAML launch file without ROS 2's launch"),
     "train": ("lowrl_ros.commands.train", "train SAC/TD3 (dense or RLx2 sparse) in simulation"),

@@ -36,6 +36,14 @@ from lowrl_ros.core.train.config import TrainConfig, parse_overrides
 
 ENVS = {"Pendulum-v1": "config/train_pendulum_sac.yaml",
         "InvertedPendulum-v5": "config/train_invertedpendulum_td3.yaml"}
+# Where the fine-tuned policy comes from: our own `lowrl train` run, or a policy trained elsewhere and
+# imported (issue 17: bring your own policy): an SB3 PPO actor made into a kit by `lowrl kit`.
+START = ("train", "sb3-ppo")
+# RL Zoo's PPO hyperparameters for Pendulum-v1 (rl-baselines3-zoo hyperparams/ppo.yml) without gSDE, so
+# the deployed actor is the plain Gaussian mean: tanh hidden [64, 64], output unsquashed, clipped to the Box.
+PPO_PENDULUM = dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0, learning_rate=1e-3,
+                    clip_range=0.2)
+
 # The issue's example gap, on both robots.
 BENCH_GAP = dict(mass_scale=1.3, actuator_gain=0.8, obs_noise_std=0.01, action_delay_steps=1)
 # Pendulum-v1 adds a 0.3 rad encoder zero offset. With the example gap alone its gap is mostly physics:
@@ -89,6 +97,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plain-judging", action="store_true",
                         help="judge versions by plain mean returns (FineTuneConfig.judge_baseline false) instead of "
                              "returns adjusted for each episode's start state")
+    parser.add_argument("--start", choices=START, default="train",
+                        help="the sim policy: train (a lowrl train run of the preset) or sb3-ppo (a Stable-Baselines3 "
+                             "PPO trained here for --ppo-steps, imported by `lowrl import`, its kit made by "
+                             "`lowrl kit` with critics warmed up in the simulator; Pendulum-v1)")
+    parser.add_argument("--ppo-steps", type=int, default=60_000,
+                        help="--start sb3-ppo: PPO's training steps (60000; RL Zoo trains 100000, 60000 reach "
+                             "about -130 in sim here)")
+    parser.add_argument("--kit-warmup-steps", type=int, default=5000,
+                        help="--start sb3-ppo: lowrl kit --warmup-steps (simulator steps of the PPO policy; 5000)")
+    parser.add_argument("--kit-critic-updates", type=int, default=5000,
+                        help="--start sb3-ppo: lowrl kit --critic-updates (5000)")
+    parser.add_argument("--kit-explore-noise", type=float, default=0.1,
+                        help="--start sb3-ppo: lowrl kit --explore-noise (0.1 of the half action range)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None,
@@ -134,6 +155,55 @@ def sim_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
         result = trainer.run()
         export_actor(trainer.agent, trainer.env, run_dir, result.env_steps)
         write_kit(run_dir, run_dir / "kit", artifact=run_dir / "actor_int8.onnx")
+    return run_dir
+
+
+def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
+    """Train (or reuse) an SB3 PPO on ``env_id``, import it (`lowrl import --int8`), make its kit (`lowrl kit`).
+
+    Returns a run directory laid out like :func:`sim_policy`'s (``actor_int8.onnx``, ``kit/``).
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from lowrl_ros.commands import import_policy, kit as kit_command
+    from lowrl_ros.core.runtime.artifact import load_weights, reference_action
+
+    if env_id != "Pendulum-v1":
+        raise ValueError(f"--start sb3-ppo runs on Pendulum-v1 (RL Zoo's PPO settings); not {env_id}")
+    ppo_dir = args.runs_dir / f"sb3-ppo-{env_id}-s{seed}-{args.ppo_steps}"
+    # One PPO and its artifact per seed and budget; one kit (and fine-tuning runs) per kit setting beside them.
+    run_dir = ppo_dir / f"kit-w{args.kit_warmup_steps}-u{args.kit_critic_updates}-n{args.kit_explore_noise:g}"
+    if (run_dir / "kit" / "kit.json").is_file():
+        return run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (ppo_dir / "ppo.zip").is_file():
+        print(f"  training SB3 PPO: {env_id}, {args.ppo_steps} steps, seed {seed}", flush=True)
+        torch.set_num_threads(1)
+        model = PPO("MlpPolicy", make_vec_env(env_id, n_envs=4, seed=seed), seed=seed, device="cpu", verbose=0,
+                    **PPO_PENDULUM)
+        model.learn(args.ppo_steps)
+        model.save(ppo_dir / "ppo.zip")
+    # What a user runs: lowrl import PPO.zip -o actor_int8.onnx --int8 --env-id Pendulum-v1, then lowrl kit.
+    import_args = argparse.Namespace(source=ppo_dir / "ppo.zip", output=run_dir / "actor_int8.onnx", kind=None,
+                                     sidecar=None, vecnormalize=None, activation=None, int8=True, sparsity=0.0,
+                                     version=1, tier="full", env_id=env_id, control_period=None)
+    if import_policy.run(import_args) != 0:
+        raise ValueError("lowrl import refused the PPO model (see above)")
+    weights, contract = load_weights(run_dir / "actor_int8.onnx")
+    model = PPO.load(ppo_dir / "ppo.zip", device="cpu")
+    probe = np.random.default_rng(seed).uniform(-1, 1, (32, contract.obs_dim)) * [1, 1, 8]
+    want = model.predict(probe.astype(np.float32), deterministic=True)[0]  # SB3 clips PPO's mean to the Box
+    err = float(np.max(np.abs(reference_action(weights, contract, probe) - want)))
+    if err > 0.05:  # int8 weights: a few hundredths of a 4 N m range
+        raise ValueError(f"the imported PPO actor differs from model.predict by {err:.3f}")
+    kit_args = argparse.Namespace(artifact=run_dir / "actor_int8.onnx", output=run_dir / "kit", env_id=env_id,
+                                  transitions=None, algo="td3", seed=seed, explore_noise=args.kit_explore_noise,
+                                  hidden=256, depth=2, warmup_steps=args.kit_warmup_steps,
+                                  critic_updates=args.kit_critic_updates)
+    if kit_command.run(kit_args) != 0:
+        raise ValueError("lowrl kit refused the imported PPO artifact (see above)")
     return run_dir
 
 
@@ -298,6 +368,8 @@ def run(args: argparse.Namespace) -> int:
         gaps = _gaps(args)
         for env_id in args.envs:  # a bad --train-set fails here, not after the first env's runs
             TrainConfig.from_yaml(_preset(env_id), **_train_set(args))
+        if args.start == "sb3-ppo" and args.envs != ["Pendulum-v1"]:
+            raise ValueError("--start sb3-ppo runs on Pendulum-v1 only (RL Zoo's PPO settings); add --envs Pendulum-v1")
     except ValueError as exc:
         print(f"lowrl bench sim2real: {exc}")
         return 2
@@ -309,13 +381,16 @@ def run(args: argparse.Namespace) -> int:
                      "bc_weight": args.bc_weight, "updates_per_step": args.updates_per_step,
                      "judge_baseline": not args.plain_judging, "train_set": list(args.train_set),
                      "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None,
+                     "start": args.start, "ppo_steps": args.ppo_steps if args.start == "sb3-ppo" else None,
+                     "ppo_kit": {"warmup_steps": args.kit_warmup_steps, "critic_updates": args.kit_critic_updates,
+                                 "explore_noise": args.kit_explore_noise} if args.start == "sb3-ppo" else None,
                      "runs": []}
     rows = []
     for env_id in args.envs:
         for seed in args.seeds:
             print(f"sim2real {env_id} seed {seed}", flush=True)
             gap = gaps[env_id]
-            run_dir = sim_policy(env_id, seed, args)
+            run_dir = sim_policy(env_id, seed, args) if args.start == "train" else imported_policy(env_id, seed, args)
             base = run_dir / "actor_int8.onnx"
             eval_seed = 10_000 + 100 * seed
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
@@ -368,7 +443,12 @@ def run(args: argparse.Namespace) -> int:
     for env_id in args.envs:
         rec = [r["recovered_pct"] for r in results["runs"] if r["env_id"] == env_id]
         results[f"{env_id}_recovered_pct_mean"] = float(np.mean(rec))
-    markdown = ("Reality gap: " + "; ".join(f"{env_id}: {g.describe()}" for env_id, g in gaps.items())
+    start = ("" if args.start == "train" else
+             f"Sim policy: an SB3 PPO ({args.ppo_steps} steps, RL Zoo settings without gSDE) imported by "
+             f"`lowrl import --int8` and made into a kit by `lowrl kit` (TD3 over the imported actor; critics "
+             f"warmed up on {args.kit_warmup_steps} simulator steps with exploration noise {args.kit_explore_noise:g}, "
+             f"{args.kit_critic_updates} updates). ")
+    markdown = (start + "Reality gap: " + "; ".join(f"{env_id}: {g.describe()}" for env_id, g in gaps.items())
                 + f". K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "

@@ -8,6 +8,10 @@ the rollback rule and the episode rule in versions.py (torch-free), the loop in 
 Fine-tuning keeps every mask fixed (the agent is rebuilt with the "static" method: masked weights
 stay exactly zero, no drop/grow on the robot), so each published version has the sparsity the
 deployed policy was compressed to.
+
+A kit made from an imported artifact (`lowrl kit`, kit.py) trains that artifact's own actor
+(``ArtifactActor``: its activations, frozen normaliser and action transform, the zeros of its sparse
+layers kept); its versions keep the imported architecture and contract, only the weights change.
 """
 from __future__ import annotations
 
@@ -23,13 +27,12 @@ import torch
 
 from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.demos import DemoBuffer
-from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit
+from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit, make_kit_agent, norm_obs
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
-from lowrl_ros.core.runtime.artifact import save_artifact
+from lowrl_ros.core.runtime.artifact import MlpWeights, save_artifact
 from lowrl_ros.core.train.export import actor_weights
 from lowrl_ros.core.train.replay import ReplayBuffer
-from lowrl_ros.core.train.trainer import make_agent
 
 _KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
 
@@ -67,13 +70,13 @@ class FineTuner:
         # "static": the masks never change on the robot (no drop/grow), but still gate every step.
         self.agent_config = cfg.replace(variant="static" if cfg.sparse else cfg.variant, lr=config.lr,
                                         batch_size=config.batch_size, seed=config.seed)
-        self.agent = make_agent(self.agent_config, kit.obs_dim, kit.action_dim)
+        # A kit made from an artifact trains the imported actor itself (its activations, normaliser, transform).
+        self.agent = make_kit_agent(self.agent_config, kit.contract, kit.actor_spec)
         self._load_agent(kit.agent_state)
         # The kit's actor and critic, frozen: the fixed yardstick of start states (start_value).
         self._yardstick = (copy.deepcopy(self.agent.actor).requires_grad_(False),
                            copy.deepcopy(self.agent.critic).requires_grad_(False))
         c = kit.contract
-        self._offset, self._scale = np.asarray(c.obs_offset), np.asarray(c.obs_scale)
         self._low, self._high = np.asarray(c.action_low), np.asarray(c.action_high)
         self.buffer = ReplayBuffer(kit.obs_dim, kit.action_dim, config.buffer_size)
         self.demos = DemoBuffer(kit.obs_dim, kit.action_dim)  # interventions + given demos (HIL-SERL, demos.py)
@@ -131,8 +134,12 @@ class FineTuner:
 
     def _kit_id(self) -> dict[str, Any]:
         cfg = self.kit.train_config
-        return {"obs_dim": self.kit.obs_dim, "action_dim": self.kit.action_dim, "algo": cfg.algo,
-                "hidden": cfg.hidden, "depth": cfg.depth, "variant": cfg.variant, "env_id": cfg.env_id}
+        kid = {"obs_dim": self.kit.obs_dim, "action_dim": self.kit.action_dim, "algo": cfg.algo,
+               "hidden": cfg.hidden, "depth": cfg.depth, "variant": cfg.variant, "env_id": cfg.env_id}
+        spec = self.kit.actor_spec
+        if spec is not None:  # an imported actor: its shape too (a train kit's id stays as it was)
+            kid["actor"] = {k: spec.get(k) for k in ("sizes", "hidden_activation", "output_activation")}
+        return kid
 
     def save(self) -> None:
         """Write ``learner.pt`` and ``versions.json`` atomically (resume point)."""
@@ -149,7 +156,7 @@ class FineTuner:
 
     # -- data --
     def _norm_obs(self, obs: np.ndarray) -> np.ndarray:
-        return (np.asarray(obs, dtype=np.float64) - self._offset) * self._scale
+        return norm_obs(self.kit.contract, obs)  # the contract's normaliser, its clip included
 
     def _norm_action(self, action: np.ndarray) -> np.ndarray:
         a = 2.0 * (np.asarray(action, dtype=np.float64) - self._low) / (self._high - self._low) - 1.0
@@ -236,8 +243,8 @@ class FineTuner:
                            "transitions": str(self.transitions_seen), "parent": str(parent)})
         contract = dataclasses.replace(self.kit.contract, version=version, parent_version=parent,
                                        provenance=provenance)
-        path = save_artifact(self.out_dir / "versions" / f"v{version:06d}.onnx", actor_weights(self.agent),
-                             contract, int8=True)
+        path = save_artifact(self.out_dir / "versions" / f"v{version:06d}.onnx", self.actor_weights(),
+                             contract, int8=self.kit.int8)
         record = VersionRecord(version, parent, str(path), updates=self.updates)
         self.tracker.add(record)
         self._states[version] = self._snapshot()
@@ -245,6 +252,13 @@ class FineTuner:
         self._last_version_updates = self.updates
         self.save()
         return record
+
+    def actor_weights(self) -> MlpWeights:
+        """The learner's actor as artifact weights: an imported actor keeps its own activations (only weights move)."""
+        if self.kit.actor_spec is None:
+            return actor_weights(self.agent)
+        spec = self.kit.actor_spec
+        return MlpWeights(self.agent.actor.layers(), spec["hidden_activation"], spec["output_activation"])
 
     @torch.no_grad()
     def start_value(self, obs) -> float:
