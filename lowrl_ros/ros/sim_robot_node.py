@@ -23,26 +23,36 @@ episode end of the robot file's ``episode:`` section) starts a new episode at on
 ``true`` on ``ready_topic`` (``/lowrl/ready``, std_msgs/Bool, latched) with the new episode's first
 joint state, as a stand-up routine would.
 
+``env_id: LeggedAnt`` is a legged robot run like a ros2_control robot (lowrl_ros/core/sim/legged.py):
+one physics step per tick (``control_period_s`` 0.005: JointState at 200 Hz, PD position control
+inside), position targets in the controller's joint order on ``command_topic``, sensor_msgs/Imu of
+the torso on ``imu_topic`` (frame ``imu_link``), the velocity command from ``cmd_vel_topic``
+(geometry_msgs/Twist) for its tracking reward. With ``command_velocity`` set ([vx, vy, yaw rate]) it
+also publishes that Twist on ``cmd_vel_topic`` at 20 Hz: a stand-in for a joystick in demos.
+
 Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
 (`lowrl bench loop` measures round trips from it), and ``redirect_joint_states`` moves the output.
 """
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray
 
 from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.sim.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
-from lowrl_ros.core.sim.sim_robot import SimRobot, SimRobotConfig
+from lowrl_ros.core.sim.legged import LeggedSim
+from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
 from lowrl_ros.ros.params import config_from_params, declare_config
@@ -61,6 +71,11 @@ class SimRobotTopics:
     reset_topic: str = field("lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
     ready_topic: str = field("lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
 
+    imu_topic: str = field("imu", "LeggedAnt: sensor_msgs/Imu of the torso")
+    cmd_vel_topic: str = field("cmd_vel", "LeggedAnt: geometry_msgs/Twist velocity command (for the reward)")
+    command_velocity: list = field([], "LeggedAnt: [vx, vy, yaw rate] published on cmd_vel_topic at 20 Hz "
+                                       "(a joystick stand-in); []: publish nothing")
+
 
 class SimRobotNode(Node):
     """Wraps :class:`lowrl_ros.core.sim.sim_robot.SimRobot` in topics and a timer."""
@@ -73,8 +88,11 @@ class SimRobotNode(Node):
         get = lambda name: self.get_parameter(name).value  # noqa: E731
         self.config = config_from_params(self, SimRobotConfig)
         self.gap = config_from_params(self, RealityGapConfig, prefix=GAP_PREFIX)
-        self.robot = SimRobot(self.config, self.gap)
-        self._command = np.zeros(self.robot.action_dim)
+        self.robot = (LeggedSim.from_config(self.config, self.gap) if self.config.env_id == LEGGED
+                      else SimRobot(self.config, self.gap))
+        # A position-controlled robot holds its pose until the first command (zero would fold its legs).
+        self._hold = getattr(self.robot, "hold_command", np.zeros(self.robot.action_dim))
+        self._command = self._hold.copy()
         self._pub_js = self.create_publisher(JointState, get("joint_states_topic"), CONTROL)
         self._js_pubs = {get("joint_states_topic"): self._pub_js}
         self._pub_reward = self.create_publisher(Float64, "lowrl/reward", STATS)
@@ -85,6 +103,23 @@ class SimRobotNode(Node):
         self._pub_ready = self.create_publisher(Bool, get("ready_topic"), LATCHED)
         self.resets = 0
         self._ready_due = False
+
+        self._pub_imu = None
+        if hasattr(self.robot, "imu"):  # the legged robot: an IMU, a velocity command
+            self._pub_imu = self.create_publisher(Imu, get("imu_topic"), CONTROL)
+            self._imu_msg = Imu()
+            self._imu_msg.header.frame_id = "imu_link"
+            self.create_subscription(Twist, get("cmd_vel_topic"), self._on_cmd_vel, CONTROL)
+            self._walk_from = (time.monotonic(), self.robot.position_xy())
+            self._walk_timer = self.create_timer(5.0, self._log_walk)
+            velocity = [float(v) for v in (get("command_velocity") or [])]  # an empty YAML list: NOT_SET
+            if len(velocity) == 3:
+                self._twist = Twist()
+                self._twist.linear.x, self._twist.linear.y, self._twist.angular.z = velocity
+                self._cmd_vel_pub = self.create_publisher(Twist, get("cmd_vel_topic"), CONTROL)
+                self._cmd_vel_timer = self.create_timer(0.05, lambda: self._cmd_vel_pub.publish(self._twist))
+            elif velocity:
+                raise ValueError(f"command_velocity must be [vx, vy, yaw_rate] or [] (none); got {velocity}")
         self._published_at: float | None = None
         self.steps = 0
         self.on_published: list = []  # callables(perf_counter time) run after each joint state: bench hooks
@@ -106,6 +141,13 @@ class SimRobotNode(Node):
         self._last_command_at = time.monotonic()
         if self._lockstep:
             self._timer = self.create_timer(min(0.05, self.config.lockstep_resend_s / 2), self._lockstep_watch)
+        elif self._pub_imu is not None:
+            # The legged robot's physics (200 Hz) runs on its own thread, not as an executor timer: rclpy's
+            # executor costs ~0.5 ms per callback, which at 200 Hz on a busy small computer drops ticks. The
+            # thread sleeps to absolute deadlines; the executor only delivers commands.
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._physics_loop, name="sim_physics", daemon=True)
+            self._thread.start()
         else:
             self._timer = self.create_timer(self.config.control_period_s, self._tick)
         rate = "lockstep (a step per command)" if self._lockstep else f"{1 / self.config.control_period_s:.0f} Hz"
@@ -123,10 +165,11 @@ class SimRobotNode(Node):
         try:
             self._command = self.robot.check_action(msg.data)
         except ValueError as exc:
-            self._command = np.zeros(self.robot.action_dim)
+            self._command = self._hold.copy()
             if now - self._warned > 1.0:  # a stream of bad commands must not flood the log
                 self._warned = now
-                self.get_logger().warning(f"ignoring command, applying zero: {exc}")
+                what = "zero" if self._pub_imu is None else "the default pose"
+                self.get_logger().warning(f"ignoring command, applying {what}: {exc}")
         if self._lockstep and self._started:
             self._last_command_at = time.monotonic()
             self._tick()
@@ -134,13 +177,25 @@ class SimRobotNode(Node):
     def _on_reset(self, _msg: Empty) -> None:
         """A reset request: a new episode from the env's initial state, then ready (a simulator stands up at once)."""
         self.robot.reset()
-        self._command = np.zeros(self.robot.action_dim)
         self.resets += 1
         self._episode_version = self.policy_version
         self.get_logger().info(f"reset requested: new episode (reset {self.resets})")
         # Ready goes out with the new episode's first joint state, not at once: the policy node gets the same
         # reset request from the fine-tuner, and a ready that overtook it would be taken for the previous one.
         self._ready_due = True
+
+    def _log_walk(self) -> None:
+        """Every 5 s: how far and how fast the torso went, against the command (what a user watches for)."""
+        now, xy = time.monotonic(), self.robot.position_xy()
+        t0, xy0 = self._walk_from
+        self._walk_from = (now, xy)
+        v = (xy - xy0) / max(now - t0, 1e-9)
+        self.get_logger().info(f"torso moved {np.linalg.norm(xy - xy0):.2f} m in {now - t0:.1f} s: v = ({v[0]:.2f}, "
+                               f"{v[1]:.2f}) m/s (world), command vx {self.robot.command[0]:.2f}, falls "
+                               f"{self.robot.falls}")
+
+    def _on_cmd_vel(self, msg: Twist) -> None:
+        self.robot.set_velocity_command(msg.linear.x, msg.linear.y, msg.angular.z)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -173,6 +228,23 @@ class SimRobotNode(Node):
             self._end_episode(outcome)
         self._publish_joints()
 
+    def _physics_loop(self) -> None:
+        period = self.config.control_period_s
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            deadline += period
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+            elif delay < -10 * period:  # a long stall: start over from now (the robot catches its physics up)
+                deadline = time.monotonic()
+            try:
+                self._tick()
+            except Exception as exc:  # noqa: BLE001 - e.g. a publisher gone at shutdown: say it and stop
+                if not self._stop.is_set():
+                    self.get_logger().error(f"physics thread stopped: {type(exc).__name__}: {exc}")
+                return
+
     def _end_episode(self, outcome) -> None:
         index = self.robot.episodes
         self._pub_return.publish(Float64(data=outcome.episode_return))
@@ -193,6 +265,14 @@ class SimRobotNode(Node):
         msg.effort = joints.effort.tolist()
         self._published_at = time.perf_counter()
         self._pub_js.publish(msg)
+        if self._pub_imu is not None:
+            quat, gyro, acc = self.robot.imu()
+            m = self._imu_msg
+            m.header.stamp = msg.header.stamp
+            m.orientation.x, m.orientation.y, m.orientation.z, m.orientation.w = (float(v) for v in quat)
+            m.angular_velocity.x, m.angular_velocity.y, m.angular_velocity.z = (float(v) for v in gyro)
+            m.linear_acceleration.x, m.linear_acceleration.y, m.linear_acceleration.z = (float(v) for v in acc)
+            self._pub_imu.publish(m)
         for hook in self.on_published:
             hook(self._published_at)
         if self._ready_due:
@@ -200,6 +280,10 @@ class SimRobotNode(Node):
             self._pub_ready.publish(Bool(data=True))
 
     def destroy_node(self) -> None:
+        if getattr(self, "_thread", None) is not None:
+            self._stop.set()
+            self._thread.join(timeout=2.0)
+            self._thread = None
         if getattr(self, "_log", None) is not None:
             self._log.close()
             self._log = None

@@ -30,7 +30,8 @@ import numpy as np
 from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig, RealityGapWrapper
 
-SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5")
+SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5", "LeggedAnt")
+LEGGED = "LeggedAnt"  # the legged robot (core/sim/legged.py): position targets, PD at the physics rate, IMU
 MODES = ("realtime", "lockstep")
 
 
@@ -61,6 +62,12 @@ class SimRobotConfig:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is unknown; use realtime (wall-clock timer) or lockstep "
                              "(one step per command)")
+        if self.env_id == LEGGED and self.mode != "realtime":
+            raise ValueError("the LeggedAnt robot runs in real time only (its physics steps with the wall clock); "
+                             "set mode: realtime")
+        if self.env_id == LEGGED and self.control_period_s > 0.02:
+            raise ValueError(f"LeggedAnt: control_period_s={self.control_period_s} is its physics step and PD loop "
+                             "period, at most 0.02 s; e.g. 0.005 (200 Hz)")
         if not 0.01 <= self.lockstep_resend_s <= 60.0:
             raise ValueError(f"lockstep_resend_s={self.lockstep_resend_s} is outside 0.01..60 s; e.g. 0.5")
 
@@ -175,3 +182,4 @@ class SimRobot:
 
     def close(self) -> None:
         self.env.close()
+

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Train, export and evaluate the legged Ant's walking policy (lowrl/LeggedAnt-v0, core/sim/legged.py).
+
+PPO from Stable-Baselines3 (its rollouts are cheap per sample on a small, busy CPU), then the actor
+(Gaussian mean: an MLP with a linear output) is written as a lowrl artifact whose contract reads the
+robot file's observation and outputs a in [-1, 1]; the robot file's action section turns a into
+joint targets (default_pose + 0.5 a). Commands:
+
+    python scripts/train_legged.py train --run-dir runs/legged_ppo --steps 2000000   # checkpoints every 100k
+    python scripts/train_legged.py export runs/legged_ppo/final.zip models/legged_ant_int8.onnx --int8
+    python scripts/train_legged.py eval models/legged_ant_int8.onnx --episodes 10    # tracking error table
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lowrl_ros.core.sim import legged
+
+
+def make_vec_env(n_envs: int, seed: int):
+    from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
+
+    return sb3_make_vec_env(legged.ENV_ID, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": 400})
+
+
+def train(args: argparse.Namespace) -> int:
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    run = Path(args.run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    # Rewards normalised for the value function only; observations are already scaled by the robot file's terms.
+    env = VecNormalize(make_vec_env(args.envs, args.seed), norm_obs=False, norm_reward=True, gamma=0.99)
+    if args.resume:
+        model = PPO.load(args.resume, env=env, device="cpu")
+    else:
+        model = PPO("MlpPolicy", env, n_steps=256, batch_size=512, n_epochs=5, learning_rate=3e-4, gamma=0.99,
+                    gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, max_grad_norm=1.0, seed=args.seed, device="cpu",
+                    policy_kwargs=dict(net_arch=dict(pi=[128, 128], vf=[128, 128]),
+                                       activation_fn=torch.nn.ELU, log_std_init=-0.7))
+    log = (run / "progress.csv").open("a")
+
+    class Checkpoint(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_save = args.save_every
+            self.t0 = time.time()
+
+        def _on_rollout_end(self) -> None:
+            eps = list(self.model.ep_info_buffer)
+            mean_r = float(np.mean([e["r"] for e in eps])) if eps else float("nan")
+            mean_l = float(np.mean([e["l"] for e in eps])) if eps else float("nan")
+            log.write(f"{self.num_timesteps},{time.time() - self.t0:.0f},{mean_r:.2f},{mean_l:.1f}\n")
+            log.flush()
+            if self.num_timesteps >= self.next_save:
+                self.model.save(run / f"ckpt_{self.num_timesteps // 1000}k.zip")
+                self.next_save += args.save_every
+
+        def _on_step(self) -> bool:
+            return True
+
+    model.learn(total_timesteps=args.steps, callback=Checkpoint(), reset_num_timesteps=not args.resume)
+    model.save(run / "final.zip")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    """The PPO checkpoint through `lowrl import`'s SB3 importer, named with the robot file's entries."""
+    import dataclasses
+
+    from lowrl_ros.core.compress.importing import ImportOptions, load_source, write_imported
+
+    imported = load_source(args.checkpoint, "sb3", ImportOptions(control_period_s=args.period))
+    imported.contract = dataclasses.replace(
+        imported.contract, obs_names=legged.OBS_NAMES, action_names=legged.JOINTS, env_id=legged.ENV_ID,
+        provenance={**imported.contract.provenance, "trained_by": "scripts/train_legged.py (SB3 PPO)",
+                    "robot_file": "config/robots/legged_ant.yaml"})
+    out = write_imported(imported, args.output, int8=args.int8)
+    print(f"artifact: {out} ({Path(out).stat().st_size} bytes)")
+    return 0
+
+
+def policy_fn(path: str):
+    """obs -> a for an artifact (.onnx via the robot runtime) or an SB3 zip (deterministic predict)."""
+    if path.endswith(".zip"):
+        from stable_baselines3 import PPO
+
+        model = PPO.load(path, device="cpu")
+        return lambda obs: model.predict(obs, deterministic=True)[0]
+    from lowrl_ros.core.runtime.engines import load_artifact
+
+    policy = load_artifact(path)
+    return lambda obs: policy.act(np.asarray(obs, dtype=np.float32))
+
+
+def evaluate(path: str, episodes: int, commands, seed: int = 0, steps: int = 250) -> list[dict]:
+    """Seeded episodes per command: mean forward speed, tracking error (after a 2 s start), falls."""
+    policy = policy_fn(path)
+    env = legged.LeggedAnt(max_episode_steps=steps)
+    rows = []
+    for cmd in commands:
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=seed + ep, options={"command": cmd})
+            vel, fell, n = [], False, 0
+            for _ in range(steps):
+                obs, _, term, trunc, info = env.step(policy(obs))
+                n += 1
+                if n * env.period >= 2.0:
+                    vel.append(info["velocity"])
+                if term or trunc:
+                    fell = bool(term)
+                    break
+            v = np.array(vel) if vel else np.zeros((1, 3))
+            err = np.linalg.norm(v[:, :2] - np.asarray(cmd[:2]), axis=1).mean()
+            rows.append({"command": list(cmd), "episode": ep, "vx": float(v[:, 0].mean()), "vy": float(v[:, 1].mean()),
+                         "yaw_rate": float(v[:, 2].mean()), "lin_err": float(err), "fell": fell,
+                         "seconds": n * env.period})
+    return rows
+
+
+def eval_cmd(args: argparse.Namespace) -> int:
+    cmds = [tuple(float(x) for x in c.split(",")) for c in args.commands]
+    rows = evaluate(args.policy, args.episodes, cmds, seed=args.seed, steps=args.steps)
+    print(f"{'command vx,vy,wz':>18} {'mean vx':>8} {'mean vy':>8} {'mean wz':>8} {'|v-cmd| xy':>10} {'falls':>6}")
+    for cmd in cmds:
+        r = [x for x in rows if tuple(x["command"]) == cmd]
+        print(f"{','.join(f'{c:g}' for c in cmd):>18} {np.mean([x['vx'] for x in r]):8.3f} "
+              f"{np.mean([x['vy'] for x in r]):8.3f} {np.mean([x['yaw_rate'] for x in r]):8.3f} "
+              f"{np.mean([x['lin_err'] for x in r]):10.3f} "
+              f"{sum(x['fell'] for x in r):>3}/{len(r)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="PPO on lowrl/LeggedAnt-v0 with checkpoints")
+    t.add_argument("--run-dir", default="runs/legged_ppo")
+    t.add_argument("--steps", type=int, default=2_000_000)
+    t.add_argument("--envs", type=int, default=8)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--save-every", type=int, default=100_000)
+    t.add_argument("--resume", metavar="ZIP", help="continue from a checkpoint")
+    e = sub.add_parser("export", help="checkpoint -> lowrl artifact")
+    e.add_argument("checkpoint")
+    e.add_argument("output")
+    e.add_argument("--int8", action="store_true")
+    e.add_argument("--period", type=float, default=0.04, help="policy period, s (the env's)")
+    v = sub.add_parser("eval", help="seeded episodes: speed vs command, falls")
+    v.add_argument("policy", help="artifact (.onnx/.lowrl) or SB3 checkpoint (.zip)")
+    v.add_argument("--episodes", type=int, default=5)
+    v.add_argument("--steps", type=int, default=250, help="policy steps per episode (0.04 s each)")
+    v.add_argument("--seed", type=int, default=100)
+    v.add_argument("--commands", nargs="+", default=["0,0,0", "0.3,0,0", "0.6,0,0"], metavar="VX,VY,WZ")
+    v.add_argument("--json", help="write the per-episode rows here")
+    args = p.parse_args(argv)
+    return {"train": train, "export": export, "eval": eval_cmd}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
