@@ -62,7 +62,7 @@ CASES = [
      "", ROBOT_FORBIDDEN),
     ("stream", ["lowrl_ros.core.stream.protocol", "lowrl_ros.core.stream.receiver"], "", ROBOT_FORBIDDEN),
     ("finetune, torch-free", ["lowrl_ros.core.finetune." + m for m in ("transition_log", "versions", "wire", "status",
-                                                                         "config")],
+                                                                         "config", "rewards", "demos")],
      WRITE_LOG + JUDGE, ROBOT_FORBIDDEN),
     ("ros.policy_node", ["lowrl_ros.ros.policy_node"], RUN_ARTIFACT, HEAVY),
     ("ros.budget_monitor_node", ["lowrl_ros.ros.budget_monitor_node"], "", HEAVY),

@@ -16,6 +16,15 @@ FULL, and pauses when the process's resident memory passes ``memory_cap_mb``. Th
 (pairing, learning, versions, rollback) live in lowrl_ros/core; this node wires messages to them.
 This process imports torch (it trains); the policy node and budget monitor never import it.
 
+With a ``robot_file`` (the policy node's) the node reads what the policy saw and did from the policy
+node's ``/lowrl/policy/step`` (ros/policy_node.py: observation, executed action, intervention flag)
+instead of rebuilding observations; the robot file's ``reward:`` terms and ``episode:`` ends are then
+computed here (core/finetune/rewards.py), each term logged per transition, and an episode end
+publishes a reset request on ``reset_topic`` (std_msgs/Empty) that the robot side honours. A
+``reward: {topic: ...}`` keeps the user's reward topic, paired as before. Transitions a person
+teleoperated (intervention) go to the learner's demo buffer as well (core/finetune/demos.py), and
+``demos_dir`` seeds that buffer from a recorded transition log.
+
 With ``learner: offboard`` the node records exactly as above but learns nothing: it streams every
 transition on ``transitions_topic`` (lowrl_ros/core/finetune/offboard.py has the format) to trainer_node,
 which fine-tunes off-board and sends versions back as signed bundles (docs/finetune.md).
@@ -23,6 +32,7 @@ which fine-tunes off-board and sends versions back as signed bundles (docs/finet
 from __future__ import annotations
 
 import collections
+import dataclasses
 import gc
 import math
 import os
@@ -40,23 +50,29 @@ from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, UInt8
+from std_msgs.msg import Empty, Float32MultiArray, Float64, Float64MultiArray, UInt8
 
 from lowrl_ros.core.config import field, require
 from lowrl_ros.core.finetune.kit import load_kit
 from lowrl_ros.core.finetune.learner import FineTuner
 from lowrl_ros.core.finetune.config import FineTuneConfig
+from lowrl_ros.core.finetune.demos import load_demos
+from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
 from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
 from lowrl_ros.core.finetune.versions import EpisodeJudge
 from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.finetune.transition_log import TransitionAssembler, TransitionLogConfig, TransitionLogWriter
+from lowrl_ros.core.finetune.transition_log import (Transition, TransitionAssembler, TransitionLogConfig,
+                                                    TransitionLogWriter)
+from lowrl_ros.core.runtime.observation import ObservationSpec
+from lowrl_ros.core.runtime.robot_file import load_robot_file
+from lowrl_ros.core.types import Level, StatusEntry
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.spinning import guarded, make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.qos import LATCHED, RECORD
+from lowrl_ros.ros.qos import LATCHED, RECORD, STATUS
 
 DIAG_PREFIX = "lowrl/finetune"
 INPUTS = ("joint_states", "observation")
@@ -90,6 +106,11 @@ class FineTuneNodeSettings:
     diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
     learner: str = field("robot", "robot: learn here | offboard: stream transitions to trainer_node instead")
     transitions_topic: str = field("lowrl/transitions", "offboard: where transitions are streamed")
+    robot_file: str = field("", "the policy node's robot YAML: read step_topic, compute its reward:/episode: "
+                                "sections here; empty: rebuild observations from input as before")
+    step_topic: str = field("lowrl/policy/step", "robot_file: the policy node's step messages")
+    reset_topic: str = field("lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
+    demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
 
     def __post_init__(self) -> None:
         for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
@@ -123,7 +144,24 @@ class FineTuneNode(Node):
         kit = load_kit(get("kit_path"))
         self.adapter = None  # checked before anything touches the disk
         obs_dim = kit.obs_dim
-        if get("input") == "joint_states":
+        self.rewards: RewardSpec | None = None
+        self.episodes: EpisodeSpec | None = None
+        self.robot_file = get("robot_file")
+        self._joints: tuple[str, ...] = ()
+        if self.robot_file:
+            robot = load_robot_file(self.robot_file)
+            self._joints = robot.joints  # the policy's joint order (joint_effort from JointState)
+            spec = ObservationSpec.from_robot_file(robot, kit.contract.control_period_s)
+            if spec.obs_dim != kit.obs_dim:
+                raise ValueError(f"robot_file {self.robot_file} builds {spec.obs_dim} observations but the kit's "
+                                 f"policy reads {kit.obs_dim}; give the robot file the policy node runs with")
+            self.rewards = RewardSpec.from_robot_file(robot, spec)
+            self.episodes = EpisodeSpec.from_robot_file(robot, spec)
+            if self.episodes is not None and (self.rewards is None or self.rewards.topic):
+                raise ValueError(f"robot_file {self.robot_file}: an episode: section needs reward: terms (ends are "
+                                 "computed with them); with a reward topic the episode ends come from "
+                                 "episode_info_topic: remove episode:")
+        elif get("input") == "joint_states":
             self.adapter = ObservationAdapter(config_from_params(
                 self, ObsAdapterConfig, **_ADAPTER_PARAMS, obs_fields=tuple(f for f in get("obs_fields") if f)))
             self.adapter.check_against(kit.contract)  # the kit's policy: use the policy node's obs_fields
@@ -141,6 +179,9 @@ class FineTuneNode(Node):
             self.session = FineTuneSession(kit, self.config, self.work_dir, base_path=get("base_policy_path"),
                                            base_version=get("base_version") or None)
             self.tuner = self.session.tuner
+            if get("demos_dir"):
+                kept = self.tuner.add_demos(load_demos(Path(get("demos_dir")).expanduser()))
+                self.get_logger().info(f"demo buffer: {kept} transitions from {get('demos_dir')}")
             report = self.session.resume(log_dir)
             self.resumed = report.transitions
             if self.resumed:
@@ -163,6 +204,18 @@ class FineTuneNode(Node):
         self._episode_start: tuple[float, np.ndarray | None] = (-math.inf, None)
         self._recent_obs: collections.deque = collections.deque(maxlen=16)  # (sent, obs)
         self._requested: dict[str, int] = {}  # artifact path -> version, for rejection reports
+        # robot_file: the previous step (obs, executed action, command, intervention) and the episode so far.
+        self._prev_step: tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None = None
+        self._step_interv: collections.OrderedDict = collections.OrderedDict()  # sent -> the step's flag
+        self._last_interv = False
+        self._episode_return = 0.0
+        self._episode_obs: np.ndarray | None = None
+        self._term_sums = np.zeros(len(self.rewards.terms) if self.rewards is not None else 0)
+        self._last_terms: dict[str, float] = {}  # the last finished episode's per-term sums
+        self.interventions = 0
+        self.resets_requested = 0
+        self._effort: np.ndarray | None = None  # newest JointState effort, the policy's joint order
+        self._effort_index: tuple[tuple[str, ...], np.ndarray | None] = ((), None)
         # Worker hand-over (thread-safe containers).
         self._to_learner: collections.deque = collections.deque()
         self._swaps: collections.deque = collections.deque()
@@ -172,13 +225,22 @@ class FineTuneNode(Node):
         self.worker_error = ""
 
         cmd_topic = f"{get('controller_name').rstrip('/')}/commands"  # relative, as the policy node's
-        if self.adapter is not None:
+        if self.robot_file:
+            self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
+            if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
+                self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
+        elif self.adapter is not None:
             self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, RECORD)
         else:
             self.create_subscription(Float32MultiArray, get("observation_topic"), self._on_observation, RECORD)
-        self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, RECORD)
-        self.create_subscription(Float64, get("reward_topic"), self._on_reward, RECORD)
-        if get("episode_info_topic"):
+        if not self.robot_file:
+            self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, RECORD)
+        if not self.computed_reward:
+            topic = self.rewards.topic if self.rewards is not None else get("reward_topic")
+            self.create_subscription(Float64, topic, self._on_reward, RECORD)
+        if self.episodes is not None:
+            self._reset_pub = self.create_publisher(Empty, get("reset_topic"), STATUS)
+        elif get("episode_info_topic"):
             self.create_subscription(Float64MultiArray, get("episode_info_topic"), self._on_episode_info, RECORD)
         else:
             self.create_subscription(Float64, get("episode_topic"), self._on_episode, RECORD)
@@ -208,6 +270,11 @@ class FineTuneNode(Node):
 
     def _get(self, name: str) -> Any:
         return self.get_parameter(name).value
+
+    @property
+    def computed_reward(self) -> bool:
+        """The reward comes from the robot file's terms (not a topic)."""
+        return self.rewards is not None and not self.rewards.topic
 
     @property
     def paused_reason(self) -> str:
@@ -253,6 +320,93 @@ class FineTuneNode(Node):
             self._episode_start = (after, obs)
         self._record(self.assembler.observation(obs, sent, self.running_version, time.monotonic()))
 
+    def _on_step(self, msg: Float64MultiArray, info) -> None:
+        """robot_file: one policy-node tick (layout: ros/policy_node.py STEP_HEADER)."""
+        n, m = self.obs_dim, self.action_dim
+        data = np.asarray(msg.data, dtype=np.float64)
+        if data.size != 4 + n + 3 * m:
+            self._bad(f"{self._get('step_topic')} has {data.size} values; this kit needs {4 + n + 3 * m} "
+                      f"(4 + {n} obs + 3 x {m} actions): the policy node runs another policy or robot file")
+            return
+        self.received["step"] += 1
+        sent = _sent(info)
+        safe, interv = bool(data[1]), bool(data[2])
+        obs, action, command = data[4:4 + n], data[4 + n + m:4 + n + 2 * m], data[4 + n + 2 * m:]
+        usable = not safe and np.isfinite(obs).all() and np.isfinite(action).all()
+        if interv:
+            self.interventions += 1
+        if self.computed_reward:
+            self._computed_step(obs, action, command, usable, interv, sent)
+            return
+        # A reward topic: pair as before (the step's observation and executed action, in one message).
+        self._step_interv[sent] = self._last_interv  # the transition ending at `sent` is the previous step's
+        while len(self._step_interv) > 1000:
+            self._step_interv.popitem(last=False)
+        self._last_interv = interv and usable
+        if np.isfinite(obs).all():
+            self._observed(obs, sent)
+            self._record(self.assembler.command(action if usable else np.full(m, np.nan), sent, time.monotonic()))
+
+    def _computed_step(self, obs: np.ndarray, action: np.ndarray, command: np.ndarray, usable: bool,
+                       interv: bool, sent: float) -> None:
+        """Reward terms and episode ends computed here: the previous step's transition ends at ``obs``."""
+        prev = self._prev_step
+        if prev is not None and np.isfinite(obs).all():
+            p_obs, p_action, p_command, p_interv = prev
+            end = self.episodes.step(obs, sent) if self.episodes is not None else None
+            fell = end is not None and end.kind == "terminated"
+            r = self.rewards.compute(p_obs, p_action, p_command, obs, fell, effort=self._effort)
+            if math.isfinite(r.total):
+                self._episode_return += r.total
+                self._term_sums += r.terms
+                self._record([Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
+                                         self.running_version, sent, p_interv, tuple(float(v) for v in r.terms))])
+            else:  # an input of a term is missing (no JointState effort yet): the step is dropped, counted
+                self.assembler.incomplete += 1
+            if end is not None:
+                self._computed_end(end.kind, end.reason, sent)
+                self._prev_step = None
+                return
+        if not usable:
+            self._prev_step = None  # a safe tick (or no observation) breaks the chain: no transition across it
+            return
+        if self._episode_obs is None:
+            self._episode_obs = obs.copy()
+        self._prev_step = (obs.copy(), action.copy(), command.copy(), interv)
+
+    def _on_effort(self, msg: JointState, _info) -> None:
+        """joint_effort without an effort observation: the newest efforts of the policy's joints, by name."""
+        names = tuple(msg.name)
+        if names != self._effort_index[0]:
+            missing = [j for j in self._joints if j not in names]
+            index = None if missing or len(msg.effort) != len(names) else \
+                np.array([names.index(j) for j in self._joints])
+            if index is None:
+                what = ", ".join(missing) or "its joints"
+                self._bad(f"{self._get('joint_states_topic')} lacks the effort of {what}; the joint_effort "
+                          "reward needs the driver to fill JointState.effort")
+            self._effort_index = (names, index)
+        index = self._effort_index[1]
+        if index is not None and len(msg.effort) == len(names):
+            self._effort = np.asarray(msg.effort, dtype=np.float64)[index]
+
+    def _computed_end(self, kind: str, reason: str, sent: float) -> None:
+        """An episode end of the robot file: judge it, ask the robot to reset, start counting again."""
+        self.received["episode"] += 1
+        self._last_terms = dict(zip(self.rewards.names, (float(v) for v in self._term_sums)))
+        terms = ", ".join(f"{k} {v:.2f}" for k, v in self._last_terms.items())
+        self.get_logger().info(f"episode end ({reason}): return {self._episode_return:.2f} ({terms}); "
+                               f"reset requested on {self._get('reset_topic')}")
+        episode = self.judge.end(self._episode_return, self.running_version, start_obs=self._episode_obs)
+        self.judge.begin(self.running_version)
+        if episode is not None:
+            self._to_learner.append(("episode", episode))
+        self._episode_return, self._episode_obs = 0.0, None
+        self._term_sums[:] = 0.0
+        self.rewards.reset()
+        self._reset_pub.publish(Empty())
+        self.resets_requested += 1
+
     def _on_command(self, msg: Float64MultiArray, info) -> None:
         action = np.asarray(msg.data, dtype=np.float64)
         if action.size != self.action_dim or not np.isfinite(action).all():
@@ -295,6 +449,12 @@ class FineTuneNode(Node):
 
     def _record(self, transitions) -> None:
         for t in transitions:
+            if self.robot_file and not self.computed_reward:
+                if not np.isfinite(t.action).all():  # a safe tick: no policy action to learn from
+                    self.assembler.incomplete += 1
+                    continue
+                if self._step_interv.pop(t.stamp, False):
+                    t = dataclasses.replace(t, intervention=True)
             self.writer.append(t)  # durable when it returns (write-ahead log)
             self.recorded += 1
             if self.offboard:
@@ -460,6 +620,14 @@ class FineTuneNode(Node):
             facts.prior = len(t.prior) if t.prior is not None else 0
             facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
         statuses = diag.from_entries(finetune_status(facts, DIAG_PREFIX))
+        if self.robot_file:
+            values = {"interventions": str(self.interventions), "resets_requested": str(self.resets_requested),
+                      "demo_buffer": str(len(t.demos)) if t is not None else "offboard",
+                      "demo_rows_sampled": str(t.demos.sampled) if t is not None else "0"}
+            values.update({f"last_episode.{k}": f"{v:.4g}" for k, v in self._last_terms.items()})
+            source = "terms " + ", ".join(self.rewards.names) if self.computed_reward else "topic"
+            statuses.extend(diag.from_entries([StatusEntry(f"{DIAG_PREFIX}/reward", Level.OK,
+                                                           f"reward from {source}", values)]))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
     def close(self) -> None:

@@ -23,6 +23,15 @@ good observation and, on a position interface, the measured joint positions (fro
 ``hold`` holds the measured pose; an e-stop (std_msgs/Bool) latches the safe action until a reset
 (std_msgs/Empty), diagnosed as ``lowrl/policy/estop``.
 
+With a robot file the node also publishes what the policy saw and did on ``step_topic``
+(``/lowrl/policy/step``, std_msgs/Float64MultiArray, one per policy or safe tick; layout in
+:data:`STEP_HEADER` and docs/policy_node.md, "The step topic"), for the fine-tuner. ``teleop_topic``
+(Float64MultiArray, the policy's action units and order) replaces the policy's output while its
+messages are newer than ``teleop_timeout_s``: a human intervention (HIL-SERL), diagnosed as
+``lowrl/policy/intervention`` and flagged in the step message. With ``ready_topic`` set, a reset
+request on ``reset_topic`` (std_msgs/Empty) holds the safe action until std_msgs/Bool true arrives
+on ``ready_topic`` (the robot stood up again).
+
 The node declares, converts and wires; the decisions live in core:
 :class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
 tiers), :class:`~lowrl_ros.core.runtime.swap.PolicySwapper` (hot swap of a ``policy_path`` or a
@@ -33,6 +42,7 @@ never takes the node down.
 """
 from __future__ import annotations
 
+import array
 import dataclasses
 import os
 import sys
@@ -44,8 +54,8 @@ import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
-from std_msgs.msg import (Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String, UInt8,
-                          UInt8MultiArray)
+from std_msgs.msg import (Bool, Empty, Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String,
+                          UInt8, UInt8MultiArray)
 
 from lowrl_ros.core.config import LIVE, field, require
 from lowrl_ros.core.runtime.bundle import load_bundle
@@ -61,10 +71,10 @@ from lowrl_ros.core.runtime.swap import PolicySwapper
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
-from lowrl_ros.core.types import Level
+from lowrl_ros.core.types import Level, StatusEntry
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
+from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
 from lowrl_ros.ros.robot_inputs import RobotInputs
 from lowrl_ros.ros.robot_outputs import CommandOutput, check_output, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
@@ -73,6 +83,11 @@ INPUTS = ("joint_states", "observation")
 ENGINES = ("auto", "ort", "numpy")
 ROBOT_TIMINGS = ("contract", "parameters")
 REALTIME_STATUS = "lowrl/policy/realtime"
+INTERVENTION_STATUS = "lowrl/policy/intervention"
+# The step message: these 4 values, then obs[n], policy_action[m] (the policy's own output, NaN when it
+# did not run), action[m] (what was executed, policy units: the teleop action in an intervention, NaN on
+# a safe tick), command[m] (what went out, robot units, the policy's joint order).
+STEP_HEADER = ("stamp", "safe", "intervention", "estop")
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
 LIVE_CONTROL = tuple(f.name for f in dataclasses.fields(ControlConfig) if f.metadata[LIVE])
 # ReceiverConfig as parameters: keep is keep_bundles; the engine is this node's; probe_count is fixed.
@@ -108,6 +123,16 @@ class PolicyNodeSettings:
     # dynamic: `-p rt_cpus:=3` arrives as an integer, "2,3" as a string; parse_cpus reads both.
     rt_cpus: str = field("", "CPUs for the control thread, e.g. '3' or '2-3' (empty: any)", dynamic=True)
     rt_lock_memory: bool = field(False, "mlockall the process at activation (needs memlock rights)")
+    publish_step: bool = field(True, "with robot_file: publish what the policy saw and did on step_topic "
+                                     "(the fine-tuner reads it); without a robot file nothing is published")
+    step_topic: str = field("lowrl/policy/step", "Float64MultiArray per policy/safe tick: stamp, flags, obs, "
+                                                  "policy action, executed action, command")
+    teleop_topic: str = field("", "Float64MultiArray in the policy's action units and order that replaces the "
+                                  "policy's output while held (an intervention); empty: no teleop")
+    teleop_timeout_s: float = field(0.2, "a teleop message holds the override this long", range=(0.001, 10.0))
+    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: a reset request (episode end); used with ready_topic")
+    ready_topic: str = field("", "std_msgs/Bool: true = the robot is ready again after a reset; set: a reset holds "
+                                 "the safe action until then; empty: resets are not waited for")
 
     def __post_init__(self) -> None:
         for name, allowed in (("input", INPUTS), ("engine", ENGINES), ("robot_timing", ROBOT_TIMINGS)):
@@ -151,6 +176,9 @@ class PolicyNode(LifecycleNode):
         self._builder: ObservationBuilder | None = None
         self._timing: dict[str, Any] = {}  # ControlConfig overrides from robot_timing: contract
         self._realtime: RealtimeResult | None = None
+        self._step_pub = None
+        self._step_buf: np.ndarray | None = None  # a view into self._step_msg.data: filled in place per tick
+        self._intervening = False
 
     @property
     def active_policy_path(self) -> str:
@@ -284,6 +312,15 @@ class PolicyNode(LifecycleNode):
         self._latency_pub = self.create_lifecycle_publisher(Float64, "lowrl/policy/latency_us", STATS)
         self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "lowrl/policy/stats", STATS)
         self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
+        self.controller.override_timeout_s = self._get("teleop_timeout_s")
+        if self._obs_spec is not None and self._get("publish_step"):
+            self._create_step_publisher()
+        if self._get("teleop_topic"):
+            self._subs.append(self.create_subscription(Float64MultiArray, self._get("teleop_topic"),
+                                                       self._on_teleop, CONTROL))
+        if self._get("ready_topic"):
+            self._subs.append(self.create_subscription(Empty, self._get("reset_topic"), self._on_reset, STATUS))
+            self._subs.append(self.create_subscription(Bool, self._get("ready_topic"), self._on_ready, LATCHED))
         if self._obs_spec is not None:
             event = self.controller.config.mode == "event"
             self.robot_inputs = RobotInputs(self, self._obs_spec, self._builder,
@@ -310,6 +347,63 @@ class PolicyNode(LifecycleNode):
         self._stats_msg = Float64MultiArray()
         self._stats_msg.layout.dim = [MultiArrayDimension(label=",".join(STATS_FIELDS), size=len(STATS_FIELDS),
                                                           stride=len(STATS_FIELDS))]
+
+    def _create_step_publisher(self) -> None:
+        """The step message, allocated once: each tick writes into its data in place."""
+        n, m = self.controller.obs_dim, self.controller.action_dim
+        size = len(STEP_HEADER) + n + 3 * m
+        self._step_msg = Float64MultiArray()
+        label = ";".join([f"{h}:1" for h in STEP_HEADER] + [f"obs:{n}", f"policy_action:{m}", f"action:{m}",
+                                                             f"command:{m}"])
+        self._step_msg.layout.dim = [MultiArrayDimension(label=label, size=size, stride=size)]
+        self._step_msg.data = array.array("d", bytes(8 * size))  # rclpy keeps an array.array('d') as is
+        self._step_buf = np.frombuffer(self._step_msg.data, dtype=np.float64)
+        self._step_pub = self.create_lifecycle_publisher(Float64MultiArray, self._get("step_topic"), RECORD)
+        self._lifecycle_pubs.append(self._step_pub)
+
+    def _publish_step(self, result, action: np.ndarray) -> None:
+        """What the policy saw and did this tick (policy or safe ticks; see STEP_HEADER)."""
+        c, buf = self.controller, self._step_buf
+        n, m = c.obs_dim, c.action_dim
+        obs = c.observation
+        policy = result is not None and result.source == "policy"
+        buf[0] = time.time()
+        buf[1] = 0.0 if policy else 1.0
+        buf[2] = 1.0 if policy and result.intervention else 0.0
+        buf[3] = 1.0 if self._estop_latch is not None and self._estop_latch.latched else 0.0
+        k = 4
+        if obs is not None and obs.size == n:
+            buf[k:k + n] = obs
+        else:
+            buf[k:k + n] = np.nan
+        k += n
+        if policy and result.own_action is not None:
+            buf[k:k + m] = result.own_action
+            buf[k + m:k + 2 * m] = result.policy_action
+        else:
+            buf[k:k + 2 * m] = np.nan
+        buf[k + 2 * m:k + 3 * m] = action
+        self._step_pub.publish(self._step_msg)
+
+    def _on_teleop(self, msg: Float64MultiArray) -> None:
+        if self.controller is None:
+            return
+        try:
+            self.controller.set_override(msg.data, time.perf_counter())
+        except ValueError as exc:
+            self.get_logger().error(f"ignoring {self._get('teleop_topic')}: {exc}", throttle_duration_sec=2.0)
+
+    def _on_reset(self, _msg: Empty) -> None:
+        if self.controller is not None:
+            self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
+                                             f"true on {self._get('ready_topic')}")
+            self.get_logger().info(f"reset requested: holding the safe action until {self._get('ready_topic')} "
+                                   "reports ready")
+
+    def _on_ready(self, msg: Bool) -> None:
+        if self.controller is not None and msg.data and self.controller.waiting_ready:
+            self.controller.release_hold()
+            self.get_logger().info("robot ready: the policy acts again (soft start)")
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.controller.activate()
@@ -454,6 +548,16 @@ class PolicyNode(LifecycleNode):
                 self._builder.set_last_action(np.zeros(c.action_dim))
         if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
             self._publish_command(action)
+            if self._step_pub is not None and (result is None or result.source != "hold"):
+                self._publish_step(result, action)
+        intervening = result is not None and result.intervention
+        if intervening != self._intervening:  # say so at once, not at the next diagnostics period
+            self._intervening = intervening
+            if intervening:  # rclpy loggers need one severity per call site, hence the branches
+                self.get_logger().warning("intervention active: the teleop action replaces the policy's")
+            else:
+                self.get_logger().info("intervention ended: the policy acts again")
+            self._publish_status()
         if result is not None and result.latency_s is not None:
             self._latency_pub.publish(Float64(data=result.latency_s * 1e6))
         if self._input_reports.due(c.last_error_time, time.perf_counter()):  # a new input error: say so now
@@ -554,6 +658,12 @@ class PolicyNode(LifecycleNode):
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
         if self._estop_latch is not None:
             entries.append(self._estop_latch.status())
+        if self._get("teleop_topic"):
+            held = c.override_held()
+            entries.append(StatusEntry(INTERVENTION_STATUS, Level.WARN if held else Level.OK,
+                                       "intervention active" if held else "no intervention",
+                                       {"teleop_topic": self._get("teleop_topic"),
+                                        "intervention_ticks": str(c.interventions)}))
         statuses = diag.from_entries(entries)
         if self._realtime is not None:
             statuses.append(diag.status(REALTIME_STATUS, self._realtime.level, self._realtime.text()))

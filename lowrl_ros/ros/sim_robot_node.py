@@ -18,6 +18,11 @@ terminated (1/0)]``, index from 1). The robot may differ from the simulation by 
 episode to ``session_dir/episodes.csv`` with the policy version that ran it (read from the policy
 node's ``lowrl/policy/policy`` diagnostic; used for the session log only).
 
+A reset request on ``reset_topic`` (``/lowrl/reset``, std_msgs/Empty, from the fine-tuner at an
+episode end of the robot file's ``episode:`` section) starts a new episode at once and publishes
+``true`` on ``ready_topic`` (``/lowrl/ready``, std_msgs/Bool, latched) with the new episode's first
+joint state, as a stand-up routine would.
+
 ``env_id: LeggedAnt`` is a legged robot run like a ros2_control robot (lowrl_ros/core/sim/legged.py):
 one physics step per tick (``control_period_s`` 0.005: JointState at 200 Hz, PD position control
 inside), position targets in the controller's joint order on ``command_topic``, sensor_msgs/Imu of
@@ -41,7 +46,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Float64, Float64MultiArray
+from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray
 
 from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
@@ -49,7 +54,7 @@ from lowrl_ros.core.sim.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvL
 from lowrl_ros.core.sim.legged import LeggedSim
 from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.qos import CONTROL, STATS
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
 from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import run_node
 
@@ -63,6 +68,9 @@ class SimRobotTopics:
 
     joint_states_topic: str = field("joint_states", "joint state output")
     command_topic: str = field("forward_command_controller/commands", "command input")
+    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
+    ready_topic: str = field("lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
+
     imu_topic: str = field("imu", "LeggedAnt: sensor_msgs/Imu of the torso")
     cmd_vel_topic: str = field("cmd_vel", "LeggedAnt: geometry_msgs/Twist velocity command (for the reward)")
     command_velocity: list = field([], "LeggedAnt: [vx, vy, yaw rate] published on cmd_vel_topic at 20 Hz "
@@ -91,6 +99,11 @@ class SimRobotNode(Node):
         self._pub_return = self.create_publisher(Float64, "lowrl/episode_return", STATS)
         self._pub_episode = self.create_publisher(Float64MultiArray, "lowrl/episode", STATS)
         self._cmd_sub = self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, CONTROL)
+        self.create_subscription(Empty, get("reset_topic"), self._on_reset, STATUS)
+        self._pub_ready = self.create_publisher(Bool, get("ready_topic"), LATCHED)
+        self.resets = 0
+        self._ready_due = False
+
         self._pub_imu = None
         if hasattr(self.robot, "imu"):  # the legged robot: an IMU, a velocity command
             self._pub_imu = self.create_publisher(Imu, get("imu_topic"), CONTROL)
@@ -160,6 +173,16 @@ class SimRobotNode(Node):
         if self._lockstep and self._started:
             self._last_command_at = time.monotonic()
             self._tick()
+
+    def _on_reset(self, _msg: Empty) -> None:
+        """A reset request: a new episode from the env's initial state, then ready (a simulator stands up at once)."""
+        self.robot.reset()
+        self.resets += 1
+        self._episode_version = self.policy_version
+        self.get_logger().info(f"reset requested: new episode (reset {self.resets})")
+        # Ready goes out with the new episode's first joint state, not at once: the policy node gets the same
+        # reset request from the fine-tuner, and a ready that overtook it would be taken for the previous one.
+        self._ready_due = True
 
     def _log_walk(self) -> None:
         """Every 5 s: how far and how fast the torso went, against the command (what a user watches for)."""
@@ -252,6 +275,9 @@ class SimRobotNode(Node):
             self._pub_imu.publish(m)
         for hook in self.on_published:
             hook(self._published_at)
+        if self._ready_due:
+            self._ready_due = False
+            self._pub_ready.publish(Bool(data=True))
 
     def destroy_node(self) -> None:
         if getattr(self, "_thread", None) is not None:

@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from lowrl_ros.core.finetune.config import FineTuneConfig
+from lowrl_ros.core.finetune.demos import DemoBuffer
 from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit, make_kit_agent, norm_obs
-from lowrl_ros.core.finetune.prior import buffer_bytes, load_prior, mixed_batch
+from lowrl_ros.core.finetune.prior import PRIOR_RATIO, buffer_bytes, load_prior, mixed_batch
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
 from lowrl_ros.core.runtime.artifact import MlpWeights, save_artifact
@@ -101,6 +102,7 @@ class FineTuner:
         self.buffer = ReplayBuffer(kit.obs_dim, kit.action_dim, config.buffer_size)
         self.prior = self._load_prior() if self.learner == "rlpd" else None
         self.updates_per_s = 0.0  # measured: updates per second of update time (moving average)
+        self.demos = DemoBuffer(kit.obs_dim, kit.action_dim)  # interventions + given demos (HIL-SERL, demos.py)
         self.rng = np.random.default_rng(config.seed)
         self.updates = 0
         self.transitions_seen = 0
@@ -203,7 +205,8 @@ class FineTuner:
         a = 2.0 * (np.asarray(action, dtype=np.float64) - self._low) / (self._high - self._low) - 1.0
         return np.clip(a, -1.0, 1.0)
 
-    def add(self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool) -> bool:
+    def add(self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool,
+            intervention: bool = False) -> bool:
         """Add one recorded transition (robot units); returns False when it is not trained on.
 
         A truncated transition is kept in the log but not trained on: on a robot its next
@@ -219,14 +222,30 @@ class FineTuner:
         a = self._norm_action(action)
         self.buffer.add(self._norm_obs(obs), a, float(reward), self._norm_obs(next_obs), bool(terminated),
                         bool(truncated) and self.train_on_truncated, a)
+        if intervention:  # HIL-SERL: a person's action goes to the online AND the demo buffer
+            self.demos.add(self._norm_obs(obs), a, float(reward), self._norm_obs(next_obs), bool(terminated))
         return True
+
+    def add_demos(self, batch: TransitionBatch) -> int:
+        """Seed the demo buffer with recorded transitions (robot units); returns how many were kept."""
+        kept = 0
+        for i in range(len(batch)):
+            obs, action, next_obs = batch.obs[i], batch.action[i], batch.next_obs[i]
+            if (batch.truncated[i] and not batch.terminated[i]) or not (
+                    np.all(np.isfinite(obs)) and np.all(np.isfinite(next_obs)) and np.all(np.isfinite(action))):
+                continue
+            self.demos.add(self._norm_obs(obs), self._norm_action(action), float(batch.reward[i]),
+                           self._norm_obs(next_obs), bool(batch.terminated[i]))
+            kept += 1
+        return kept
 
     def add_batch(self, batch: TransitionBatch) -> int:
         """Add every transition of a log read (resume); returns how many were trained on."""
         used = 0
         for i in range(len(batch)):
             used += self.add(batch.obs[i], batch.action[i], batch.reward[i], batch.next_obs[i],
-                             bool(batch.terminated[i]), bool(batch.truncated[i]))
+                             bool(batch.terminated[i]), bool(batch.truncated[i]),
+                             batch.intervention is not None and bool(batch.intervention[i]))
         return used
 
     # -- learning --
@@ -240,9 +259,11 @@ class FineTuner:
         done = 0
         started = time.perf_counter()
         while done < n and self.can_update():
-            batch = mixed_batch(self.buffer, self.prior, self.config.batch_size, self.rng, self.nstep,
-                                self.agent_config.gamma)
-            self.agent.update(batch, train_actor=self.updates >= self.critic_warmup, bc_weight=self.config.bc_weight)
+            bs, gamma = self.config.batch_size, self.agent_config.gamma
+            batch = mixed_batch(self.buffer, self.prior, bs, self.rng, self.nstep, gamma)  # robot rows, then prior
+            online = bs - (int(round(PRIOR_RATIO * bs)) if self.prior is not None and len(self.prior) else 0)
+            self.agent.update(self.demos.mix(batch, self.rng, gamma, online_rows=online),
+                              train_actor=self.updates >= self.critic_warmup, bc_weight=self.config.bc_weight)
             self.updates += 1
             done += 1
         if done:

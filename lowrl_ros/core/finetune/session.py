@@ -122,7 +122,7 @@ class FineTuneSession:
 
     def add(self, t: Transition) -> bool:
         """One recorded transition; False when it is kept out of training (FineTuner.add)."""
-        return self.tuner.add(t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated)
+        return self.tuner.add(t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated, t.intervention)
 
     # ---- learning -----------------------------------------------------------------------------
     def can_learn(self) -> bool:

@@ -58,6 +58,10 @@ SCHEMA_TEXT = (
     f"{_SEP}\nMSG: std_msgs/MultiArrayDimension\nstring label\nuint32 size\nuint32 stride\n"
 )
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "policy_version", "stamp")
+# Optional trailing fields (written only when set, so logs without them read as before):
+# ``intervention:1`` (1: a person's teleop action, HIL-SERL) and ``reward_terms:k`` (each reward term's
+# weighted value, core/finetune/rewards.py, in the robot file's order).
+EXTRA_FIELDS = ("intervention", "reward_terms")
 _PREFIX = "transitions_"
 _NAME = re.compile(r"^transitions_(\d{6})\.(mcap|wal)$")
 _WAL_MAGIC = b"LOWRLWAL1\n"
@@ -117,6 +121,8 @@ class Transition:
     truncated: bool
     policy_version: int
     stamp: float  # seconds (the node's clock when the transition was completed)
+    intervention: bool = False  # a person's teleop action replaced the policy's (HIL-SERL)
+    reward_terms: tuple[float, ...] = ()  # each reward term's weighted value (robot file reward:)
 
 
 @dataclass
@@ -131,6 +137,8 @@ class TransitionBatch:
     truncated: np.ndarray
     policy_version: np.ndarray
     stamp: np.ndarray
+    intervention: np.ndarray | None = None  # bool per transition (None: read as all False)
+    reward_terms: np.ndarray | None = None  # (n, terms) when every transition has the same terms, else None
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -212,7 +220,12 @@ def encode_transition(t: Transition) -> bytes:
     data = np.concatenate([obs, action, [float(t.reward)], next_obs,
                            [float(bool(t.terminated)), float(bool(t.truncated)), float(t.policy_version),
                             float(t.stamp)]])
-    return encode_float64_multiarray(transition_label(obs.size, action.size), data)
+    label = transition_label(obs.size, action.size)
+    if t.intervention or t.reward_terms:
+        terms = np.asarray(t.reward_terms, dtype=np.float64).ravel()
+        label += f";intervention:1;reward_terms:{terms.size}"
+        data = np.concatenate([data, [float(bool(t.intervention))], terms])
+    return encode_float64_multiarray(label, data)
 
 
 def decode_transition(payload: bytes) -> Transition:
@@ -223,12 +236,15 @@ def decode_transition(payload: bytes) -> Transition:
         n, m = sizes["obs"], sizes["action"]
     except (IndexError, KeyError, ValueError):
         raise TransitionLogError(f"transition label {labels!r} does not name the fields {FIELDS}") from None
-    if data.size != 2 * n + m + 5:
-        raise TransitionLogError(f"transition has {data.size} values, its label says {2 * n + m + 5}")
+    k = sizes.get("reward_terms", 0)
+    extra = (1 + k) if "intervention" in sizes else 0
+    if data.size != 2 * n + m + 5 + extra:
+        raise TransitionLogError(f"transition has {data.size} values, its label says {2 * n + m + 5 + extra}")
     tail = data[2 * n + m + 1:]
     return Transition(obs=data[:n], action=data[n:n + m], reward=float(data[n + m]),
                       next_obs=data[n + m + 1:2 * n + m + 1], terminated=bool(tail[0]), truncated=bool(tail[1]),
-                      policy_version=int(tail[2]), stamp=float(tail[3]))
+                      policy_version=int(tail[2]), stamp=float(tail[3]),
+                      intervention=bool(extra and tail[4]), reward_terms=tuple(float(v) for v in tail[5:5 + k]))
 
 
 # ---- WAL ------------------------------------------------------------------------------------
@@ -503,7 +519,9 @@ def _batch(items: list[Transition]) -> TransitionBatch:
         reward=np.array([t.reward for t in items]), next_obs=np.stack([t.next_obs for t in items]),
         terminated=np.array([t.terminated for t in items]), truncated=np.array([t.truncated for t in items]),
         policy_version=np.array([t.policy_version for t in items], dtype=np.int64),
-        stamp=np.array([t.stamp for t in items]))
+        stamp=np.array([t.stamp for t in items]), intervention=np.array([t.intervention for t in items]),
+        reward_terms=(np.array([t.reward_terms for t in items])
+                      if items[0].reward_terms and len({len(t.reward_terms) for t in items}) == 1 else None))
 
 
 

@@ -8,6 +8,7 @@ Order of decisions in one tick (the first that applies wins):
 
 1. not active                      -> safe action
 2. e-stop latched (robot file)     -> safe action until a reset
+   a reset requested (episode end) -> safe action until the robot reports ready (:meth:`hold_until_ready`)
 3. no good observation yet since activation, or (position interface) no measured joint
    positions yet                   -> NOTHING: no command at all (``source == "none"``)
 4. the latest observation was bad  -> safe action, error reason kept for diagnostics
@@ -16,6 +17,9 @@ Order of decisions in one tick (the first that applies wins):
 7. not an acting tick (decimation) -> hold the last action
 8. otherwise                       -> policy (full or lite by tier), blended from the safe action
                                       over ``soft_start_steps`` after activation or a swap.
+                                      A teleop override held (:meth:`set_override`, newer than
+                                      ``override_timeout_s``) replaces the policy's output before
+                                      the post-processing, limits and rate limit: an intervention.
 
 Without a robot file every action is clamped to the policy contract's limits. With one (an
 ``ActionProcessor``, core/runtime/actions.py) the policy's output is post-processed (scale, offset,
@@ -117,7 +121,9 @@ class StepResult:
     source: str  # "policy", "hold", "safe", "none" (publish nothing)
     reason: str = ""  # why the safe action, when it is
     latency_s: float | None = None  # inference time when the policy ran
-    policy_action: np.ndarray | None = None  # the policy's own output (contract units) when it ran: last_action
+    policy_action: np.ndarray | None = None  # the EXECUTED output (contract units) when it ran: last_action
+    own_action: np.ndarray | None = None  # the policy's own output; differs from policy_action in an intervention
+    intervention: bool = False  # a teleop override replaced the policy's output this tick
 
 
 class LatencyWindow:
@@ -275,6 +281,11 @@ class PolicyController:
         self._last_out_time = 0.0
         self._last_source = NOTHING
         self._soft_t0: float | None = None  # robot file: when the running blend started (None: start one)
+        self._override: np.ndarray | None = None  # teleop action (contract units), see set_override
+        self._override_time = -float("inf")
+        self.override_timeout_s = 0.2
+        self.interventions = 0  # ticks whose action came from the teleop override
+        self.waiting_ready = ""  # non-empty: safe action until release_hold() (a reset is under way)
 
     def check_config(self, config: ControlConfig) -> None:
         """Raise ValueError if ``config`` does not fit the running policy (checked before a live change).
@@ -361,6 +372,37 @@ class PolicyController:
         when given None (a message without these joints says nothing about where they are)."""
         if positions is not None:
             self._measured = np.asarray(positions, dtype=np.float64)
+
+    @property
+    def observation(self) -> np.ndarray | None:
+        """The newest good observation (the one the next policy step reads; not a copy)."""
+        return self._obs
+
+    def set_override(self, action: np.ndarray | None, now: float | None = None) -> None:
+        """A person's action (the policy's output units, one value per action) replacing the policy's
+        while it is newer than ``override_timeout_s``; None ends it at once. ValueError when unusable."""
+        if action is None:
+            self._override = None
+            return
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (self.action_dim,) or not np.isfinite(a).all():
+            raise ValueError(f"teleop action has {a.size} values or is not finite; send {self.action_dim} finite "
+                             "values in the policy's action order and units")
+        self._override = a
+        self._override_time = self._clock() if now is None else now
+
+    def override_held(self, now: float | None = None) -> bool:
+        """A teleop override is held: the newest one is younger than ``override_timeout_s``."""
+        return self._override is not None and \
+            (self._clock() if now is None else now) - self._override_time <= self.override_timeout_s
+
+    def hold_until_ready(self, reason: str) -> None:
+        """Send the safe action (and run no policy) until :meth:`release_hold` (the robot is ready again)."""
+        self.waiting_ready = reason or "waiting for the robot to be ready"
+
+    def release_hold(self) -> None:
+        self.waiting_ready = ""
+        self._start_soft()  # back to the policy smoothly, from wherever the reset left the joints
 
     @property
     def measured(self) -> np.ndarray | None:
@@ -467,6 +509,8 @@ class PolicyController:
             return self._safe("inactive")
         if self.estop is not None and self.estop.latched:
             return self._safe(f"e-stop latched by {self.estop.topic}")
+        if self.waiting_ready:
+            return self._safe(self.waiting_ready)
         if not self._observed:
             return StepResult(np.empty(0), NOTHING, self._obs_error or "waiting for the first observation")
         if self.actions is not None and self.actions.interface == "position" and self._measured is None:
@@ -491,6 +535,17 @@ class PolicyController:
         latency = self._clock() - t0
         self.latency.add(latency)
         self.policy_steps += 1
+        own = action
+        intervened = self.override_held(now)
+        if intervened:
+            action = self._override
+            self.interventions += 1
+        result = self._policy_action(action, active, now, latency)
+        if result.source == "policy":
+            result.own_action, result.intervention = own, intervened
+        return result
+
+    def _policy_action(self, action: np.ndarray, active: _Active, now: float, latency: float) -> StepResult:
         if self.actions is not None:
             return self._robot_action(action, active, now, latency)
         n = self.config.soft_start_steps

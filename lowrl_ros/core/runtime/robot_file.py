@@ -10,6 +10,8 @@ observation terms"). Top-level keys, the complete set::
     action        post-processing of the policy's output  (parsed by core/runtime/actions.py)
     output        where the commands go                   (parsed by core/runtime/actions.py)
     safety        e-stop, soft start                       (parsed by core/runtime/actions.py)
+    reward        reward terms on the robot                (parsed by core/finetune/rewards.py)
+    episode       episode ends: fall, time limit           (parsed by core/finetune/rewards.py)
 
 This module checks the top level and parses ``joints``, ``default_pose`` and ``observation``; the
 output side (``interface``, ``action``, ``output``, ``safety``) is kept raw in :attr:`RobotFile.raw`
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 TOP_LEVEL_KEYS: tuple[str, ...] = ("joints", "default_pose", "interface", "observation", "action", "output",
-                                   "safety")
+                                   "safety", "reward", "episode")
 
 
 class RobotFileError(ValueError):

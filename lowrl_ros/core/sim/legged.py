@@ -413,6 +413,11 @@ class LeggedSim:
             self.robot.reset()
         return outcome
 
+    def reset(self) -> None:
+        """Start a new episode now (a reset request from the fine-tuner); the unfinished one is not counted."""
+        self._return, self._steps = 0.0, 0
+        self.robot.reset()
+
     def joints(self):
         r = self.robot
         return JointReading(JOINTS, r.joint_positions(), r.joint_velocities(), r.joint_efforts())

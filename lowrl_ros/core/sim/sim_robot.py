@@ -156,6 +156,11 @@ class SimRobot:
             self.env.reset()
         return outcome
 
+    def reset(self) -> None:
+        """Start a new episode now (a reset request from the fine-tuner); the unfinished one is not counted."""
+        self._return, self._steps = 0.0, 0
+        self.env.reset()
+
     def joints(self) -> JointReading:
         """The current joint positions/velocities/efforts, by name."""
         u = self.env.unwrapped

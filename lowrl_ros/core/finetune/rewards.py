@@ -1,0 +1,333 @@
+"""Rewards and episode ends computed on the robot from the robot file (ROS-free).
+
+The robot file's ``reward:`` and ``episode:`` sections (docs/finetune.md, "Rewards and episode ends on
+the robot") name observation terms by their ``name`` (or their index in ``observation``, when two
+terms share a name). Each step the fine-tuner hands :meth:`RewardSpec.compute` the observation the
+policy saw (from ``lowrl/policy/step``), the action it executed (the policy's units: the teleop
+action while a person intervened), and the command that went out (robot units); it returns the
+total and one value per term (already weighted), which the transition log keeps as columns.
+
+Terms (``weight`` on each; the raw value is what is listed, the reward adds ``weight * value``):
+
+    track_lin_vel_xy  exp(-|cmd_xy - v_xy|^2 / sigma^2)   velocity: the base linear velocity term (an
+                      observation term, e.g. an ``array`` term from the state estimator), command: the
+                      ``velocity_command`` term (entries 0, 1)
+    track_ang_vel_z   exp(-(cmd_wz - w_z)^2 / sigma^2)    velocity: ``imu_angular_velocity`` (entry 2),
+                      command: ``velocity_command`` (entry 2)
+    upright           -(g_x^2 + g_y^2) from ``projected_gravity`` (0 upright, -1 on its side)
+    action_rate       -|a_t - a_{t-1}|^2 of the executed action (policy units)
+    joint_effort      -|tau|^2 from a ``joint_effort`` observation term, or, when the policy does not observe
+                      effort, from the JointState the fine-tuner reads itself (``compute(effort=...)``)
+    alive             1 every step that is not a fall
+    pendulum          Pendulum-v1: -(theta^2 + 0.1 thdot^2 + 0.001 u^2), theta = atan2(sin, cos) from the
+                      ``joint_position`` terms with ``function: cos`` / ``sin``, thdot from ``joint_velocity``,
+                      u the command that went out (the torque)
+
+Observation values are un-scaled back to sensor units (``raw = value / scale + offset``, the newest
+step of a history) before use, so a term's ``scale`` in the robot file does not change the reward.
+
+Episode ends: ``fall_tilt_deg`` (the tilt from ``projected_gravity`` beyond the limit: terminated),
+``time_limit_steps`` or ``time_limit_s`` (truncated).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from lowrl_ros.core.runtime.observation import ObservationSpec, TermSpec
+from lowrl_ros.core.runtime.robot_file import RobotFile, RobotFileError
+
+# term -> (the observation references it takes, with their defaults: the term kind to look for)
+REWARD_TERMS: dict[str, dict[str, str]] = {
+    "track_lin_vel_xy": {"velocity": "base_lin_vel", "command": "velocity_command"},
+    "track_ang_vel_z": {"velocity": "imu_angular_velocity", "command": "velocity_command"},
+    "upright": {"gravity": "projected_gravity"},
+    "action_rate": {},
+    "joint_effort": {"effort": "joint_effort"},
+    "alive": {},
+    "pendulum": {"cos": "joint_position:cos", "sin": "joint_position:sin", "velocity": "joint_velocity"},
+}
+REWARD_KEYS = ("term", "weight", "sigma", "name")
+EPISODE_KEYS = ("fall_tilt_deg", "gravity", "time_limit_steps", "time_limit_s")
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """Where a term's newest raw value sits in the observation vector."""
+
+    start: int
+    size: int
+    scale: np.ndarray
+    offset: np.ndarray
+
+    def raw(self, obs: np.ndarray) -> np.ndarray:
+        value = obs[self.start:self.start + self.size]
+        return value / self.scale + self.offset
+
+
+@dataclass(frozen=True)
+class RewardTerm:
+    """One configured reward term."""
+
+    name: str
+    term: str
+    weight: float
+    sigma: float
+    refs: dict[str, _Ref]
+
+
+def _starts(spec: ObservationSpec) -> list[int]:
+    out, k = [], 0
+    for t in spec.terms:
+        out.append(k)
+        k += t.dim
+    return out
+
+
+def _find(spec: ObservationSpec, ref: Any, default: str, where: str) -> _Ref:
+    """Resolve a reference (a term name, a term index, or the default: the only term of that kind)."""
+    terms = spec.terms
+    if isinstance(ref, bool):
+        ref = None
+    if isinstance(ref, int):
+        if not 0 <= ref < len(terms):
+            raise ValueError(f"{where}: observation term index {ref} is out of range (0..{len(terms) - 1})")
+        found = [terms[ref]]
+    elif isinstance(ref, str) and ref:
+        found = [t for t in terms if t.name == ref]
+        if not found:
+            raise ValueError(f"{where}: no observation term is named {ref!r}; names: "
+                             f"{', '.join(t.name for t in terms)} (set name: on the term, or give its index)")
+    else:
+        kind, _, function = default.partition(":")
+        found = [t for t in terms if (t.term == kind or t.name == kind) and (not function or t.function == function)]
+        if not found:
+            raise ValueError(f"{where}: the observation has no {default!r} term; add one or name the term to use")
+    if len(found) > 1:
+        raise ValueError(f"{where}: {len(found)} observation terms match {ref or default!r} (indices "
+                         f"{', '.join(str(t.index) for t in found)}); give the term's index instead")
+    t: TermSpec = found[0]
+    # A clipped value un-scales to the clip edge: the reward saturates there, as the policy's input does.
+    start = _starts(spec)[t.index]
+    if t.history > 1 and t.history_order == "oldest_first":
+        start += (t.history - 1) * t.size  # the newest step
+    return _Ref(start, t.size, np.where(t.scale == 0, 1.0, t.scale), t.offset)
+
+
+def _number(raw: dict[str, Any], key: str, default: float, where: str, positive: bool = False) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or (positive and value <= 0):
+        raise ValueError(f"{where}: {key} must be a finite{' positive' if positive else ''} number, got {value!r}")
+    return float(value)
+
+
+@dataclass
+class RewardResult:
+    """One step's reward: the total and each term's weighted value (in the configured order)."""
+
+    total: float
+    terms: np.ndarray
+    fell: bool
+
+
+class RewardSpec:
+    """The ``reward:`` section, parsed against the observation (see the module docstring)."""
+
+    def __init__(self, terms: Sequence[RewardTerm], topic: str = "") -> None:
+        self.terms = tuple(terms)
+        self.topic = topic
+        self.names = tuple(t.name for t in self.terms)
+        self._prev: np.ndarray | None = None
+        self._values = np.zeros(len(self.terms))
+        self._effort: np.ndarray | None = None
+
+    @property
+    def needs_effort(self) -> bool:
+        """A joint_effort term reads the JointState effort (the policy does not observe it)."""
+        return any(t.term == "joint_effort" and not t.refs for t in self.terms)
+
+    @classmethod
+    def from_robot_file(cls, robot: RobotFile, spec: ObservationSpec) -> RewardSpec | None:
+        """None when the file has no ``reward:`` section; RobotFileError names the entry and the fix."""
+        section = robot.raw.get("reward")
+        if section is None:
+            return None
+        try:
+            return cls.parse(section, spec)
+        except ValueError as exc:
+            raise RobotFileError(robot.where(str(exc))) from exc
+
+    @classmethod
+    def parse(cls, section: Any, spec: ObservationSpec) -> RewardSpec:
+        if not isinstance(section, dict) or not (("terms" in section) ^ ("topic" in section)):
+            raise ValueError("reward must be a mapping with either terms: [{term: alive, weight: 1.0}, ...] "
+                             "or topic: <a std_msgs/Float64 reward topic>")
+        if "topic" in section:
+            topic = section["topic"]
+            if not isinstance(topic, str) or not topic:
+                raise ValueError(f"reward.topic must be a topic name, got {topic!r}")
+            return cls((), topic=topic)
+        raw_terms = section["terms"]
+        if not isinstance(raw_terms, list) or not raw_terms:
+            raise ValueError("reward.terms must be a non-empty list, e.g. [{term: alive, weight: 1.0}]")
+        terms, names = [], set()
+        for i, raw in enumerate(raw_terms):
+            where = f"reward.terms[{i}]"
+            if not isinstance(raw, dict) or raw.get("term") not in REWARD_TERMS:
+                raise ValueError(f"{where}: term must be one of {', '.join(REWARD_TERMS)}, got {raw!r}")
+            kind = raw["term"]
+            refs_allowed = REWARD_TERMS[kind]
+            unknown = [k for k in raw if k not in REWARD_KEYS and k not in refs_allowed]
+            if unknown:
+                raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; {kind} takes "
+                                 f"{', '.join(REWARD_KEYS + tuple(refs_allowed))}")
+            name = raw.get("name", kind)
+            if name in names:
+                raise ValueError(f"{where}: a second term named {name!r}; set name: to tell them apart")
+            names.add(name)
+            if kind == "joint_effort" and raw.get("effort") is None and not any(
+                    t.term == "joint_effort" for t in spec.terms):
+                refs = {}  # not observed: the JointState effort, handed to compute() by the fine-tuner
+            else:
+                refs = {k: _find(spec, raw.get(k), default, f"{where} ({kind}.{k})")
+                        for k, default in refs_allowed.items()}
+            terms.append(RewardTerm(name, kind, _number(raw, "weight", 1.0, where),
+                                    _number(raw, "sigma", 0.25, where, positive=True), refs))
+        return cls(terms)
+
+    def reset(self) -> None:
+        """An episode started: action_rate has no previous action."""
+        self._prev = None
+
+    def compute(self, obs: np.ndarray, action: np.ndarray, command: np.ndarray, next_obs: np.ndarray,
+                fell: bool = False, effort: np.ndarray | None = None) -> RewardResult:
+        """The reward of acting ``action`` (policy units) / ``command`` (robot units) on ``obs``, which led
+        to ``next_obs``. The locomotion terms read ``next_obs`` (the state the action produced, as Isaac
+        Lab's reward manager does after stepping); ``pendulum`` reads ``obs`` (Pendulum-v1's cost is of
+        the state the torque was applied in)."""
+        out = self._values
+        self._effort = effort
+        for i, t in enumerate(self.terms):
+            out[i] = t.weight * self._raw(t, obs if t.term == "pendulum" else next_obs, action, command, fell)
+        self._prev = np.array(action, dtype=np.float64)
+        return RewardResult(float(out.sum()), out.copy(), fell)
+
+    def _raw(self, t: RewardTerm, obs: np.ndarray, action: np.ndarray, command: np.ndarray, fell: bool) -> float:
+        r = t.refs
+        if t.term == "track_lin_vel_xy":
+            err = r["command"].raw(obs)[:2] - r["velocity"].raw(obs)[:2]
+            return math.exp(-float(err @ err) / t.sigma ** 2)
+        if t.term == "track_ang_vel_z":
+            err = float(r["command"].raw(obs)[2] - r["velocity"].raw(obs)[2])
+            return math.exp(-err * err / t.sigma ** 2)
+        if t.term == "upright":
+            g = r["gravity"].raw(obs)
+            return -float(g[0] ** 2 + g[1] ** 2)
+        if t.term == "action_rate":
+            if self._prev is None:
+                return 0.0
+            d = np.asarray(action, dtype=np.float64) - self._prev
+            return -float(d @ d)
+        if t.term == "joint_effort":
+            if not r:  # from the JointState: NaN (the step is not trained on) until the first one arrived
+                if self._effort is None:
+                    return math.nan
+                tau = np.asarray(self._effort, dtype=np.float64)
+            else:
+                tau = r["effort"].raw(obs)
+            return -float(tau @ tau)
+        if t.term == "alive":
+            return 0.0 if fell else 1.0
+        # pendulum (Pendulum-v1's cost, negated)
+        theta = math.atan2(float(r["sin"].raw(obs)[0]), float(r["cos"].raw(obs)[0]))
+        thdot = float(r["velocity"].raw(obs)[0])
+        u = float(np.asarray(command, dtype=np.float64).ravel()[0]) if np.size(command) else 0.0
+        return -(theta ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2)
+
+
+@dataclass(frozen=True)
+class EpisodeEnd:
+    """Why an episode ended: ``kind`` terminated (a fall) or truncated (the time limit)."""
+
+    kind: str
+    reason: str
+
+
+class EpisodeSpec:
+    """The ``episode:`` section: a fall (tilt beyond a limit) and a time limit."""
+
+    def __init__(self, fall_tilt_rad: float | None = None, gravity: _Ref | None = None,
+                 time_limit_steps: int | None = None, time_limit_s: float | None = None) -> None:
+        self.fall_tilt_rad = fall_tilt_rad
+        self.gravity = gravity
+        self.time_limit_steps = time_limit_steps
+        self.time_limit_s = time_limit_s
+        self.steps = 0
+        self.t0: float | None = None
+
+    @classmethod
+    def from_robot_file(cls, robot: RobotFile, spec: ObservationSpec) -> EpisodeSpec | None:
+        """None when the file has no ``episode:`` section."""
+        section = robot.raw.get("episode")
+        if section is None:
+            return None
+        try:
+            return cls.parse(section, spec)
+        except ValueError as exc:
+            raise RobotFileError(robot.where(str(exc))) from exc
+
+    @classmethod
+    def parse(cls, section: Any, spec: ObservationSpec) -> EpisodeSpec:
+        if not isinstance(section, dict) or not section:
+            raise ValueError(f"episode must be a mapping with {', '.join(EPISODE_KEYS)}; got {section!r}")
+        unknown = [k for k in section if k not in EPISODE_KEYS]
+        if unknown:
+            raise ValueError(f"episode: unknown key(s) {', '.join(map(str, unknown))}; "
+                             f"known: {', '.join(EPISODE_KEYS)}")
+        tilt = gravity = steps = seconds = None
+        if "fall_tilt_deg" in section:
+            deg = _number(section, "fall_tilt_deg", 0.0, "episode", positive=True)
+            if deg >= 180:
+                raise ValueError(f"episode.fall_tilt_deg {deg:g} must be below 180 (degrees from upright)")
+            tilt = math.radians(deg)
+            gravity = _find(spec, section.get("gravity"), "projected_gravity", "episode.gravity")
+        if "time_limit_steps" in section:
+            steps = section["time_limit_steps"]
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+                raise ValueError(f"episode.time_limit_steps must be a positive integer, got {steps!r}")
+        if "time_limit_s" in section:
+            seconds = _number(section, "time_limit_s", 0.0, "episode", positive=True)
+        return cls(tilt, gravity, steps, seconds)
+
+    def tilt(self, obs: np.ndarray) -> float:
+        """The angle (rad) between the base's up axis and up, from projected gravity."""
+        g = self.gravity.raw(obs)
+        norm = float(np.linalg.norm(g))
+        return 0.0 if norm == 0 else math.acos(max(-1.0, min(1.0, -float(g[2]) / norm)))
+
+    def fell(self, obs: np.ndarray) -> bool:
+        return self.fall_tilt_rad is not None and self.tilt(obs) > self.fall_tilt_rad
+
+    def reset(self) -> None:
+        self.steps, self.t0 = 0, None
+
+    def step(self, obs: np.ndarray, now: float) -> EpisodeEnd | None:
+        """Count one step taken from ``obs`` at ``now`` (s); the end it makes, if any (then reset)."""
+        if self.t0 is None:
+            self.t0 = now
+        self.steps += 1
+        end = None
+        if self.fall_tilt_rad is not None and self.fell(obs):
+            end = EpisodeEnd("terminated", f"fall: tilt {math.degrees(self.tilt(obs)):.0f} deg > "
+                                           f"{math.degrees(self.fall_tilt_rad):.0f} deg")
+        elif self.time_limit_steps is not None and self.steps >= self.time_limit_steps:
+            end = EpisodeEnd("truncated", f"time limit: {self.steps} steps")
+        elif self.time_limit_s is not None and now - self.t0 >= self.time_limit_s:
+            end = EpisodeEnd("truncated", f"time limit: {now - self.t0:.1f} s")
+        if end is not None:
+            self.reset()
+        return end
