@@ -211,6 +211,21 @@ def test_bench_loop_smoke(tmp_path):
     assert results["lowrl"]["rss_mb_max"] > 0 and (tmp_path / "loop" / "result.png").is_file()
 
 
+@pytest.mark.slow
+def test_bench_loop_legged_smoke(tmp_path):
+    """The 12-joint robot-file benchmark runs every phase and the node commands in each (the command
+    topic comes from the shipped robot file's output section)."""
+    out = subprocess.run(LOWRL + ["bench", "loop", "--legged", "--phase-seconds", "1", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    import json
+
+    results = json.loads((tmp_path / "loop" / "legged.json").read_text())["results"]
+    for phase in ("idle", "burners", "burners_rt"):
+        assert results[phase]["commands"] >= 10 and results[phase]["rss_mb"] > 0, results[phase]
+    assert results["bare_subscriber"]["cpu_percent"] > 0
+
+
 def test_shutdown_escalates_when_a_node_ignores_sigint(tmp_path, monkeypatch):
     """A node that ignores SIGINT gets SIGTERM after the grace period (a stand-in executable: the
     escalation path cannot be provoked with our own nodes, which all stop on SIGINT)."""

@@ -436,6 +436,7 @@ def run_legged(args: argparse.Namespace) -> int:
     from std_msgs.msg import Float64MultiArray
 
     from lowrl_ros.bench import record
+    from lowrl_ros.core.runtime.actions import OutputConfig
     from lowrl_ros.core.runtime.observation import ObservationSpec
     from lowrl_ros.core.runtime.robot_file import load_robot_file
     from lowrl_ros.launcher import PACKAGE, package_share
@@ -460,14 +461,16 @@ def run_legged(args: argparse.Namespace) -> int:
     def policy_node(*extra: str):
         cmd = [str(bin_dir / "policy_node"), "--ros-args", "--params-file", str(share / "config/policy_node.yaml"),
                "-r", "__ns:=/bench_robot", "-p", f"policy_path:={policy}", "-p", f"robot_file:={robot_path}",
-               "-p", "controller_name:=bench_legged", "-p", "soft_start_steps:=0", *extra]
+               *extra]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = Node("legged_bench", context=ctx)
     pub = RobotPublisher(node, list(robot.joints))
-    cmd_sub = node.create_subscription(Float64MultiArray, "/bench_legged/commands", lambda _m: None, QoSProfile(
+    # Commands go where the robot file's output section says, under the node's namespace.
+    command_topic = "/bench_robot/" + OutputConfig.from_dict(robot.raw.get("output"), robot.raw.get("interface")).topic
+    cmd_sub = node.create_subscription(Float64MultiArray, command_topic, lambda _m: None, QoSProfile(
         history=HistoryPolicy.KEEP_LAST, depth=10000, reliability=ReliabilityPolicy.RELIABLE))
     results: dict = {"policy": f"MLP {obs_dim}-128-128-128-12 ELU (random weights), fp32",
                      "robot_file": LEGGED_ROBOT, "phase_seconds": seconds, "node_cpu": node_cpu,
