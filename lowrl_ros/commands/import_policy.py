@@ -20,23 +20,29 @@ from lowrl_ros.core.runtime.engines import load_artifact
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", type=Path,
                         help="SB3 .zip, rsl_rl model_*.pt, .onnx, TorchScript .pt, or an Isaac Lab run directory")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="artifact to write (.onnx)")
     parser.add_argument("--from", dest="kind", choices=sorted(IMPORTERS), default=None,
                         help="source kind (default: detected from the file)")
     parser.add_argument("--sidecar", type=Path, default=None,
                         help="YAML contract (names, scaling, limits, period) for ONNX, TorchScript or rsl_rl "
                              "sources (docs/import.md)")
-    parser.add_argument("--vecnormalize", type=Path, default=None,
-                        help="SB3 VecNormalize pickle (VecNormalize.save) to fold into the artifact")
     parser.add_argument("--activation", default=None,
                         help="hidden activation when the source does not record it (rsl_rl checkpoints; default elu)")
+    add_output_arguments(parser)
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags every import command shares (this one and `lowrl import-sb3`)."""
+    parser.add_argument("-o", "--output", type=Path, required=True, help="artifact to write (.onnx)")
+    parser.add_argument("--vecnormalize", type=Path, default=None,
+                        help="SB3 VecNormalize pickle (VecNormalize.save) to fold into the artifact")
     parser.add_argument("--int8", action="store_true", help="store weights as per-channel int8")
     parser.add_argument("--sparsity", type=float, default=0.0, help="prune this fraction of each hidden layer (0..1)")
     parser.add_argument("--version", type=int, default=1, help="policy version (>= 1)")
     parser.add_argument("--tier", default="full", help="compute tier this artifact serves (full, lite, ...)")
     parser.add_argument("--env-id", default=None,
                         help="gymnasium id it was trained in (recorded; sets the control period)")
-    parser.add_argument("--control-period", type=float, default=None, help="seconds; overrides the source's")
+    parser.add_argument("--control-period", type=float, default=None,
+                        help="seconds; overrides the source's (default: the source's, the env's dt, else 0.02)")
 
 
 def options_from(args: argparse.Namespace) -> ImportOptions:

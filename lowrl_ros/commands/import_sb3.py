@@ -15,16 +15,7 @@ from lowrl_ros.core.compress.importing import ImportRefused
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="SB3 model zip written by model.save() (PPO, A2C, SAC, TD3, DDPG)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="artifact to write (.onnx)")
-    parser.add_argument("--vecnormalize", type=Path, default=None,
-                        help="VecNormalize.save() pickle whose observation statistics are folded in")
-    parser.add_argument("--int8", action="store_true", help="store weights as per-channel int8")
-    parser.add_argument("--sparsity", type=float, default=0.0, help="prune this fraction of each hidden layer (0..1)")
-    parser.add_argument("--version", type=int, default=1, help="policy version (>= 1)")
-    parser.add_argument("--tier", default="full", help="compute tier this artifact serves (full, lite, ...)")
-    parser.add_argument("--env-id", default=None,
-                        help="gymnasium id it was trained in (recorded; sets the control period)")
-    parser.add_argument("--control-period", type=float, default=None, help="seconds; default: the env's dt, else 0.02")
+    import_policy.add_output_arguments(parser)
     parser.add_argument("--algo", choices=["auto", "ppo", "a2c", "sac", "td3", "ddpg"], default="auto",
                         help="default: read from the zip; anything else must match it")
 
