@@ -342,10 +342,13 @@ def test_a_launcher_rename_gives_one_monitor_node_and_stats_remaps_apply(ros_con
         def graph():
             return ear.node.get_node_names()
 
-        assert spin_until(executor, lambda: "bm_renamed_stats_reader" in graph(), timeout=30), graph()
+        def readers():
+            return [i.node_name for i in ear.node.get_subscriptions_info_by_topic("/elsewhere/stats")]
+
+        # Discovery reports the two nodes and the helper's subscription in any order: wait for all.
+        assert spin_until(executor, lambda: readers() and "bm_renamed" in graph(), timeout=30), graph()
         assert graph().count("bm_renamed") == 1
-        subs = ear.node.get_subscriptions_info_by_topic("/elsewhere/stats")
-        assert [i.node_name for i in subs] == ["bm_renamed_stats_reader"]
+        assert readers() == ["bm_renamed_stats_reader"]
     finally:
         stop_process(proc)
         executor.remove_node(ear.node)
