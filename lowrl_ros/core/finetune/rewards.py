@@ -26,6 +26,14 @@ Terms (``weight`` on each; the raw value is what is listed, the reward adds ``we
 Observation values are un-scaled back to sensor units (``raw = value / scale + offset``, the newest
 step of a history) before use, so a term's ``scale`` in the robot file does not change the reward.
 
+Reward-only inputs (``reward.inputs``): values the reward needs but the policy does not observe, such as
+the base linear velocity from a state estimator. Each input names a topic the FINE-TUNER subscribes to
+(never the policy node: the policy's observation and its step message do not change), its type
+(``twist_stamped`` / ``twist``: geometry_msgs, ``field: linear`` or ``angular``, 3 values; or
+``float32_multi_array`` with ``size``) and ``timeout_s``. A term names the input where it would name an
+observation term (``velocity: base_lin_vel``); the newest value received is used, and a value older
+than ``timeout_s`` (or none yet) makes the step's reward NaN: the step is not trained on, and counted.
+
 Episode ends: ``fall_tilt_deg`` (the tilt from ``projected_gravity`` beyond the limit: terminated),
 ``time_limit_steps`` or ``time_limit_s`` (truncated).
 """
@@ -51,6 +59,8 @@ REWARD_TERMS: dict[str, dict[str, str]] = {
     "pendulum": {"cos": "joint_position:cos", "sin": "joint_position:sin", "velocity": "joint_velocity"},
 }
 REWARD_KEYS = ("term", "weight", "sigma", "name")
+INPUT_TYPES = ("twist_stamped", "twist", "float32_multi_array")
+INPUT_KEYS = ("name", "topic", "type", "field", "size", "timeout_s")
 EPISODE_KEYS = ("fall_tilt_deg", "gravity", "time_limit_steps", "time_limit_s")
 
 
@@ -66,6 +76,75 @@ class _Ref:
     def raw(self, obs: np.ndarray) -> np.ndarray:
         value = obs[self.start:self.start + self.size]
         return value / self.scale + self.offset
+
+
+@dataclass(frozen=True)
+class RewardInput:
+    """One reward-only input (``reward.inputs``): a topic the fine-tuner reads for the reward alone."""
+
+    name: str
+    topic: str
+    type: str
+    field: str  # twist types: linear | angular
+    size: int
+    timeout_s: float
+
+
+class _InputStore:
+    """The newest value of each reward-only input and when it came (the fine-tuner's clock, s)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[float, np.ndarray]] = {}
+        self.now = math.inf  # set by RewardSpec.compute; inf: every value is stale until then
+
+
+@dataclass(frozen=True)
+class _InputRef:
+    """A term's reference to a reward-only input: NaN when none came yet or the newest is too old."""
+
+    spec: RewardInput
+    store: _InputStore
+
+    def raw(self, _obs: np.ndarray) -> np.ndarray:
+        got = self.store.values.get(self.spec.name)
+        if got is None or self.store.now - got[0] > self.spec.timeout_s:
+            return np.full(self.spec.size, np.nan)
+        return got[1]
+
+
+def _parse_inputs(section: Any, spec: ObservationSpec) -> tuple[RewardInput, ...]:
+    if not isinstance(section, list):
+        raise ValueError("reward.inputs must be a list, e.g. [{name: base_lin_vel, topic: state_estimator/twist, "
+                         "type: twist_stamped, field: linear, timeout_s: 0.1}]")
+    out: list[RewardInput] = []
+    for i, raw in enumerate(section):
+        where = f"reward.inputs[{i}]"
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} must be a mapping with {', '.join(INPUT_KEYS)}; got {raw!r}")
+        unknown = [k for k in raw if k not in INPUT_KEYS]
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(INPUT_KEYS)}")
+        name, topic, kind = raw.get("name"), raw.get("topic"), raw.get("type")
+        if not isinstance(name, str) or not name or not isinstance(topic, str) or not topic:
+            raise ValueError(f"{where}: name and topic must be non-empty strings, got name={name!r}, topic={topic!r}")
+        if name in {t.name for t in spec.terms} or name in {x.name for x in out}:
+            raise ValueError(f"{where}: name {name!r} is already an observation term's or another input's; "
+                             "give the input its own name")
+        if kind not in INPUT_TYPES:
+            raise ValueError(f"{where}: type must be one of {', '.join(INPUT_TYPES)}, got {kind!r}")
+        if kind == "float32_multi_array":
+            size = raw.get("size")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1 or "field" in raw:
+                raise ValueError(f"{where}: a float32_multi_array input takes size: <a positive integer> (and no "
+                                 f"field); got size={size!r}")
+            field = ""
+        else:
+            field, size = raw.get("field", "linear"), 3
+            if field not in ("linear", "angular") or "size" in raw:
+                raise ValueError(f"{where}: a {kind} input takes field: linear | angular (3 values, no size); "
+                                 f"got field={field!r}")
+        out.append(RewardInput(name, topic, kind, field, size, _number(raw, "timeout_s", 0.1, where, positive=True)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -87,9 +166,16 @@ def _starts(spec: ObservationSpec) -> list[int]:
     return out
 
 
-def _find(spec: ObservationSpec, ref: Any, default: str, where: str) -> _Ref:
-    """Resolve a reference (a term name, a term index, or the default: the only term of that kind)."""
+def _find(spec: ObservationSpec, ref: Any, default: str, where: str,
+          inputs: dict[str, _InputRef] | None = None) -> _Ref | _InputRef:
+    """Resolve a reference (a term name, a term index, a reward-only input's name, or the default: the only
+    term of that kind, else the input of that name)."""
     terms = spec.terms
+    inputs = inputs or {}
+    if isinstance(ref, str) and ref in inputs:
+        return inputs[ref]
+    if ref is None and default in inputs and not any(t.term == default or t.name == default for t in terms):
+        return inputs[default]
     if isinstance(ref, bool):
         ref = None
     if isinstance(ref, int):
@@ -100,12 +186,14 @@ def _find(spec: ObservationSpec, ref: Any, default: str, where: str) -> _Ref:
         found = [t for t in terms if t.name == ref]
         if not found:
             raise ValueError(f"{where}: no observation term is named {ref!r}; names: "
-                             f"{', '.join(t.name for t in terms)} (set name: on the term, or give its index)")
+                             f"{', '.join(t.name for t in terms)}{_input_names(inputs)} (set name: on the term, "
+                             "give its index, or add a reward input of that name)")
     else:
         kind, _, function = default.partition(":")
         found = [t for t in terms if (t.term == kind or t.name == kind) and (not function or t.function == function)]
         if not found:
-            raise ValueError(f"{where}: the observation has no {default!r} term; add one or name the term to use")
+            raise ValueError(f"{where}: the observation has no {default!r} term; add one, name the term to use, or "
+                             f"read it as a reward-only input (reward.inputs)")
     if len(found) > 1:
         raise ValueError(f"{where}: {len(found)} observation terms match {ref or default!r} (indices "
                          f"{', '.join(str(t.index) for t in found)}); give the term's index instead")
@@ -115,6 +203,22 @@ def _find(spec: ObservationSpec, ref: Any, default: str, where: str) -> _Ref:
     if t.history > 1 and t.history_order == "oldest_first":
         start += (t.history - 1) * t.size  # the newest step
     return _Ref(start, t.size, np.where(t.scale == 0, 1.0, t.scale), t.offset)
+
+
+def _input_names(inputs: dict[str, Any]) -> str:
+    return f"; reward inputs: {', '.join(inputs)}" if inputs else ""
+
+
+def _section(robot: RobotFile, key: str, parse, spec: ObservationSpec):
+    """The robot file's ``key`` section parsed against ``spec`` (None when absent); a ValueError becomes a
+    RobotFileError naming the file and the entry."""
+    section = robot.raw.get(key)
+    if section is None:
+        return None
+    try:
+        return parse(section, spec)
+    except ValueError as exc:
+        raise RobotFileError(robot.where(str(exc))) from exc
 
 
 def _number(raw: dict[str, Any], key: str, default: float, where: str, positive: bool = False) -> float:
@@ -137,9 +241,12 @@ class RewardResult:
 class RewardSpec:
     """The ``reward:`` section, parsed against the observation (see the module docstring)."""
 
-    def __init__(self, terms: Sequence[RewardTerm], topic: str = "") -> None:
+    def __init__(self, terms: Sequence[RewardTerm], topic: str = "", inputs: Sequence[RewardInput] = (),
+                 store: _InputStore | None = None) -> None:
         self.terms = tuple(terms)
         self.topic = topic
+        self.inputs = tuple(inputs)
+        self._store = store or _InputStore()
         self.names = tuple(t.name for t in self.terms)
         self._prev: np.ndarray | None = None
         self._values = np.zeros(len(self.terms))
@@ -153,19 +260,29 @@ class RewardSpec:
     @classmethod
     def from_robot_file(cls, robot: RobotFile, spec: ObservationSpec) -> RewardSpec | None:
         """None when the file has no ``reward:`` section; RobotFileError names the entry and the fix."""
-        section = robot.raw.get("reward")
-        if section is None:
-            return None
-        try:
-            return cls.parse(section, spec)
-        except ValueError as exc:
-            raise RobotFileError(robot.where(str(exc))) from exc
+        return _section(robot, "reward", cls.parse, spec)
+
+    def set_input(self, name: str, value: Any, now: float) -> None:
+        """A reward-only input's newest value (received at ``now``, s, the clock ``compute(now=)`` uses);
+        ValueError when the size is wrong or a value is not finite."""
+        spec = next((x for x in self.inputs if x.name == name), None)
+        if spec is None:
+            raise ValueError(f"no reward input is named {name!r}; inputs: {', '.join(x.name for x in self.inputs)}")
+        arr = np.asarray(value, dtype=np.float64).ravel()
+        if arr.size != spec.size or not np.isfinite(arr).all():
+            raise ValueError(f"reward input {name} ({spec.topic}) needs {spec.size} finite values, got "
+                             f"{arr.tolist()}")
+        self._store.values[name] = (now, arr)
 
     @classmethod
     def parse(cls, section: Any, spec: ObservationSpec) -> RewardSpec:
-        if not isinstance(section, dict) or not (("terms" in section) ^ ("topic" in section)):
+        if not isinstance(section, dict) or not (("terms" in section) ^ ("topic" in section)) or (
+                "inputs" in section and "topic" in section):
             raise ValueError("reward must be a mapping with either terms: [{term: alive, weight: 1.0}, ...] "
-                             "or topic: <a std_msgs/Float64 reward topic>")
+                             "(and optionally inputs: [...]) or topic: <a std_msgs/Float64 reward topic>")
+        unknown = [k for k in section if k not in ("terms", "topic", "inputs")]
+        if unknown:
+            raise ValueError(f"reward: unknown key(s) {', '.join(map(str, unknown))}; known: terms, inputs, topic")
         if "topic" in section:
             topic = section["topic"]
             if not isinstance(topic, str) or not topic:
@@ -174,6 +291,9 @@ class RewardSpec:
         raw_terms = section["terms"]
         if not isinstance(raw_terms, list) or not raw_terms:
             raise ValueError("reward.terms must be a non-empty list, e.g. [{term: alive, weight: 1.0}]")
+        inputs = _parse_inputs(section.get("inputs", []), spec)
+        store = _InputStore()
+        input_refs = {x.name: _InputRef(x, store) for x in inputs}
         terms, names = [], set()
         for i, raw in enumerate(raw_terms):
             where = f"reward.terms[{i}]"
@@ -193,23 +313,30 @@ class RewardSpec:
                     t.term == "joint_effort" for t in spec.terms):
                 refs = {}  # not observed: the JointState effort, handed to compute() by the fine-tuner
             else:
-                refs = {k: _find(spec, raw.get(k), default, f"{where} ({kind}.{k})")
+                refs = {k: _find(spec, raw.get(k), default, f"{where} ({kind}.{k})", input_refs)
                         for k, default in refs_allowed.items()}
             terms.append(RewardTerm(name, kind, _number(raw, "weight", 1.0, where),
                                     _number(raw, "sigma", 0.25, where, positive=True), refs))
-        return cls(terms)
+        used = {r.spec.name for t in terms for r in t.refs.values() if isinstance(r, _InputRef)}
+        unused = [x.name for x in inputs if x.name not in used]
+        if unused:
+            raise ValueError(f"reward.inputs {', '.join(unused)} is read by no term; name it in a term "
+                             f"(e.g. velocity: {unused[0]}) or remove it")
+        return cls(terms, inputs=inputs, store=store)
 
     def reset(self) -> None:
         """An episode started: action_rate has no previous action."""
         self._prev = None
 
     def compute(self, obs: np.ndarray, action: np.ndarray, command: np.ndarray, next_obs: np.ndarray,
-                fell: bool = False, effort: np.ndarray | None = None) -> RewardResult:
+                fell: bool = False, effort: np.ndarray | None = None, now: float = math.inf) -> RewardResult:
         """The reward of acting ``action`` (policy units) / ``command`` (robot units) on ``obs``, which led
         to ``next_obs``. The locomotion terms read ``next_obs`` (the state the action produced, as Isaac
         Lab's reward manager does after stepping); ``pendulum`` reads ``obs`` (Pendulum-v1's cost is of
-        the state the torque was applied in)."""
+        the state the torque was applied in). ``now`` (s, the clock of :meth:`set_input`) judges whether each
+        reward-only input is fresh; a stale or missing one makes the total NaN."""
         out = self._values
+        self._store.now = now
         self._effort = effort
         for i, t in enumerate(self.terms):
             out[i] = t.weight * self._raw(t, obs if t.term == "pendulum" else next_obs, action, command, fell)
@@ -272,13 +399,7 @@ class EpisodeSpec:
     @classmethod
     def from_robot_file(cls, robot: RobotFile, spec: ObservationSpec) -> EpisodeSpec | None:
         """None when the file has no ``episode:`` section."""
-        section = robot.raw.get("episode")
-        if section is None:
-            return None
-        try:
-            return cls.parse(section, spec)
-        except ValueError as exc:
-            raise RobotFileError(robot.where(str(exc))) from exc
+        return _section(robot, "episode", cls.parse, spec)
 
     @classmethod
     def parse(cls, section: Any, spec: ObservationSpec) -> EpisodeSpec:
