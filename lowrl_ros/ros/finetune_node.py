@@ -19,7 +19,8 @@ This process imports torch (it trains); the policy node and budget monitor never
 With a ``robot_file`` (the policy node's) the node reads what the policy saw and did from the policy
 node's ``/lowrl/policy/step`` (ros/policy_node.py: observation, executed action, intervention flag)
 instead of rebuilding observations; the robot file's ``reward:`` terms and ``episode:`` ends are then
-computed here (core/finetune/rewards.py), each term logged per transition, and an episode end
+computed here (core/finetune/rewards.py), each term logged per transition (the file's reward-only
+``reward.inputs``, e.g. a state estimator's TwistStamped, are subscribed to here), and an episode end
 publishes a reset request on ``reset_topic`` (std_msgs/Empty) that the robot side honours. A
 ``reward: {topic: ...}`` keeps the user's reward topic, paired as before. Transitions a person
 teleoperated (intervention) go to the learner's demo buffer as well (core/finetune/demos.py), and
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 import psutil
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist, TwistStamped
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
@@ -229,6 +231,7 @@ class FineTuneNode(Node):
             self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
             if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
                 self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
+            self._subscribe_reward_inputs()
         elif self.adapter is not None:
             self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, RECORD)
         else:
@@ -270,6 +273,39 @@ class FineTuneNode(Node):
 
     def _get(self, name: str) -> Any:
         return self.get_parameter(name).value
+
+    def _subscribe_reward_inputs(self) -> None:
+        """The robot file's reward-only inputs (e.g. a state estimator's twist): read here, not by the policy
+        node, so the policy's observation and its step message stay as they are. One subscription per topic
+        (a TwistStamped can feed a linear and an angular input)."""
+        if self.rewards is None:
+            return
+        by_topic: dict[tuple[str, str], list] = {}
+        for x in self.rewards.inputs:
+            by_topic.setdefault((x.topic, x.type), []).append(x)
+        for (topic, kind), inputs in by_topic.items():
+            msg_type = {"twist_stamped": TwistStamped, "twist": Twist}.get(kind, Float32MultiArray)
+            self.create_subscription(msg_type, topic, self._reward_input_callback(inputs), RECORD)
+
+    def _reward_input_callback(self, inputs: list):
+        # A closure of one argument: rclpy passes the message info to callbacks that take two.
+        return lambda msg: self._on_reward_input(msg, inputs)
+
+    def _on_reward_input(self, msg: Any, inputs: list) -> None:
+        now = time.monotonic()
+        twist = getattr(msg, "twist", msg)  # TwistStamped carries a Twist
+        for x in inputs:
+            if x.type == "float32_multi_array":
+                value = msg.data
+            else:
+                v = getattr(twist, x.field)
+                value = (v.x, v.y, v.z)
+            try:
+                self.rewards.set_input(x.name, value, now)
+            except ValueError as exc:
+                self._bad(str(exc))
+                continue
+            self.received[f"reward_input.{x.name}"] += 1
 
     @property
     def computed_reward(self) -> bool:
@@ -355,13 +391,13 @@ class FineTuneNode(Node):
             p_obs, p_action, p_command, p_interv = prev
             end = self.episodes.step(obs, sent) if self.episodes is not None else None
             fell = end is not None and end.kind == "terminated"
-            r = self.rewards.compute(p_obs, p_action, p_command, obs, fell, effort=self._effort)
+            r = self.rewards.compute(p_obs, p_action, p_command, obs, fell, effort=self._effort, now=time.monotonic())
             if math.isfinite(r.total):
                 self._episode_return += r.total
                 self._term_sums += r.terms
                 self._record([Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
                                          self.running_version, sent, p_interv, tuple(float(v) for v in r.terms))])
-            else:  # an input of a term is missing (no JointState effort yet): the step is dropped, counted
+            else:  # an input of a term is missing (no JointState effort, a stale reward input): dropped, counted
                 self.assembler.incomplete += 1
             if end is not None:
                 self._computed_end(end.kind, end.reason, sent)

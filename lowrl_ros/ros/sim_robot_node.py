@@ -27,7 +27,9 @@ joint state, as a stand-up routine would.
 one physics step per tick (``control_period_s`` 0.005: JointState at 200 Hz, PD position control
 inside), position targets in the controller's joint order on ``command_topic``, sensor_msgs/Imu of
 the torso on ``imu_topic`` (frame ``imu_link``), the velocity command from ``cmd_vel_topic``
-(geometry_msgs/Twist) for its tracking reward. With ``command_velocity`` set ([vx, vy, yaw rate]) it
+(geometry_msgs/Twist) for its tracking reward, and the base velocity on ``state_estimate_topic``
+(geometry_msgs/TwistStamped, ground truth at 50 Hz: a state estimator's stand-in, the reward-only input of
+config/robots/legged_ant.yaml). With ``command_velocity`` set ([vx, vy, yaw rate]) it
 also publishes that Twist on ``cmd_vel_topic`` at 20 Hz: a stand-in for a joystick in demos.
 
 Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
@@ -43,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import Twist
+from geometry_msgs.msg import Twist, TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray
@@ -75,6 +77,9 @@ class SimRobotTopics:
     cmd_vel_topic: str = field("cmd_vel", "LeggedAnt: geometry_msgs/Twist velocity command (for the reward)")
     command_velocity: list = field([], "LeggedAnt: [vx, vy, yaw rate] published on cmd_vel_topic at 20 Hz "
                                        "(a joystick stand-in); []: publish nothing")
+    state_estimate_topic: str = field("state_estimator/twist", "LeggedAnt: geometry_msgs/TwistStamped ground-truth "
+                                      "base velocity at 50 Hz (heading frame; angular.z = yaw rate), a state "
+                                      "estimator's stand-in for the fine-tuner's reward; '': none")
 
 
 class SimRobotNode(Node):
@@ -112,6 +117,7 @@ class SimRobotNode(Node):
             self.create_subscription(Twist, get("cmd_vel_topic"), self._on_cmd_vel, CONTROL)
             self._walk_from = (time.monotonic(), self.robot.position_xy())
             self._walk_timer = self.create_timer(5.0, self._log_walk)
+            self._setup_state_estimate(get("state_estimate_topic"))
             velocity = [float(v) for v in (get("command_velocity") or [])]  # an empty YAML list: NOT_SET
             if len(velocity) == 3:
                 self._twist = Twist()
@@ -153,6 +159,29 @@ class SimRobotNode(Node):
         rate = "lockstep (a step per command)" if self._lockstep else f"{1 / self.config.control_period_s:.0f} Hz"
         self.get_logger().info(f"sim robot {self.config.env_id}, {rate}, joints {', '.join(self.robot.joint_names)}, "
                                f"reality gap: {self.gap.describe()}")
+
+    # ---- the state estimate (LeggedAnt): ground truth standing in for a real robot's estimator ----
+    STATE_ESTIMATE_PERIOD_S = 0.02  # 50 Hz: a Python callback per message in the fine-tuner is the cost
+
+    def _setup_state_estimate(self, topic: str) -> None:
+        self._pub_state = None
+        if topic:
+            self._pub_state = self.create_publisher(TwistStamped, topic, CONTROL)
+            self._state_msg = TwistStamped()
+            self._state_msg.header.frame_id = "base_heading"  # x forward, y left, z up; yaw-aligned with the base
+            self._state_due = 0.0
+
+    def _publish_state_estimate(self, stamp) -> None:
+        """The base velocity in the heading frame and the yaw rate (LeggedRobot.base_velocity_yaw_frame)."""
+        now = time.monotonic()
+        if self._pub_state is None or now < self._state_due:
+            return
+        self._state_due = now + self.STATE_ESTIMATE_PERIOD_S
+        vxy, yaw_rate = self.robot.robot.base_velocity_yaw_frame()
+        m = self._state_msg
+        m.header.stamp = stamp
+        m.twist.linear.x, m.twist.linear.y, m.twist.angular.z = float(vxy[0]), float(vxy[1]), float(yaw_rate)
+        self._pub_state.publish(m)
 
     def redirect_joint_states(self, topic: str) -> None:
         """Publish joint states on ``topic`` from the next tick on (benchmarks alternate receivers)."""
@@ -273,6 +302,7 @@ class SimRobotNode(Node):
             m.angular_velocity.x, m.angular_velocity.y, m.angular_velocity.z = (float(v) for v in gyro)
             m.linear_acceleration.x, m.linear_acceleration.y, m.linear_acceleration.z = (float(v) for v in acc)
             self._pub_imu.publish(m)
+            self._publish_state_estimate(msg.header.stamp)
         for hook in self.on_published:
             hook(self._published_at)
         if self._ready_due:
