@@ -59,6 +59,7 @@ from lowrl_ros.core.finetune.kit import load_kit
 from lowrl_ros.core.finetune.learner import FineTuner
 from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.demos import load_demos
+from lowrl_ros.core.finetune.episode_log import EpisodeTermsLog
 from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
 from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
@@ -213,6 +214,9 @@ class FineTuneNode(Node):
         self._episode_return = 0.0
         self._episode_obs: np.ndarray | None = None
         self._term_sums = np.zeros(len(self.rewards.terms) if self.rewards is not None else 0)
+        self._episode_steps = self._episode_interv = 0
+        # Per-episode return, reward terms and interventions, for the session report (computed rewards only).
+        self.episode_log = EpisodeTermsLog(self.work_dir, self.rewards.names) if self.computed_reward else None
         self._last_terms: dict[str, float] = {}  # the last finished episode's per-term sums
         self.interventions = 0
         self.resets_requested = 0
@@ -395,6 +399,8 @@ class FineTuneNode(Node):
             if math.isfinite(r.total):
                 self._episode_return += r.total
                 self._term_sums += r.terms
+                self._episode_steps += 1
+                self._episode_interv += int(p_interv)
                 self._record([Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
                                          self.running_version, sent, p_interv, tuple(float(v) for v in r.terms))])
             else:  # an input of a term is missing (no JointState effort, a stale reward input): dropped, counted
@@ -437,8 +443,12 @@ class FineTuneNode(Node):
         self.judge.begin(self.running_version)
         if episode is not None:
             self._to_learner.append(("episode", episode))
+        if self.episode_log is not None:
+            self.episode_log.append(time.time(), self.episode_log.rows + 1, kind, self._episode_return,
+                                    self._episode_steps, self._episode_interv, self.running_version, self._term_sums)
         self._episode_return, self._episode_obs = 0.0, None
         self._term_sums[:] = 0.0
+        self._episode_steps = self._episode_interv = 0
         self.rewards.reset()
         self._reset_pub.publish(Empty())
         self.resets_requested += 1
@@ -676,6 +686,8 @@ class FineTuneNode(Node):
         if self.offboard:
             self._stream_transitions()
         self.writer.close()
+        if self.episode_log is not None:
+            self.episode_log.close()
         if self.session is not None and not self._worker.is_alive():
             self._drain()
             self.session.close()

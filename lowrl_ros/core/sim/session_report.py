@@ -12,7 +12,8 @@ SESSION_DIR/
   budget_signals.csv  recorder: the budget monitor's CPU load, miss rate, p99 and wanted tier (its diagnostics, 1 Hz)
   finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, 1 Hz)
   process_cpu.csv     lowrl demo: each node's and load burner's CPU use, % of one core, 1 Hz
-  finetune/           the fine-tuner's work_dir: versions.json, versions/, transitions/ (docs/finetune.md)
+  finetune/           the fine-tuner's work_dir: versions.json, versions/, transitions/ (docs/finetune.md),
+                      episode_terms.csv (robot-file reward terms: per episode each term's sum, interventions)
 ```
 
 Every file but ``session.json`` and ``episodes.csv`` is optional: the report says which part is
@@ -55,6 +56,10 @@ LEARNER_CSV = "finetune_learner.csv"
 LEARNER_FIELDS = ("time_s", "state", "updates")
 PROCESS_CPU_CSV = "process_cpu.csv"
 PROCESS_CPU_FIELDS = ("time_s", "process", "cpu_pct")
+# The fine-tuner's per-episode reward log (core/finetune/episode_log.py; repeated here for the same reason as the
+# learner states below, and checked by test_session_report too).
+EPISODE_TERMS_CSV = "episode_terms.csv"
+TERM_PREFIX = "term."
 # The fine-tuner's learner states the report names (core/finetune/status.py; core/sim may not import
 # core/finetune, so the two names are repeated here and test_session_report checks they agree).
 LEARNING = "learning"
@@ -166,6 +171,12 @@ class SessionData:
     budget: dict[str, np.ndarray] = field(default_factory=dict)
     learner: dict[str, np.ndarray] = field(default_factory=dict)
     process_cpu: dict[str, np.ndarray] = field(default_factory=dict)
+    episode_terms: dict[str, np.ndarray] = field(default_factory=dict)  # finetune/episode_terms.csv
+
+    @property
+    def term_names(self) -> list[str]:
+        """The robot file's reward terms the fine-tuner logged (in its order)."""
+        return [k[len(TERM_PREFIX):] for k in self.episode_terms if k.startswith(TERM_PREFIX)]
 
     @property
     def t0(self) -> float:
@@ -192,7 +203,8 @@ def read_session(session_dir: str | Path) -> SessionData:
     return SessionData(p, info, _read_csv(p / EPISODES_CSV), _read_csv(p / POLICY_STATS_CSV),
                        _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV), versions, _read_csv(p / SWAPS_CSV),
                        _read_csv(p / BUDGET_CSV, text=("wanted",)), _read_csv(p / LEARNER_CSV, text=("state",)),
-                       _read_csv(p / PROCESS_CPU_CSV, text=("process",)))
+                       _read_csv(p / PROCESS_CPU_CSV, text=("process",)),
+                       _read_csv(p / FINETUNE_DIR / EPISODE_TERMS_CSV, text=("end",)))
 
 
 @dataclass(frozen=True)
@@ -477,6 +489,38 @@ def adaptive_compute_lines(data: SessionData) -> list[str]:
     return lines
 
 
+def reward_lines(data: SessionData) -> list[str]:
+    """The report's "Reward terms and interventions" section (finetune/episode_terms.csv): each term's mean per
+    episode for each policy version and for the first and last episodes, and the teleoperated steps."""
+    lines = ["", "## Reward terms and interventions", ""]
+    et = data.episode_terms
+    names = data.term_names
+    n = len(et.get("return", ()))
+    if not n:
+        lines.append(f"No {FINETUNE_DIR}/{EPISODE_TERMS_CSV}: the fine-tuner did not compute the reward from a robot "
+                     "file's reward: terms (a reward topic, or no episode ended), so there are no per-term rewards.")
+        return lines
+    steps, interv = et["steps"], et["interventions"]
+    ends = et["end"]
+    lines.append(f"Fine-tuner's episodes: {n} ({int(np.sum(ends == 'terminated'))} terminated, "
+                 f"{int(np.sum(ends == 'truncated'))} truncated), {int(steps.sum())} steps; interventions "
+                 f"(teleoperated steps): {int(interv.sum())} ({100.0 * interv.sum() / max(steps.sum(), 1):.1f} % of "
+                 f"the steps) in {int(np.sum(interv > 0))} episodes")
+    versions = et["version"].astype(int)
+    lines += ["", "Mean per episode (weighted, as summed into the return):", "",
+              "| episodes | n | return | " + " | ".join(names) + " | interventions |",
+              "|---" * (len(names) + 4) + "|"]
+    groups = [(f"v{v}", versions == v) for v in sorted(set(versions))]
+    k = min(5, n // 2)  # first and last apart (nothing to compare with one episode)
+    if k:
+        groups += [(f"first {k}", np.arange(n) < k), (f"last {k}", np.arange(n) >= n - k)]
+    for label, sel in groups:
+        cells = [f"{et[TERM_PREFIX + t][sel].mean():.3g}" for t in names]
+        lines.append(f"| {label} | {int(sel.sum())} | {et['return'][sel].mean():.3g} | " + " | ".join(cells)
+                     + f" | {interv[sel].mean():.3g} |")
+    return lines
+
+
 def summarize(data: SessionData) -> str:
     """The markdown summary (also what `lowrl demo` prints)."""
     info = data.info
@@ -492,7 +536,8 @@ def summarize(data: SessionData) -> str:
     lines.append("")
     n = data.n_episodes
     if n == 0:
-        lines.append("No episode finished (run longer).")
+        lines.append("No episode finished on the sim robot's count (run longer" + (
+            "; the fine-tuner's own episode ends are below)." if len(data.episode_terms.get("return", ())) else ")."))
     else:
         returns = data.episodes["return"]
         k = min(5, n)
@@ -533,6 +578,7 @@ def summarize(data: SessionData) -> str:
         seen = ", ".join(ComputeTier(int(t)).label for t in sorted(set(tiers.astype(int))))
         changes = int(np.sum(tiers[1:] != tiers[:-1]))
         lines.append(f"Compute tiers seen: {seen} ({changes} changes)")
+    lines += reward_lines(data)
     lines += adaptive_compute_lines(data)
     missing = [name for name, d in ((LATENCY_CSV, data.latency), (TIERS_CSV, data.tiers),
                                     (POLICY_STATS_CSV, data.stats)) if not d]
@@ -548,7 +594,7 @@ def _shade_load(ax: Any, out: "LoadOutcome | None") -> None:
 
 def _plot(data: SessionData, png: Path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(3, 2, figsize=(14, 11))
+    fig, axes = plt.subplots(4, 2, figsize=(14, 14))
     ax = axes[0][0]
     e = data.episodes
     t0 = data.t0
@@ -570,13 +616,21 @@ def _plot(data: SessionData, png: Path) -> None:
         k = min(10, data.n_episodes)  # Pendulum's return depends on the start state: the trend needs a mean
         ax.plot(t[k - 1:], np.convolve(e["return"], np.ones(k) / k, mode="valid"), "k-", lw=1.5,
                 label=f"mean of the last {k} episodes")
+    et = data.episode_terms
+    fine_tuner_episodes = not data.n_episodes and len(et.get("return", ()))
+    if fine_tuner_episodes:  # the fine-tuner ends episodes (robot file episode:), the sim robot counts none
+        for v in sorted(set(et["version"].astype(int))):
+            sel = et["version"].astype(int) == v
+            ax.plot(et["time_s"][sel] - t0, et["return"][sel], "o", ms=4, label=f"v{v} (fine-tuner's episodes)")
     _shade_load(ax, out)
-    if data.n_episodes:
+    if data.n_episodes or fine_tuner_episodes:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set(title="episode return over time", xlabel="session time (s)", ylabel="return")
     ax = axes[0][1]
     if data.n_episodes:
         ax.step(e["time_s"] - t0, e["version_end"], where="post")
+    elif fine_tuner_episodes:
+        ax.step(et["time_s"] - t0, et["version"], where="post")
     _shade_load(ax, out)
     ax.set(title="running policy version", xlabel="session time (s)", ylabel="version")
     ax = axes[1][0]  # tiers, the load and the fine-tuner's pause on one time axis
@@ -646,11 +700,34 @@ def _plot(data: SessionData, png: Path) -> None:
     else:
         ax.text(0.5, 0.5, "latency not recorded", ha="center", transform=ax.transAxes)
     ax.set(title="inference latency per applied tier")
+    _plot_rewards(data, axes[3][0], axes[3][1])
     fig.suptitle(f"session {data.path.name}: {data.info.get('env_id', '')}, gap {data.info.get('gap', '')}",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=90)
     plt.close(fig)
+
+
+def _plot_rewards(data: SessionData, ax_terms: Any, ax_interv: Any) -> None:
+    """Each reward term's sum per episode over time, and the teleoperated steps per episode."""
+    et = data.episode_terms
+    if not len(et.get("return", ())):
+        for ax in (ax_terms, ax_interv):
+            ax.text(0.5, 0.5, "no per-term rewards (finetune/episode_terms.csv)", ha="center", transform=ax.transAxes)
+    else:
+        t = et["time_s"] - data.t0
+        for name in data.term_names:
+            ax_terms.plot(t, et[TERM_PREFIX + name], ".-", lw=1, ms=3, label=name)
+        ax_terms.plot(t, et["return"], "k-", lw=1.5, label="return (sum)")
+        ax_terms.axhline(0.0, color="gray", lw=0.5)
+        ax_terms.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        width = max(float(np.median(np.diff(t))) * 0.8, 0.1) if len(t) > 1 else 1.0
+        ax_interv.bar(t, et["interventions"], width=width, color="purple", alpha=0.7,
+                      label="teleoperated steps per episode")
+        ax_interv.plot(t, et["steps"], "k_", ms=8, label="steps per episode")
+        ax_interv.legend(fontsize=7, loc="upper left")
+    ax_terms.set(title="reward terms per episode (fine-tuner)", xlabel="session time (s)", ylabel="sum over episode")
+    ax_interv.set(title="interventions", xlabel="session time (s)", ylabel="steps")
 
 
 def write_session_report(session_dir: str | Path) -> Path:
