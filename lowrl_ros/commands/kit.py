@@ -14,6 +14,26 @@ import sys
 from pathlib import Path
 
 
+# The critics' warm-up of a kit: (flag, type, default, help). One place for `lowrl kit` and every command that
+# makes a kit on the way (`lowrl bench sim2real --start sb3-ppo` takes them as --kit-<flag>).
+WARMUP_ARGUMENTS = (
+    ("warmup-steps", int, 5000, "with --env: steps of the policy (with exploration noise) the critics learn from "
+                                "(5000)"),
+    ("critic-updates", int, 5000, "critic updates before the kit is written; the actor does not move (5000)"),
+    ("explore-noise", float, 0.1, "Gaussian exploration noise, a fraction of half the action range (0.1); also "
+                                  "TD3's exploration and SAC's initial std while fine-tuning"),
+)
+
+
+def add_warmup_arguments(parser: argparse.ArgumentParser, prefix: str = "", help_prefix: str = "") -> None:
+    """Add the kit's warm-up flags (``--warmup-steps``, ``--critic-updates``, ``--explore-noise``) to ``parser``.
+
+    ``prefix`` goes before each flag name (``"kit-"``: ``--kit-warmup-steps``, read back as
+    ``args.kit_warmup_steps``), ``help_prefix`` before each help text (e.g. ``"--start sb3-ppo: "``)."""
+    for name, kind, default, text in WARMUP_ARGUMENTS:
+        parser.add_argument(f"--{prefix}{name}", type=kind, default=default, help=help_prefix + text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", type=Path, help="the policy artifact (.onnx) the robot runs (lowrl import)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="kit directory to write")
@@ -25,13 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", choices=("td3", "sac"), default="td3",
                         help="learner: td3 (default: fits a deterministic imported actor) or sac (a learned "
                              "state-independent log-std)")
-    parser.add_argument("--warmup-steps", type=int, default=5000,
-                        help="with --env: steps of the policy (with exploration noise) the critics learn from (5000)")
-    parser.add_argument("--critic-updates", type=int, default=5000,
-                        help="critic updates before the kit is written; the actor does not move (5000)")
-    parser.add_argument("--explore-noise", type=float, default=0.1,
-                        help="Gaussian exploration noise, a fraction of half the action range (0.1); also TD3's "
-                             "exploration and SAC's initial std while fine-tuning")
+    add_warmup_arguments(parser)
     parser.add_argument("--hidden", type=int, default=256, help="critic hidden width (256)")
     parser.add_argument("--depth", type=int, default=2, help="critic hidden layers (2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of rollouts, networks and sampling (0)")

@@ -233,10 +233,7 @@ class ArtifactSACAgent(_ArtifactAgentMixin, SACAgent):
             y = rew + disc * (self.critic_target(next_obs, next_a).min(0).values - alpha * next_logp)
         q = self.critic(obs, act)
         critic_loss = 0.5 * (q - y).square().mean(1).sum()
-        for p in self.critic_params:
-            p.grad = None
-        critic_loss.backward()
-        self.step_network(self.critic_masker, self.critic_opt)
+        self.critic_step(critic_loss)
         self.gradient_steps += 1
         if not train_actor:
             self.polyak()
@@ -248,13 +245,8 @@ class ArtifactSACAgent(_ArtifactAgentMixin, SACAgent):
             actor_loss = lam * (alpha * logp - q_pi).mean() + bc_weight * (self.actor(obs) - act).square().mean()
         else:
             actor_loss = (alpha * logp - q_pi).mean()
-        grads = torch.autograd.grad(actor_loss, self.actor_params)
-        for p, g in zip(self.actor_params, grads):
-            p.grad = g
-        self.step_network(self.actor_masker, self.actor_opt)
-        if self.learn_alpha:
-            self.log_alpha.grad = -(logp.detach() + self.target_entropy).mean().reshape(1)
-            self.alpha_opt.step()
+        self.actor_step(actor_loss)
+        self.temperature_step(logp)
         self.polyak()
 
 

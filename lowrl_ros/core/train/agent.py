@@ -143,6 +143,22 @@ class OffPolicyAgent:
             # The target net must share the new mask right away, not only after the next Polyak.
             self.polyak_masks_only()
 
+    def critic_step(self, critic_loss: torch.Tensor) -> None:
+        """One critic update from its loss: fresh gradients, backward, masked optimizer step (SAC, TD3, CrossQ
+        and the kit's imported-actor agents share it)."""
+        for p in self.critic_params:
+            p.grad = None
+        critic_loss.backward()
+        self.step_network(self.critic_masker, self.critic_opt)
+
+    def actor_step(self, actor_loss: torch.Tensor) -> None:
+        """One actor update from its loss: the gradient over the actor's parameters only (the critic's weight
+        gradients are never computed), then the masked optimizer step."""
+        grads = torch.autograd.grad(actor_loss, self.actor_params)
+        for p, g in zip(self.actor_params, grads):
+            p.grad = g
+        self.step_network(self.actor_masker, self.actor_opt)
+
     @torch.no_grad()
     def polyak_masks_only(self) -> None:
         for _, _, masker, target_w in self.target_pairs:

@@ -168,10 +168,7 @@ class _CrossQ:
         q, q_next = q_all[:, :n], q_all[:, n:]
         y = rew + disc * (q_next.detach().min(0).values - bonus)
         critic_loss = 0.5 * (q - y).square().mean(1).sum()
-        for p in self.critic_params:
-            p.grad = None
-        critic_loss.backward()
-        self.step_network(self.critic_masker, self.critic_opt)
+        self.critic_step(critic_loss)
         self.gradient_steps += 1
         if not train_actor or self.gradient_steps % CROSSQ_POLICY_DELAY:
             return
@@ -192,15 +189,11 @@ class _CrossQ:
                 loss = -q_pi.mean()
                 if bc_weight > 0.0:
                     loss = loss / q_pi.detach().abs().mean().clamp_min(1e-6) + bc_weight * (pi - act).square().mean()
-            grads = torch.autograd.grad(loss, self.actor_params)
+            self.actor_step(loss)  # the actor's optimizer only: the critic's mode does not matter to it
         finally:
             self.critic.train()
-        for p, g in zip(self.actor_params, grads):
-            p.grad = g
-        self.step_network(self.actor_masker, self.actor_opt)
-        if sac and self.learn_alpha:
-            self.log_alpha.grad = -(logp.detach() + self.target_entropy).mean().reshape(1)
-            self.alpha_opt.step()
+        if sac:
+            self.temperature_step(logp)
 
 
 class _LayerNormCritic:

@@ -50,10 +50,7 @@ class SACAgent(OffPolicyAgent):
             y = rew + disc * target_q
         q = self.critic(obs, act)
         critic_loss = 0.5 * (q - y).square().mean(1).sum()
-        for p in self.critic_params:
-            p.grad = None
-        critic_loss.backward()
-        self.step_network(self.critic_masker, self.critic_opt)
+        self.critic_step(critic_loss)
         if not train_actor:
             self.polyak()
             self.gradient_steps += 1
@@ -74,17 +71,19 @@ class SACAgent(OffPolicyAgent):
         else:
             a, logp = self.actor.sample(obs)
             actor_loss = (alpha * logp - self.critic(obs, a).min(0).values).mean()
-        grads = torch.autograd.grad(actor_loss, self.actor_params)
-        for p, g in zip(self.actor_params, grads):
-            p.grad = g
-        self.step_network(self.actor_masker, self.actor_opt)
+        self.actor_step(actor_loss)
 
+        self.temperature_step(logp)
+        self.polyak()
+        self.gradient_steps += 1
+
+    def temperature_step(self, logp: torch.Tensor) -> None:
+        """The learned temperature's step (none when ``alpha`` is fixed); SAC, CrossQ-SAC and the kit's
+        imported-actor SAC share it."""
         if self.learn_alpha:
             # d/d log α of −log α·(log π + H̄) is −mean(log π + H̄): no graph needed.
             self.log_alpha.grad = -(logp.detach() + self.target_entropy).mean().reshape(1)
             self.alpha_opt.step()
-        self.polyak()
-        self.gradient_steps += 1
 
     def state_dict(self) -> dict:
         state = super().state_dict()

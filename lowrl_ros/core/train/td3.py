@@ -63,10 +63,7 @@ class TD3Agent(OffPolicyAgent):
             y = rew + disc * self.critic_target(next_obs, next_a).min(0).values
         q = self.critic(obs, act)
         critic_loss = (q - y).square().mean(1).sum()
-        for p in self.critic_params:
-            p.grad = None
-        critic_loss.backward()
-        self.step_network(self.critic_masker, self.critic_opt)
+        self.critic_step(critic_loss)
         self.gradient_steps += 1
         if not train_actor:
             self.polyak(slice(0, 1))  # the critic's target only; the actor and its target stay
@@ -80,8 +77,5 @@ class TD3Agent(OffPolicyAgent):
                 + bc_weight * (pi - act).square().mean()
         else:
             actor_loss = -q_pi.mean()
-        grads = torch.autograd.grad(actor_loss, self.actor_params)
-        for p, g in zip(self.actor_params, grads):
-            p.grad = g
-        self.step_network(self.actor_masker, self.actor_opt)
+        self.actor_step(actor_loss)
         self.polyak()
