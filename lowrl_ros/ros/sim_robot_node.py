@@ -108,6 +108,7 @@ class SimRobotNode(Node):
         self._pub_ready = self.create_publisher(Bool, get("ready_topic"), LATCHED)
         self.resets = 0
         self._ready_due = False
+        self._reset_due = False  # legged physics thread: a reset request it applies before its next tick
 
         self._pub_imu = None
         if hasattr(self.robot, "imu"):  # the legged robot: an IMU, a velocity command
@@ -205,6 +206,14 @@ class SimRobotNode(Node):
 
     def _on_reset(self, _msg: Empty) -> None:
         """A reset request: a new episode from the env's initial state, then ready (a simulator stands up at once)."""
+        if getattr(self, "_thread", None) is not None:
+            # The legged physics steps on its own thread (MuJoCo releases the GIL in mj_step): resetting the
+            # model from here could interleave with a step, so the physics thread resets before its next tick.
+            self._reset_due = True
+            return
+        self._reset_now()
+
+    def _reset_now(self) -> None:
         self.robot.reset()
         self.resets += 1
         self._episode_version = self.policy_version
@@ -268,6 +277,9 @@ class SimRobotNode(Node):
             elif delay < -10 * period:  # a long stall: start over from now (the robot catches its physics up)
                 deadline = time.monotonic()
             try:
+                if self._reset_due:
+                    self._reset_due = False
+                    self._reset_now()
                 self._tick()
             except Exception as exc:  # noqa: BLE001 - e.g. a publisher gone at shutdown: say it and stop
                 if not self._stop.is_set():
