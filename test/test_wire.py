@@ -51,3 +51,23 @@ def test_other_wire_versions_are_refused_naming_both():
     rows[0, -3] = 2  # the rows of one message disagree on their terms
     with pytest.raises(ValueError, match="does not end in n_terms 1"):
         decode_transitions(rows.ravel(), 3, 1)
+
+
+def test_the_offboard_learner_puts_streamed_interventions_into_its_demo_buffer_and_log(tiny_kit, tmp_path):
+    """What the trainer node does with a stream of version 2: the teleoperated rows go to the demo buffer (as on
+    the robot) and the off-board log keeps the flag and the reward terms."""
+    from lowrl_ros.core.finetune.config import FineTuneConfig
+    from lowrl_ros.core.finetune.kit import load_kit
+    from lowrl_ros.core.finetune.offboard import OffboardLearner
+    from lowrl_ros.core.finetune.transition_log import read_log
+
+    rng = np.random.default_rng(0)
+    sent = [Transition(rng.standard_normal(3), rng.uniform(-1, 1, 1), -1.0, rng.standard_normal(3), False, False, 1,
+                       float(i), i % 4 == 0, (-0.75, -0.25)) for i in range(40)]
+    learner = OffboardLearner(load_kit(tiny_kit[0]), FineTuneConfig(min_transitions=64, batch_size=32),
+                              tmp_path / "work", tmp_path / "releases")
+    learner.receive(*decode_transitions(encode_transitions(sent, 0).ravel(), 3, 1))
+    assert len(learner.tuner.demos) == 10  # every 4th row was teleoperated
+    learner.close()
+    batch, _ = read_log(tmp_path / "work" / "transitions")
+    assert batch.intervention.sum() == 10 and np.allclose(batch.reward_terms, [-0.75, -0.25])
