@@ -44,8 +44,10 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import functools
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +143,66 @@ class PolicyNodeSettings:
         parse_cpus(self.rt_cpus)  # a bad CPU list fails here, with the fix
 
 
+def _locked(method):
+    """Run a PolicyNode method under the node's lock (see PolicyNode.__init__: why and what it guards)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
+class ControlLoop:
+    """fixed_rate control on its own thread: one tick at each absolute deadline ``due + period``.
+
+    The deadline comes from the node's :class:`TickSchedule` (tick n due at ``t0 + n * period``), so
+    jitter never accumulates into drift; a tick that wakes more than a period late counts the periods it
+    skipped as deadline misses and keeps the schedule. The thread sleeps on an Event until the deadline
+    (CLOCK_MONOTONIC underneath, the clock of ``perf_counter``), so :meth:`wake` (a new tier's period:
+    tick now) and :meth:`stop` act at once. The RT settings (``rt_*``) are asked for this thread when it
+    starts; the executor thread keeps normal scheduling and serves parameters, diagnostics, stats and
+    the low-rate topics.
+
+    Args:
+        tick: runs one tick under the node's lock; returns the next deadline (perf_counter seconds).
+        on_start: runs first on the new thread (the RT settings).
+        on_error: an exception that escaped ``tick`` (logged; the loop goes on at the next deadline).
+    """
+
+    def __init__(self, name: str, tick, on_start, on_error) -> None:
+        self._tick, self._on_start, self._on_error = tick, on_start, on_error
+        self._event = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Tick now (the schedule was replaced: a new tier's period)."""
+        self._event.set()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop after the tick in progress (if any); returns when the thread has ended."""
+        self._stopped = True
+        self._event.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        self._on_start()
+        clock, wait, event = time.perf_counter, self._event.wait, self._event
+        while not self._stopped:
+            try:
+                deadline = self._tick()
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one tick
+                self._on_error(exc)
+                deadline = clock() + 0.01
+            if deadline is None:  # the node was released under us
+                return
+            remaining = deadline - clock()
+            if remaining > 0 and wait(remaining):
+                event.clear()
+
+
 class PolicyNode(LifecycleNode):
     """The on-robot policy runner. See the module docstring and docs/policy_node.md."""
 
@@ -155,6 +217,13 @@ class PolicyNode(LifecycleNode):
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         # Outlives cleanup/configure: a latched e-stop stays latched until its reset, whatever else happens.
         self._estop_latch: EStopLatch | None = None
+        # The control thread (fixed_rate) and the executor's callbacks both touch the controller, the
+        # observation builder, the swapper and the publishers. One re-entrant lock makes each control tick
+        # and each executor callback that changes that state (parameters, tier, e-stop, teleop, reset,
+        # stats, status, lifecycle) atomic with respect to the other; the executor's callbacks are rare and
+        # short, so the control thread almost never waits for it (uncontended: ~0.1 us per acquire).
+        self._lock = threading.RLock()
+        self._loop: ControlLoop | None = None
         self._clear_runtime()
 
     def _clear_runtime(self) -> None:
@@ -198,6 +267,7 @@ class PolicyNode(LifecycleNode):
     def _receiver_config(self) -> ReceiverConfig:
         return config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
 
+    @_locked
     def _validate_parameters(self, params) -> SetParametersResult:
         """Reject a live change the core config refuses, with its reason (shown by rqt_reconfigure)."""
         changes = {p.name: p.value for p in params if p.name in LIVE_CONTROL}
@@ -213,6 +283,7 @@ class PolicyNode(LifecycleNode):
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
 
+    @_locked
     def _apply_parameters(self, params) -> None:
         names = {p.name for p in params}
         if self.controller is not None and names & set(LIVE_CONTROL):
@@ -385,6 +456,7 @@ class PolicyNode(LifecycleNode):
         buf[k + 2 * m:k + 3 * m] = action
         self._step_pub.publish(self._step_msg)
 
+    @_locked
     def _on_teleop(self, msg: Float64MultiArray) -> None:
         if self.controller is None:
             return
@@ -393,6 +465,7 @@ class PolicyNode(LifecycleNode):
         except ValueError as exc:
             self.get_logger().error(f"ignoring {self._get('teleop_topic')}: {exc}", throttle_duration_sec=2.0)
 
+    @_locked
     def _on_reset(self, _msg: Empty) -> None:
         if self.controller is not None:
             self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
@@ -400,39 +473,50 @@ class PolicyNode(LifecycleNode):
             self.get_logger().info(f"reset requested: holding the safe action until {self._get('ready_topic')} "
                                    "reports ready")
 
+    @_locked
     def _on_ready(self, msg: Bool) -> None:
         if self.controller is not None and msg.data and self.controller.waiting_ready:
             self.controller.release_hold()
             self.get_logger().info("robot ready: the policy acts again (soft start)")
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.controller.activate()
-        if self._builder is not None:
-            self._builder.reset()  # no sample or history from before this activation
-        self._apply_realtime()
-        config = self.controller.config
-        if config.mode == "fixed_rate":
-            self._start_fixed_rate()
-        else:
-            # Event mode acts on observations; this timer only notices when they stop (watchdog).
-            self._control_timer = self.create_timer(config.watchdog_timeout_s / 2, self._on_watchdog_tick)
+        with self._lock:
+            self.controller.activate()
+            if self._builder is not None:
+                self._builder.reset()  # no sample or history from before this activation
+            fixed_rate = self.controller.config.mode == "fixed_rate"
+            if fixed_rate:
+                self._start_fixed_rate()
+            else:
+                # Event mode acts on observations, on the executor thread: the RT settings go to it, and this
+                # timer only notices when the observations stop (watchdog).
+                self._apply_realtime()
+                self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2,
+                                                        self._on_watchdog_tick)
+        result = super().on_activate(state)  # enables the lifecycle publishers
+        if fixed_rate:  # after the publishers are enabled: its first tick may publish at once
+            self._loop = ControlLoop(f"{self.get_name()}_control", self._loop_tick, self._apply_realtime,
+                                     self._loop_error)
         self.get_logger().info("activated")
-        return super().on_activate(state)  # enables the lifecycle publishers
+        return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._destroy_control_timer()
-        # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
-        # On a position interface it holds the newest measured pose (None: never measured, send nothing).
-        self._update_measured()
-        action = self.controller.deactivate()
-        if action is not None:
-            self._publish_command(action)
+        self._stop_loop()  # outside the lock: its last tick takes the lock
+        with self._lock:
+            self._destroy_control_timer()
+            # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
+            # On a position interface it holds the newest measured pose (None: never measured, send nothing).
+            self._update_measured()
+            action = self.controller.deactivate()
+            if action is not None:
+                self._publish_command(action)
         self.get_logger().info("deactivated: " + ("safe action sent" if action is not None else
                                                   "nothing sent (the joint positions were never measured)"))
         return super().on_deactivate(state)
 
     def _apply_realtime(self) -> None:
-        """rt_* parameters, asked for this thread (the executor's: it runs the control ticks)."""
+        """rt_* parameters, asked for the calling thread: the control thread (fixed_rate) or the executor's
+        (event mode, where the executor runs the control ticks); mlockall is for the whole process."""
         priority, cpus, lock = self._get("rt_priority"), parse_cpus(self._get("rt_cpus")), self._get("rt_lock_memory")
         if not (priority or cpus or lock):
             return
@@ -440,12 +524,36 @@ class PolicyNode(LifecycleNode):
         for level, line in self._realtime.lines:
             self._log(level, f"realtime: {line}")
 
+    def _stop_loop(self) -> None:
+        """End the control thread (fixed_rate); call without holding the lock."""
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.stop()
+
+    def _loop_tick(self) -> float | None:
+        """One tick of the control thread; returns the next deadline (None: the node was released)."""
+        with self._lock:
+            schedule = self._schedule
+            if schedule is None or self.controller is None:
+                return None
+            due = self._on_control_tick()
+            return due + schedule.period_s
+
+    def _loop_error(self, exc: Exception) -> None:
+        self.get_logger().error(f"control tick failed: {type(exc).__name__}: {exc}", throttle_duration_sec=2.0)
+
+    def destroy_node(self) -> None:
+        """Stop the control thread before the node's publishers go (a test or tool may skip shutdown)."""
+        self._stop_loop()
+        super().destroy_node()
+
     def _destroy_control_timer(self) -> None:
         if self._control_timer is not None:
             self.destroy_timer(self._control_timer)
             self._control_timer = None
 
     def _release(self) -> None:
+        self._stop_loop()
         self._destroy_control_timer()
         for t in self._timers:
             self.destroy_timer(t)
@@ -462,27 +570,33 @@ class PolicyNode(LifecycleNode):
         self._clear_runtime()
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release()
+        with self._lock:
+            self._release()
         self.get_logger().info("cleaned up")
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        if self.controller is not None and self.controller.active:
-            self._update_measured()
-            action = self.controller.deactivate()
-            if action is not None:
-                self._publish_command(action)  # still enabled: shutdown does not deactivate them
-        self._release()
+        self._stop_loop()  # outside the lock: its last tick takes the lock
+        with self._lock:
+            if self.controller is not None and self.controller.active:
+                self._update_measured()
+                action = self.controller.deactivate()
+                if action is not None:
+                    self._publish_command(action)  # still enabled: shutdown does not deactivate them
+            self._release()
         return TransitionCallbackReturn.SUCCESS
 
     # ---- control path ----------------------------------------------------------------------
+    @_locked
     def _on_joint_state(self, msg: JointState) -> None:
         self._observe(time.perf_counter(), self.adapter.from_joint_state,
                       msg.name, msg.position, msg.velocity, msg.effort)
 
+    @_locked
     def _on_observation(self, msg: Float32MultiArray) -> None:
         self._observe(time.perf_counter(), from_array, msg.data, self.controller.obs_dim)
 
+    @_locked
     def _observe(self, t0: float, convert, *args) -> None:
         """Convert a message to an observation (a bad one becomes the reason for the safe action),
         then act at once in event mode, with the message's arrival ``t0`` as the deadline reference."""
@@ -500,32 +614,37 @@ class PolicyNode(LifecycleNode):
         self.robot_inputs.take()
         return self._builder.build(time.perf_counter())
 
+    @_locked
     def _on_extra(self, msg: Float32MultiArray) -> None:
         try:
             self.adapter.set_extra(msg.data)
         except Exception as exc:  # noqa: BLE001 - never die on input
             self.controller.observe(None, str(exc))
 
-    def _on_control_tick(self) -> None:
-        """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted."""
+    def _on_control_tick(self) -> float:
+        """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted.
+        Returns that due time."""
         due, skipped = self._schedule.tick(time.perf_counter())
         self.controller.deadline_misses += skipped  # each skipped period is an output that never came
         if self.robot_inputs is not None and self.controller.active:
             self._observe(due, self._robot_observation)
         self._tick(due)
+        return due
 
     def _start_fixed_rate(self) -> None:
-        """(Re)start the control timer at the tier's output period (ControlConfig.output_period_s)."""
-        self._destroy_control_timer()
-        period = self.controller.output_period_s()
-        self._schedule = TickSchedule(period)
-        self._control_timer = self.create_timer(period, self._on_control_tick)
+        """(Re)start the schedule at the tier's output period (ControlConfig.output_period_s); a running
+        control thread ticks at once on the new schedule (the new tier's first output now)."""
+        self._schedule = TickSchedule(self.controller.output_period_s())
+        if self._loop is not None:
+            self._loop.wake()
 
+    @_locked
     def _on_watchdog_tick(self) -> None:
         age = self.controller.observation_age()
         if age is None or age > self.controller.config.watchdog_timeout_s:
             self._tick(time.perf_counter())
 
+    @_locked
     def _tick(self, reference: float) -> None:
         # Inactive: no control work at all (ticks are not counted); the lifecycle publishers would
         # drop the output anyway, so rclpy enforces the silence a second time.
@@ -580,6 +699,7 @@ class PolicyNode(LifecycleNode):
                 self.controller.set_measured(measured_positions(sample[0], sample[1], self.actions.joints))
 
     # ---- e-stop ----------------------------------------------------------------------------
+    @_locked
     def _on_estop(self, asserted: bool) -> None:
         latch = self._estop_latch
         if latch is None or not latch.update(asserted, time.perf_counter()):
@@ -588,6 +708,7 @@ class PolicyNode(LifecycleNode):
         self._tick(time.perf_counter())  # the safe action now, not at the next tick
         self._publish_status()
 
+    @_locked
     def _on_estop_reset(self) -> None:
         latch = self._estop_latch
         if latch is None:
@@ -597,6 +718,7 @@ class PolicyNode(LifecycleNode):
         self._publish_status()
 
     # ---- tiers, hot-swap -------------------------------------------------------------------
+    @_locked
     def _on_tier(self, msg: UInt8) -> None:
         try:
             line = self.controller.set_tier(msg.data)
@@ -607,10 +729,10 @@ class PolicyNode(LifecycleNode):
             self.get_logger().warning(line) if self.controller.tier > ComputeTier.FULL else self.get_logger().info(line)
             if (self.controller.config.mode == "fixed_rate" and self.controller.active
                     and self.controller.output_period_s() != self._schedule.period_s):
-                self._start_fixed_rate()
-                self._tick(time.perf_counter())  # the new tier's first output now, not a period later
+                self._start_fixed_rate()  # the control thread ticks at once: the new tier's first output now
             self._publish_status()
 
+    @_locked
     def _on_bundle(self, msg: UInt8MultiArray) -> None:
         """A bundle from the trainer: only queued here; all checking happens on the swap worker."""
         if self.swapper is not None:
@@ -635,6 +757,7 @@ class PolicyNode(LifecycleNode):
             self.swapper.wait(timeout)
 
     # ---- reporting -------------------------------------------------------------------------
+    @_locked
     def _publish_stats(self) -> None:
         c = self.controller
         if c is None:
@@ -646,6 +769,7 @@ class PolicyNode(LifecycleNode):
     def _publish_diag(self, statuses: list) -> None:
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
+    @_locked
     def _publish_status(self) -> None:
         c, swapper = self.controller, self.swapper
         if c is None or swapper is None:
