@@ -141,7 +141,42 @@ def parse_imu(buf: bytes):
     return v[0:4], v[13:16], v[25:28]
 
 
-FAST_PARSERS = {"joint_state": parse_joint_state, "imu": parse_imu}
+_TWIST = struct.Struct("<6d")
+
+
+def parse_twist(buf: bytes):
+    """A serialized geometry_msgs/Twist -> (linear xyz, angular xyz) as 6 floats, or None if not plain LE CDR."""
+    if buf[:2] != _CDR_LE or len(buf) < 4 + 48:
+        return None
+    return _TWIST.unpack_from(buf, 4)
+
+
+_F32 = np.dtype("<f4")
+
+
+def parse_float32_array(buf: bytes):
+    """A serialized std_msgs/Float32MultiArray -> its data (a float32 view), or None if not plain LE CDR.
+
+    The layout (dim labels, sizes, strides, data_offset) is skipped: the observation reads ``data`` only.
+    """
+    if buf[:2] != _CDR_LE:
+        return None
+    count = _u32(buf, 4)[0]  # the dim sequence's length
+    pos = 4
+    for _ in range(count):
+        pos = _align(pos, 4)
+        pos += 4 + _u32(buf, 4 + pos)[0]  # label (length with its NUL)
+        pos = _align(pos, 4) + 8  # size, stride
+    pos = _align(pos, 4) + 4  # data_offset
+    n = _u32(buf, 4 + pos)[0]
+    pos += 4
+    if 4 + pos + 4 * n > len(buf):
+        return None
+    return np.frombuffer(buf, _F32, n, 4 + pos)
+
+
+FAST_PARSERS = {"joint_state": parse_joint_state, "imu": parse_imu, "twist": parse_twist,
+                "array": parse_float32_array}
 
 
 def can_take(subscription) -> bool:

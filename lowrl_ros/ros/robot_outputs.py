@@ -17,6 +17,7 @@ no e-stop edge is dropped; a TRANSIENT_LOCAL ("latched") e-stop publisher is mat
 """
 from __future__ import annotations
 
+import array
 from typing import Any, Callable
 
 import numpy as np
@@ -74,11 +75,15 @@ class CommandOutput:
             n = len(actions.controller_joints)
             # The joint names travel in the layout label: a reader (rqt, a recorder) can tell the order.
             self._msg.layout.dim = [MultiArrayDimension(label=",".join(actions.controller_joints), size=n, stride=n)]
+            # Allocated once and written in place each tick: rclpy keeps an array.array('d') as is and copies
+            # it with one memcpy, where a list is checked value by value in Python (~20 us per 12 joints here).
+            self._msg.data = array.array("d", bytes(8 * n))
+            self._data = np.frombuffer(self._msg.data, dtype=np.float64)
             self.publish = self._publish_array
 
     def _publish_array(self, action: np.ndarray) -> None:
         """Publish ``action`` (policy order) in the controller's order."""
-        self._msg.data = self._actions.to_controller(action).tolist()
+        self._data[:] = self._actions.to_controller(action)
         self.publisher.publish(self._msg)
 
     def _publish_trajectory(self, action: np.ndarray) -> None:
