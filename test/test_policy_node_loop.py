@@ -48,6 +48,9 @@ def test_ticks_come_from_the_control_thread_without_the_executor(fixed_rate):
     build, _executor = fixed_rate
     node = build()
     assert node._loop is not None and node._loop._thread.name == "policy_node_control"
+    tid = node._loop._thread.native_id
+    with open(f"/proc/self/task/{tid}/comm") as f:  # the OS name a user sees in top -H
+        assert f.read().strip() == "lowrl_control"
     ticks = node.controller.ticks
     time.sleep(0.3)  # nobody spins: only the control thread can tick
     assert 20 <= node.controller.ticks - ticks <= 40  # 100 Hz for 0.3 s (a loaded CI machine: wide margins)

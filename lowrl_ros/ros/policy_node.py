@@ -66,7 +66,8 @@ from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, P
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
-from lowrl_ros.core.runtime.realtime import RealtimeResult, apply_realtime, parse_cpus
+from lowrl_ros.core.runtime.realtime import (CONTROL_THREAD, RealtimeResult, apply_realtime, name_thread,
+                                             parse_cpus)
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status
 from lowrl_ros.core.runtime.swap import PolicySwapper
@@ -188,6 +189,7 @@ class ControlLoop:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        name_thread(CONTROL_THREAD)
         self._on_start()
         clock, wait, event = time.perf_counter, self._event.wait, self._event
         while not self._stopped:
