@@ -42,7 +42,6 @@ never takes the node down.
 """
 from __future__ import annotations
 
-import array
 import dataclasses
 import functools
 import os
@@ -79,7 +78,7 @@ from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
 from lowrl_ros.ros.robot_inputs import RobotInputs
-from lowrl_ros.ros.robot_outputs import CommandOutput, check_output, create_estop
+from lowrl_ros.ros.robot_outputs import ArrayOut, CommandOutput, check_output, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
 
 INPUTS = ("joint_states", "observation")
@@ -248,7 +247,7 @@ class PolicyNode(LifecycleNode):
         self._timing: dict[str, Any] = {}  # ControlConfig overrides from robot_timing: contract
         self._realtime: RealtimeResult | None = None
         self._step_pub = None
-        self._step_buf: np.ndarray | None = None  # a view into self._step_msg.data: filled in place per tick
+        self._step_buf: np.ndarray | None = None  # self._step_out.values: filled in place per tick
         self._intervening = False
         self._measured_names: Any = None  # _measured's cache: the names tuple and its joints' indices
         self._measured_index: np.ndarray | None = None
@@ -428,13 +427,11 @@ class PolicyNode(LifecycleNode):
         """The step message, allocated once: each tick writes into its data in place."""
         n, m = self.controller.obs_dim, self.controller.action_dim
         size = len(STEP_HEADER) + n + 3 * m
-        self._step_msg = Float64MultiArray()
         label = ";".join([f"{h}:1" for h in STEP_HEADER] + [f"obs:{n}", f"policy_action:{m}", f"action:{m}",
                                                              f"command:{m}"])
-        self._step_msg.layout.dim = [MultiArrayDimension(label=label, size=size, stride=size)]
-        self._step_msg.data = array.array("d", bytes(8 * size))  # rclpy keeps an array.array('d') as is
-        self._step_buf = np.frombuffer(self._step_msg.data, dtype=np.float64)
         self._step_pub = self.create_lifecycle_publisher(Float64MultiArray, self._get("step_topic"), RECORD)
+        self._step_out = ArrayOut(self._step_pub, [MultiArrayDimension(label=label, size=size, stride=size)], size)
+        self._step_buf = self._step_out.values
         self._lifecycle_pubs.append(self._step_pub)
 
     def _publish_step(self, result, action: np.ndarray) -> None:
@@ -459,7 +456,7 @@ class PolicyNode(LifecycleNode):
         else:
             buf[k:k + 2 * m] = np.nan
         buf[k + 2 * m:k + 3 * m] = action
-        self._step_pub.publish(self._step_msg)
+        self._step_out.publish()
 
     @_locked
     def _on_teleop(self, msg: Float64MultiArray) -> None:
