@@ -157,41 +157,46 @@ class ControlLoop:
 
     The deadline comes from the node's :class:`TickSchedule` (tick n due at ``t0 + n * period``), so
     jitter never accumulates into drift; a tick that wakes more than a period late counts the periods it
-    skipped as deadline misses and keeps the schedule. The thread sleeps on an Event until the deadline
-    (CLOCK_MONOTONIC underneath, the clock of ``perf_counter``), so :meth:`wake` (a new tier's period:
-    tick now) and :meth:`stop` act at once. The RT settings (``rt_*``) are asked for this thread when it
-    starts; the executor thread keeps normal scheduling and serves parameters, diagnostics, stats and
-    the low-rate topics.
+    skipped as deadline misses and keeps the schedule. The thread sleeps with ``time.sleep`` to the
+    deadline (clock_nanosleep on CLOCK_MONOTONIC, the clock of ``perf_counter``): measured here it costs
+    the thread about half the CPU of an Event wait per tick. Sleeps are cut at :data:`MAX_SLEEP_S`, so
+    :meth:`stop` and :meth:`wake` (a new schedule: tick at once) act within that even on a slow tier.
+    The RT settings (``rt_*``) are asked for this thread when it starts; the executor thread keeps normal
+    scheduling and serves parameters, diagnostics, stats and the low-rate topics.
 
     Args:
-        tick: runs one tick under the node's lock; returns the next deadline (perf_counter seconds).
+        tick: runs one tick under the node's lock; returns the next deadline (perf_counter seconds), or
+            None when there is nothing left to run (the node was released).
         on_start: runs first on the new thread (the RT settings).
         on_error: an exception that escaped ``tick`` (logged; the loop goes on at the next deadline).
     """
 
+    MAX_SLEEP_S = 0.05
+
     def __init__(self, name: str, tick, on_start, on_error) -> None:
         self._tick, self._on_start, self._on_error = tick, on_start, on_error
-        self._event = threading.Event()
+        # Plain flags: each is one attribute store/load (atomic under the GIL); the loop reads them between sleeps.
         self._stopped = False
+        self._woken = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
-        """Tick now (the schedule was replaced: a new tier's period)."""
-        self._event.set()
+        """Tick at once (within MAX_SLEEP_S): the schedule was replaced (a new tier's period)."""
+        self._woken = True
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop after the tick in progress (if any); returns when the thread has ended."""
         self._stopped = True
-        self._event.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
     def _run(self) -> None:
         name_thread(CONTROL_THREAD)
         self._on_start()
-        clock, wait, event = time.perf_counter, self._event.wait, self._event
+        clock, sleep, longest = time.perf_counter, time.sleep, self.MAX_SLEEP_S
         while not self._stopped:
+            self._woken = False
             try:
                 deadline = self._tick()
             except Exception as exc:  # noqa: BLE001 - the loop must outlive any one tick
@@ -199,9 +204,11 @@ class ControlLoop:
                 deadline = clock() + 0.01
             if deadline is None:  # the node was released under us
                 return
-            remaining = deadline - clock()
-            if remaining > 0 and wait(remaining):
-                event.clear()
+            while not (self._stopped or self._woken):
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    break
+                sleep(remaining if remaining < longest else longest)
 
 
 class PolicyNode(LifecycleNode):
@@ -635,7 +642,7 @@ class PolicyNode(LifecycleNode):
 
     def _start_fixed_rate(self) -> None:
         """(Re)start the schedule at the tier's output period (ControlConfig.output_period_s); a running
-        control thread ticks at once on the new schedule (the new tier's first output now)."""
+        control thread takes it up at once (within ControlLoop.MAX_SLEEP_S)."""
         self._schedule = TickSchedule(self.controller.output_period_s())
         if self._loop is not None:
             self._loop.wake()
@@ -749,7 +756,8 @@ class PolicyNode(LifecycleNode):
             self.get_logger().warning(line) if self.controller.tier > ComputeTier.FULL else self.get_logger().info(line)
             if (self.controller.config.mode == "fixed_rate" and self.controller.active
                     and self.controller.output_period_s() != self._schedule.period_s):
-                self._start_fixed_rate()  # the control thread ticks at once: the new tier's first output now
+                self._start_fixed_rate()
+                self._tick(time.perf_counter())  # the new tier's first output now, not at the thread's next wake
             self._publish_status()
 
     @_locked
