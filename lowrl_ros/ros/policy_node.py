@@ -32,6 +32,12 @@ messages are newer than ``teleop_timeout_s``: a human intervention (HIL-SERL), d
 request on ``reset_topic`` (std_msgs/Empty) holds the safe action until std_msgs/Bool true arrives
 on ``ready_topic`` (the robot stood up again).
 
+Threads: in ``fixed_rate`` mode (every robot file with ``robot_timing: contract``) the ticks run on
+the node's own control thread (:class:`ControlLoop`, OS name ``lowrl_control``, absolute deadlines,
+the ``rt_*`` settings); the executor thread serves parameters, stats, diagnostics and the low-rate
+topics; one lock (``PolicyNode._lock``) makes each tick and each such callback atomic with respect to
+the other. Event mode ticks on the executor thread, as each observation arrives.
+
 The node declares, converts and wires; the decisions live in core:
 :class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
 tiers), :class:`~lowrl_ros.core.runtime.swap.PolicySwapper` (hot swap of a ``policy_path`` or a
