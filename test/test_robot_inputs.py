@@ -16,7 +16,8 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Float64MultiArray
+from geometry_msgs.msg import Twist
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimension
 
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
@@ -277,7 +278,8 @@ def test_fast_cdr_parsers_agree_with_rclpy(names, position, velocity, effort, fr
     """The raw-CDR readers at the tick give what rclpy's own deserialization gives (empty arrays, odd padding)."""
     from rclpy.serialization import deserialize_message, serialize_message
 
-    from lowrl_ros.ros.robot_inputs import parse_imu, parse_joint_state
+    from lowrl_ros.ros.robot_inputs import (parse_float32_array, parse_imu, parse_joint_state, parse_twist,
+                                            to_sample)
 
     js = JointState(name=names, position=position, velocity=velocity, effort=effort)
     js.header.frame_id = frame
@@ -295,6 +297,14 @@ def test_fast_cdr_parsers_agree_with_rclpy(names, position, velocity, effort, fr
     q, w, a = parse_imu(serialize_message(imu))
     assert q.tolist() == [0.1, 0.0, 0.0, 0.9] and w.tolist() == [0.0, 0.0, 3.0] and a.tolist() == [9.81, 0.0, 0.0]
     assert parse_joint_state(b"\x00\x00\x00\x00" + bytes(64)) is None  # big-endian CDR: rclpy's conversion instead
+    twist = Twist()
+    twist.linear.x, twist.linear.y, twist.angular.z = 0.5, -0.25, 1.5
+    assert parse_twist(serialize_message(twist)) == to_sample("twist", twist)
+    arr = Float32MultiArray(data=[0.5 * i for i in range(len(names) + 1)])
+    arr.layout.dim = [MultiArrayDimension(label=frame, size=len(names) + 1, stride=1)] * len(names)
+    arr.layout.data_offset = 3
+    assert parse_float32_array(serialize_message(arr)).tolist() == list(deserialize_message(
+        serialize_message(arr), Float32MultiArray).data)
 
 
 def test_event_mode_acts_on_each_joint_state_and_the_fallback_without_take_message(ros_context, ex, tmp_path,

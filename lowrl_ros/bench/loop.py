@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lowrl_ros.core.runtime.realtime import CONTROL_THREAD
 from lowrl_ros.core.sim.plot import pyplot
 
 NODES = ("lowrl", "torch")
@@ -405,16 +406,48 @@ class RobotPublisher:
         self._thread.join(2.0)
 
 
-def _cpu_percent(proc, seconds: float) -> tuple[float, float]:
-    """(CPU % of one core over ``seconds``, max RSS MB) of a process, sampled twice a second."""
+def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """{tid: (OS thread name, user+system clock ticks)} from /proc/<pid>/task/*/stat (Linux; {} elsewhere)."""
+    out: dict[int, tuple[str, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(tid)] = (stat[stat.index("(") + 1:stat.rindex(")")], int(fields[11]) + int(fields[12]))
+    return out
+
+
+def thread_group(name: str) -> str:
+    """The bench's grouping of the policy node's threads by OS name."""
+    if name == CONTROL_THREAD:
+        return "control"
+    return "dds" if name.startswith("dds.") else "executor+other"
+
+
+def _cpu_percent(proc, seconds: float) -> tuple[float, float, dict[str, float]]:
+    """(CPU % of one core over ``seconds``, max RSS MB, CPU % per thread group) of a process, sampled twice a
+    second; the groups (:func:`thread_group`) say where the time went: control thread, DDS, the rest."""
     import psutil
 
     p = psutil.Process(proc.pid)
+    threads0 = _thread_ticks(proc.pid)
     c0, t0, rss = sum(p.cpu_times()[:2]), time.monotonic(), 0.0
     while time.monotonic() - t0 < seconds:
         time.sleep(0.5)
         rss = max(rss, p.memory_info().rss / 2**20)
-    return 100.0 * (sum(p.cpu_times()[:2]) - c0) / (time.monotonic() - t0), rss
+    threads1, elapsed = _thread_ticks(proc.pid), time.monotonic() - t0
+    groups: dict[str, float] = {}
+    for tid, (name, ticks) in threads1.items():
+        used = (ticks - threads0.get(tid, (name, 0))[1]) / os.sysconf("SC_CLK_TCK")
+        groups[thread_group(name)] = groups.get(thread_group(name), 0.0) + 100.0 * used / elapsed
+    return 100.0 * (sum(p.cpu_times()[:2]) - c0) / elapsed, rss, groups
 
 
 def _periods(sub) -> np.ndarray:
@@ -483,7 +516,7 @@ def run_legged(args: argparse.Namespace) -> int:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3.0)  # start-up and discovery, not counted
         sent0 = pub.sent
-        cpu, rss = _cpu_percent(bare, seconds)
+        cpu, rss, _ = _cpu_percent(bare, seconds)
         sent = pub.sent - sent0
         bare.send_signal(2)
         out, _ = bare.communicate(timeout=10)
@@ -503,11 +536,11 @@ def run_legged(args: argparse.Namespace) -> int:
                 time.sleep(0.5)
             _periods(cmd_sub)  # drop the warm-up
             sent0 = pub.sent
-            cpu, rss = _cpu_percent(proc, seconds)
+            cpu, rss, groups = _cpu_percent(proc, seconds)
             periods = _periods(cmd_sub)
             err = np.abs(periods - 0.02) * 1e3
             results[name] = {
-                "cpu_percent": cpu, "rss_mb": rss, "commands": int(periods.size + 1),
+                "cpu_percent": cpu, "rss_mb": rss, "thread_cpu_percent": groups, "commands": int(periods.size + 1),
                 "joint_states_sent": pub.sent - sent0,
                 "period_error_p50_ms": float(np.percentile(err, 50)),
                 "period_error_p99_ms": float(np.percentile(err, 99)),
@@ -536,8 +569,12 @@ def run_legged(args: argparse.Namespace) -> int:
     results["targets_met"] = {"node CPU <= 5 % of a core": idle["cpu_percent"] <= 5.0,
                               "command period p99 error idle <= 1 ms": idle["period_error_p99_ms"] <= 1.0,
                               "rss <= 120 MB": idle["rss_mb"] <= 120.0}
+    def split(r: dict) -> str:
+        g = r.get("thread_cpu_percent")
+        return " / ".join(f"{g.get(k, 0.0):.1f}" for k in ("control", "dds", "executor+other")) if g else "-"
+
     rows = "\n".join(
-        f"| {n} | {r['cpu_percent']:.1f} | {r.get('period_error_p50_ms', float('nan')):.3f} | "
+        f"| {n} | {r['cpu_percent']:.1f} | {split(r)} | {r.get('period_error_p50_ms', float('nan')):.3f} | "
         f"{r.get('period_error_p99_ms', float('nan')):.3f} | {r.get('period_error_max_ms', float('nan')):.2f} | "
         f"{r.get('late_periods_gt_1ms', '-')} | {r.get('missed_periods', '-')} | {r['rss_mb']:.0f} | "
         f"{'; '.join(r.get('realtime_log', [])) or '-'} |"
@@ -551,8 +588,12 @@ def run_legged(args: argparse.Namespace) -> int:
           f"there too (rt_cpus). Period error: |period - 20 ms| between the commands' DDS source timestamps. "
           f"Load (1-min) {results['loadavg_1min_before']:.1f} before, {results['loadavg_1min_after']:.1f} after, "
           f"{results['cpu_count']} cores.\n\n"
-          "| phase | CPU % of a core | period err p50 ms | p99 ms | max ms | periods > 1 ms off | missed | RSS MB | "
-          "realtime |\n|---|---|---|---|---|---|---|---|---|\n" + rows + "\n\n"
+          "| phase | CPU % of a core | control / DDS / executor+other threads % | period err p50 ms | p99 ms | max ms "
+          "| periods > 1 ms off | missed | RSS MB | realtime |\n|---|---|---|---|---|---|---|---|---|---|\n" + rows +
+          "\n\n"
+          f"Threads by OS name (/proc/<pid>/task): control = `{CONTROL_THREAD}` (the fixed_rate control thread), DDS = "
+          "the middleware's `dds.*` threads (receiving the 1 kHz joint states), executor+other = the rest (the "
+          "executor: stats, diagnostics, parameters).\n"
           f"Policy node / bare subscriber CPU: {idle['cpu_percent'] / bare_r['cpu_percent']:.2f}x; the bare "
           f"subscriber received {100 * bare_r['received_fraction']:.0f} % of the joint states sent while it ran "
           "(below 100 %: it could not keep up, and dropped samples cost it nothing).\n"

@@ -32,6 +32,12 @@ messages are newer than ``teleop_timeout_s``: a human intervention (HIL-SERL), d
 request on ``reset_topic`` (std_msgs/Empty) holds the safe action until std_msgs/Bool true arrives
 on ``ready_topic`` (the robot stood up again).
 
+Threads: in ``fixed_rate`` mode (every robot file with ``robot_timing: contract``) the ticks run on
+the node's own control thread (:class:`ControlLoop`, OS name ``lowrl_control``, absolute deadlines,
+the ``rt_*`` settings); the executor thread serves parameters, stats, diagnostics and the low-rate
+topics; one lock (``PolicyNode._lock``) makes each tick and each such callback atomic with respect to
+the other. Event mode ticks on the executor thread, as each observation arrives.
+
 The node declares, converts and wires; the decisions live in core:
 :class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
 tiers), :class:`~lowrl_ros.core.runtime.swap.PolicySwapper` (hot swap of a ``policy_path`` or a
@@ -42,10 +48,11 @@ never takes the node down.
 """
 from __future__ import annotations
 
-import array
 import dataclasses
+import functools
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +71,8 @@ from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, P
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
-from lowrl_ros.core.runtime.realtime import RealtimeResult, apply_realtime, parse_cpus
+from lowrl_ros.core.runtime.realtime import (CONTROL_THREAD, RealtimeResult, apply_realtime, name_thread,
+                                             parse_cpus)
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status
 from lowrl_ros.core.runtime.swap import PolicySwapper
@@ -76,7 +84,7 @@ from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
 from lowrl_ros.ros.robot_inputs import RobotInputs
-from lowrl_ros.ros.robot_outputs import CommandOutput, check_output, create_estop
+from lowrl_ros.ros.robot_outputs import ArrayOut, CommandOutput, check_output, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
 
 INPUTS = ("joint_states", "observation")
@@ -141,6 +149,74 @@ class PolicyNodeSettings:
         parse_cpus(self.rt_cpus)  # a bad CPU list fails here, with the fix
 
 
+def _locked(method):
+    """Run a PolicyNode method under the node's lock (see PolicyNode.__init__: why and what it guards)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
+class ControlLoop:
+    """fixed_rate control on its own thread: one tick at each absolute deadline ``due + period``.
+
+    The deadline comes from the node's :class:`TickSchedule` (tick n due at ``t0 + n * period``), so
+    jitter never accumulates into drift; a tick that wakes more than a period late counts the periods it
+    skipped as deadline misses and keeps the schedule. The thread sleeps with ``time.sleep`` to the
+    deadline (clock_nanosleep on CLOCK_MONOTONIC, the clock of ``perf_counter``): measured here it costs
+    the thread about half the CPU of an Event wait per tick. Sleeps are cut at :data:`MAX_SLEEP_S`, so
+    :meth:`stop` and :meth:`wake` (a new schedule: tick at once) act within that even on a slow tier.
+    The RT settings (``rt_*``) are asked for this thread when it starts; the executor thread keeps normal
+    scheduling and serves parameters, diagnostics, stats and the low-rate topics.
+
+    Args:
+        tick: runs one tick under the node's lock; returns the next deadline (perf_counter seconds), or
+            None when there is nothing left to run (the node was released).
+        on_start: runs first on the new thread (the RT settings).
+        on_error: an exception that escaped ``tick`` (logged; the loop goes on at the next deadline).
+    """
+
+    MAX_SLEEP_S = 0.05
+
+    def __init__(self, name: str, tick, on_start, on_error) -> None:
+        self._tick, self._on_start, self._on_error = tick, on_start, on_error
+        # Plain flags: each is one attribute store/load (atomic under the GIL); the loop reads them between sleeps.
+        self._stopped = False
+        self._woken = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Tick at once (within MAX_SLEEP_S): the schedule was replaced (a new tier's period)."""
+        self._woken = True
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop after the tick in progress (if any); returns when the thread has ended."""
+        self._stopped = True
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        name_thread(CONTROL_THREAD)
+        self._on_start()
+        clock, sleep, longest = time.perf_counter, time.sleep, self.MAX_SLEEP_S
+        while not self._stopped:
+            self._woken = False
+            try:
+                deadline = self._tick()
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one tick
+                self._on_error(exc)
+                deadline = clock() + 0.01
+            if deadline is None:  # the node was released under us
+                return
+            while not (self._stopped or self._woken):
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    break
+                sleep(remaining if remaining < longest else longest)
+
+
 class PolicyNode(LifecycleNode):
     """The on-robot policy runner. See the module docstring and docs/policy_node.md."""
 
@@ -155,6 +231,13 @@ class PolicyNode(LifecycleNode):
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         # Outlives cleanup/configure: a latched e-stop stays latched until its reset, whatever else happens.
         self._estop_latch: EStopLatch | None = None
+        # The control thread (fixed_rate) and the executor's callbacks both touch the controller, the
+        # observation builder, the swapper and the publishers. One re-entrant lock makes each control tick
+        # and each executor callback that changes that state (parameters, tier, e-stop, teleop, reset,
+        # stats, status, lifecycle) atomic with respect to the other; the executor's callbacks are rare and
+        # short, so the control thread almost never waits for it (uncontended: ~0.1 us per acquire).
+        self._lock = threading.RLock()
+        self._loop: ControlLoop | None = None
         self._clear_runtime()
 
     def _clear_runtime(self) -> None:
@@ -177,8 +260,10 @@ class PolicyNode(LifecycleNode):
         self._timing: dict[str, Any] = {}  # ControlConfig overrides from robot_timing: contract
         self._realtime: RealtimeResult | None = None
         self._step_pub = None
-        self._step_buf: np.ndarray | None = None  # a view into self._step_msg.data: filled in place per tick
+        self._step_buf: np.ndarray | None = None  # self._step_out.values: filled in place per tick
         self._intervening = False
+        self._measured_names: Any = None  # _measured's cache: the names tuple and its joints' indices
+        self._measured_index: np.ndarray | None = None
 
     @property
     def active_policy_path(self) -> str:
@@ -198,6 +283,7 @@ class PolicyNode(LifecycleNode):
     def _receiver_config(self) -> ReceiverConfig:
         return config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
 
+    @_locked
     def _validate_parameters(self, params) -> SetParametersResult:
         """Reject a live change the core config refuses, with its reason (shown by rqt_reconfigure)."""
         changes = {p.name: p.value for p in params if p.name in LIVE_CONTROL}
@@ -213,6 +299,7 @@ class PolicyNode(LifecycleNode):
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
 
+    @_locked
     def _apply_parameters(self, params) -> None:
         names = {p.name for p in params}
         if self.controller is not None and names & set(LIVE_CONTROL):
@@ -344,6 +431,7 @@ class PolicyNode(LifecycleNode):
         self._timers.append(self.create_timer(1.0 / self._get("stats_rate_hz"), guarded(self, self._publish_stats)))
         self._timers.append(self.create_timer(self._get("diagnostics_period_s"), guarded(self, self._publish_status)))
         self._cmd_msg = Float64MultiArray()
+        self._latency_msg = Float64()
         self._stats_msg = Float64MultiArray()
         self._stats_msg.layout.dim = [MultiArrayDimension(label=",".join(STATS_FIELDS), size=len(STATS_FIELDS),
                                                           stride=len(STATS_FIELDS))]
@@ -352,13 +440,11 @@ class PolicyNode(LifecycleNode):
         """The step message, allocated once: each tick writes into its data in place."""
         n, m = self.controller.obs_dim, self.controller.action_dim
         size = len(STEP_HEADER) + n + 3 * m
-        self._step_msg = Float64MultiArray()
         label = ";".join([f"{h}:1" for h in STEP_HEADER] + [f"obs:{n}", f"policy_action:{m}", f"action:{m}",
                                                              f"command:{m}"])
-        self._step_msg.layout.dim = [MultiArrayDimension(label=label, size=size, stride=size)]
-        self._step_msg.data = array.array("d", bytes(8 * size))  # rclpy keeps an array.array('d') as is
-        self._step_buf = np.frombuffer(self._step_msg.data, dtype=np.float64)
         self._step_pub = self.create_lifecycle_publisher(Float64MultiArray, self._get("step_topic"), RECORD)
+        self._step_out = ArrayOut(self._step_pub, [MultiArrayDimension(label=label, size=size, stride=size)], size)
+        self._step_buf = self._step_out.values
         self._lifecycle_pubs.append(self._step_pub)
 
     def _publish_step(self, result, action: np.ndarray) -> None:
@@ -383,8 +469,9 @@ class PolicyNode(LifecycleNode):
         else:
             buf[k:k + 2 * m] = np.nan
         buf[k + 2 * m:k + 3 * m] = action
-        self._step_pub.publish(self._step_msg)
+        self._step_out.publish()
 
+    @_locked
     def _on_teleop(self, msg: Float64MultiArray) -> None:
         if self.controller is None:
             return
@@ -393,6 +480,7 @@ class PolicyNode(LifecycleNode):
         except ValueError as exc:
             self.get_logger().error(f"ignoring {self._get('teleop_topic')}: {exc}", throttle_duration_sec=2.0)
 
+    @_locked
     def _on_reset(self, _msg: Empty) -> None:
         if self.controller is not None:
             self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
@@ -400,39 +488,50 @@ class PolicyNode(LifecycleNode):
             self.get_logger().info(f"reset requested: holding the safe action until {self._get('ready_topic')} "
                                    "reports ready")
 
+    @_locked
     def _on_ready(self, msg: Bool) -> None:
         if self.controller is not None and msg.data and self.controller.waiting_ready:
             self.controller.release_hold()
             self.get_logger().info("robot ready: the policy acts again (soft start)")
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.controller.activate()
-        if self._builder is not None:
-            self._builder.reset()  # no sample or history from before this activation
-        self._apply_realtime()
-        config = self.controller.config
-        if config.mode == "fixed_rate":
-            self._start_fixed_rate()
-        else:
-            # Event mode acts on observations; this timer only notices when they stop (watchdog).
-            self._control_timer = self.create_timer(config.watchdog_timeout_s / 2, self._on_watchdog_tick)
+        with self._lock:
+            self.controller.activate()
+            if self._builder is not None:
+                self._builder.reset()  # no sample or history from before this activation
+            fixed_rate = self.controller.config.mode == "fixed_rate"
+            if fixed_rate:
+                self._start_fixed_rate()
+            else:
+                # Event mode acts on observations, on the executor thread: the RT settings go to it, and this
+                # timer only notices when the observations stop (watchdog).
+                self._apply_realtime()
+                self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2,
+                                                        self._on_watchdog_tick)
+        result = super().on_activate(state)  # enables the lifecycle publishers
+        if fixed_rate:  # after the publishers are enabled: its first tick may publish at once
+            self._loop = ControlLoop(f"{self.get_name()}_control", self._loop_tick, self._apply_realtime,
+                                     self._loop_error)
         self.get_logger().info("activated")
-        return super().on_activate(state)  # enables the lifecycle publishers
+        return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._destroy_control_timer()
-        # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
-        # On a position interface it holds the newest measured pose (None: never measured, send nothing).
-        self._update_measured()
-        action = self.controller.deactivate()
-        if action is not None:
-            self._publish_command(action)
+        self._stop_loop()  # outside the lock: its last tick takes the lock
+        with self._lock:
+            self._destroy_control_timer()
+            # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
+            # On a position interface it holds the newest measured pose (None: never measured, send nothing).
+            self._update_measured()
+            action = self.controller.deactivate()
+            if action is not None:
+                self._publish_command(action)
         self.get_logger().info("deactivated: " + ("safe action sent" if action is not None else
                                                   "nothing sent (the joint positions were never measured)"))
         return super().on_deactivate(state)
 
     def _apply_realtime(self) -> None:
-        """rt_* parameters, asked for this thread (the executor's: it runs the control ticks)."""
+        """rt_* parameters, asked for the calling thread: the control thread (fixed_rate) or the executor's
+        (event mode, where the executor runs the control ticks); mlockall is for the whole process."""
         priority, cpus, lock = self._get("rt_priority"), parse_cpus(self._get("rt_cpus")), self._get("rt_lock_memory")
         if not (priority or cpus or lock):
             return
@@ -440,12 +539,36 @@ class PolicyNode(LifecycleNode):
         for level, line in self._realtime.lines:
             self._log(level, f"realtime: {line}")
 
+    def _stop_loop(self) -> None:
+        """End the control thread (fixed_rate); call without holding the lock."""
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.stop()
+
+    def _loop_tick(self) -> float | None:
+        """One tick of the control thread; returns the next deadline (None: the node was released)."""
+        with self._lock:
+            schedule = self._schedule
+            if schedule is None or self.controller is None:
+                return None
+            due = self._on_control_tick()
+            return due + schedule.period_s
+
+    def _loop_error(self, exc: Exception) -> None:
+        self.get_logger().error(f"control tick failed: {type(exc).__name__}: {exc}", throttle_duration_sec=2.0)
+
+    def destroy_node(self) -> None:
+        """Stop the control thread before the node's publishers go (a test or tool may skip shutdown)."""
+        self._stop_loop()
+        super().destroy_node()
+
     def _destroy_control_timer(self) -> None:
         if self._control_timer is not None:
             self.destroy_timer(self._control_timer)
             self._control_timer = None
 
     def _release(self) -> None:
+        self._stop_loop()
         self._destroy_control_timer()
         for t in self._timers:
             self.destroy_timer(t)
@@ -462,27 +585,33 @@ class PolicyNode(LifecycleNode):
         self._clear_runtime()
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release()
+        with self._lock:
+            self._release()
         self.get_logger().info("cleaned up")
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        if self.controller is not None and self.controller.active:
-            self._update_measured()
-            action = self.controller.deactivate()
-            if action is not None:
-                self._publish_command(action)  # still enabled: shutdown does not deactivate them
-        self._release()
+        self._stop_loop()  # outside the lock: its last tick takes the lock
+        with self._lock:
+            if self.controller is not None and self.controller.active:
+                self._update_measured()
+                action = self.controller.deactivate()
+                if action is not None:
+                    self._publish_command(action)  # still enabled: shutdown does not deactivate them
+            self._release()
         return TransitionCallbackReturn.SUCCESS
 
     # ---- control path ----------------------------------------------------------------------
+    @_locked
     def _on_joint_state(self, msg: JointState) -> None:
         self._observe(time.perf_counter(), self.adapter.from_joint_state,
                       msg.name, msg.position, msg.velocity, msg.effort)
 
+    @_locked
     def _on_observation(self, msg: Float32MultiArray) -> None:
         self._observe(time.perf_counter(), from_array, msg.data, self.controller.obs_dim)
 
+    @_locked
     def _observe(self, t0: float, convert, *args) -> None:
         """Convert a message to an observation (a bad one becomes the reason for the safe action),
         then act at once in event mode, with the message's arrival ``t0`` as the deadline reference."""
@@ -500,32 +629,37 @@ class PolicyNode(LifecycleNode):
         self.robot_inputs.take()
         return self._builder.build(time.perf_counter())
 
+    @_locked
     def _on_extra(self, msg: Float32MultiArray) -> None:
         try:
             self.adapter.set_extra(msg.data)
         except Exception as exc:  # noqa: BLE001 - never die on input
             self.controller.observe(None, str(exc))
 
-    def _on_control_tick(self) -> None:
-        """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted."""
+    def _on_control_tick(self) -> float:
+        """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted.
+        Returns that due time."""
         due, skipped = self._schedule.tick(time.perf_counter())
         self.controller.deadline_misses += skipped  # each skipped period is an output that never came
         if self.robot_inputs is not None and self.controller.active:
             self._observe(due, self._robot_observation)
         self._tick(due)
+        return due
 
     def _start_fixed_rate(self) -> None:
-        """(Re)start the control timer at the tier's output period (ControlConfig.output_period_s)."""
-        self._destroy_control_timer()
-        period = self.controller.output_period_s()
-        self._schedule = TickSchedule(period)
-        self._control_timer = self.create_timer(period, self._on_control_tick)
+        """(Re)start the schedule at the tier's output period (ControlConfig.output_period_s); a running
+        control thread takes it up at once (within ControlLoop.MAX_SLEEP_S)."""
+        self._schedule = TickSchedule(self.controller.output_period_s())
+        if self._loop is not None:
+            self._loop.wake()
 
+    @_locked
     def _on_watchdog_tick(self) -> None:
         age = self.controller.observation_age()
         if age is None or age > self.controller.config.watchdog_timeout_s:
             self._tick(time.perf_counter())
 
+    @_locked
     def _tick(self, reference: float) -> None:
         # Inactive: no control work at all (ticks are not counted); the lifecycle publishers would
         # drop the output anyway, so rclpy enforces the silence a second time.
@@ -548,7 +682,10 @@ class PolicyNode(LifecycleNode):
                 self._builder.set_last_action(np.zeros(c.action_dim))
         if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
             self._publish_command(action)
-            if self._step_pub is not None and (result is None or result.source != "hold"):
+            # Volatile topics: with no subscriber matched the message would be dropped anyway, so it is not
+            # built or serialized (the step message and the latency are ~60 us of each tick here).
+            if (self._step_pub is not None and (result is None or result.source != "hold")
+                    and self._step_pub.get_subscription_count()):
                 self._publish_step(result, action)
         intervening = result is not None and result.intervention
         if intervening != self._intervening:  # say so at once, not at the next diagnostics period
@@ -558,8 +695,9 @@ class PolicyNode(LifecycleNode):
             else:
                 self.get_logger().info("intervention ended: the policy acts again")
             self._publish_status()
-        if result is not None and result.latency_s is not None:
-            self._latency_pub.publish(Float64(data=result.latency_s * 1e6))
+        if result is not None and result.latency_s is not None and self._latency_pub.get_subscription_count():
+            self._latency_msg.data = result.latency_s * 1e6  # one message, reused: no construction per tick
+            self._latency_pub.publish(self._latency_msg)
         if self._input_reports.due(c.last_error_time, time.perf_counter()):  # a new input error: say so now
             self._publish_status()
 
@@ -577,9 +715,24 @@ class PolicyNode(LifecycleNode):
         if self._builder is not None:
             sample = self._builder.joint_state()
             if sample is not None:
-                self.controller.set_measured(measured_positions(sample[0], sample[1], self.actions.joints))
+                self.controller.set_measured(self._measured(*sample))
+
+    def _measured(self, names, positions) -> np.ndarray | None:
+        """measured_positions with the name lookup done once per names tuple: the fast JointState parser
+        hands out one cached tuple per distinct name block, so a driver's steady messages hit the cache."""
+        if names is not self._measured_names:
+            index = {n: i for i, n in enumerate(names)}
+            wanted = self.actions.joints
+            self._measured_names = names
+            self._measured_index = (np.array([index[j] for j in wanted], dtype=np.intp)
+                                    if all(j in index for j in wanted) else None)
+        if self._measured_index is None or len(positions) < len(names):
+            return measured_positions(names, positions, self.actions.joints)  # its None, for its reasons
+        out = np.asarray(positions, dtype=np.float64)[self._measured_index]
+        return out if np.isfinite(out).all() else None
 
     # ---- e-stop ----------------------------------------------------------------------------
+    @_locked
     def _on_estop(self, asserted: bool) -> None:
         latch = self._estop_latch
         if latch is None or not latch.update(asserted, time.perf_counter()):
@@ -588,6 +741,7 @@ class PolicyNode(LifecycleNode):
         self._tick(time.perf_counter())  # the safe action now, not at the next tick
         self._publish_status()
 
+    @_locked
     def _on_estop_reset(self) -> None:
         latch = self._estop_latch
         if latch is None:
@@ -597,6 +751,7 @@ class PolicyNode(LifecycleNode):
         self._publish_status()
 
     # ---- tiers, hot-swap -------------------------------------------------------------------
+    @_locked
     def _on_tier(self, msg: UInt8) -> None:
         try:
             line = self.controller.set_tier(msg.data)
@@ -608,9 +763,10 @@ class PolicyNode(LifecycleNode):
             if (self.controller.config.mode == "fixed_rate" and self.controller.active
                     and self.controller.output_period_s() != self._schedule.period_s):
                 self._start_fixed_rate()
-                self._tick(time.perf_counter())  # the new tier's first output now, not a period later
+                self._tick(time.perf_counter())  # the new tier's first output now, not at the thread's next wake
             self._publish_status()
 
+    @_locked
     def _on_bundle(self, msg: UInt8MultiArray) -> None:
         """A bundle from the trainer: only queued here; all checking happens on the swap worker."""
         if self.swapper is not None:
@@ -635,6 +791,7 @@ class PolicyNode(LifecycleNode):
             self.swapper.wait(timeout)
 
     # ---- reporting -------------------------------------------------------------------------
+    @_locked
     def _publish_stats(self) -> None:
         c = self.controller
         if c is None:
@@ -646,6 +803,7 @@ class PolicyNode(LifecycleNode):
     def _publish_diag(self, statuses: list) -> None:
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
+    @_locked
     def _publish_status(self) -> None:
         c, swapper = self.controller, self.swapper
         if c is None or swapper is None:

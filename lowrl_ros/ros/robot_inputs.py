@@ -141,7 +141,42 @@ def parse_imu(buf: bytes):
     return v[0:4], v[13:16], v[25:28]
 
 
-FAST_PARSERS = {"joint_state": parse_joint_state, "imu": parse_imu}
+_TWIST = struct.Struct("<6d")
+
+
+def parse_twist(buf: bytes):
+    """A serialized geometry_msgs/Twist -> (linear xyz, angular xyz) as 6 floats, or None if not plain LE CDR."""
+    if buf[:2] != _CDR_LE or len(buf) < 4 + 48:
+        return None
+    return _TWIST.unpack_from(buf, 4)
+
+
+_F32 = np.dtype("<f4")
+
+
+def parse_float32_array(buf: bytes):
+    """A serialized std_msgs/Float32MultiArray -> its data (a float32 view), or None if not plain LE CDR.
+
+    The layout (dim labels, sizes, strides, data_offset) is skipped: the observation reads ``data`` only.
+    """
+    if buf[:2] != _CDR_LE:
+        return None
+    count = _u32(buf, 4)[0]  # the dim sequence's length
+    pos = 4
+    for _ in range(count):
+        pos = _align(pos, 4)
+        pos += 4 + _u32(buf, 4 + pos)[0]  # label (length with its NUL)
+        pos = _align(pos, 4) + 8  # size, stride
+    pos = _align(pos, 4) + 4  # data_offset
+    n = _u32(buf, 4 + pos)[0]
+    pos += 4
+    if 4 + pos + 4 * n > len(buf):
+        return None
+    return np.frombuffer(buf, _F32, n, 4 + pos)
+
+
+FAST_PARSERS = {"joint_state": parse_joint_state, "imu": parse_imu, "twist": parse_twist,
+                "array": parse_float32_array}
 
 
 def can_take(subscription) -> bool:
@@ -213,6 +248,7 @@ class RobotInputs:
         clock, so a sample that waited in the queue is as old as it really is.
         """
         fresh = 0
+        now = wall_ns = None  # read once per take, at the first fresh sample: the topics differ by microseconds
         for topic, sub in self._taken:
             # KEEP_LAST depth 1: DDS holds at most one sample, the newest, so one take gets it (a loop
             # until None would cost a second call per topic and tick, measured ~1 % of a core at 50 Hz).
@@ -220,10 +256,11 @@ class RobotInputs:
                 newest = sub.handle.take_message(sub.msg_type, sub.raw)
             if newest is None:
                 continue
-            now = self._clock()
+            if now is None:
+                now, wall_ns = self._clock(), time.time_ns()
             msg, info = newest
             received = info.get("received_timestamp") if isinstance(info, dict) else None
-            age = (time.time_ns() - received) * 1e-9 if received else 0.0
+            age = (wall_ns - received) * 1e-9 if received else 0.0
             if sub.raw:
                 sample = FAST_PARSERS[topic.msg_type](msg)
                 if sample is None:  # not plain little-endian CDR: rclpy's own conversion

@@ -54,6 +54,10 @@ class OrtEngine:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # No worker may busy-wait after a run (ORT's pools spin by default): at 1 thread there is no pool,
+        # and this keeps it so if the thread counts above ever change. The policy runs at 50-100 Hz.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(parsed.data, opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types

@@ -2,7 +2,8 @@
 
 All optional and off by default. Each is asked of the OS for the *calling* thread (Linux applies
 ``sched_setscheduler``/``sched_setaffinity`` with pid 0 to the calling thread), so the policy node
-calls :func:`apply_realtime` from its executor thread, the one that runs the control ticks.
+calls :func:`apply_realtime` from the thread that runs the control ticks: its own control thread in
+``fixed_rate`` mode (named ``lowrl_control`` by :func:`name_thread`), the executor's in event mode.
 
 The OS may refuse: an unprivileged user has no real-time priority (``ulimit -r`` is 0) and may lock
 only a little memory (``ulimit -l``). A refusal is not fatal: the node runs on at normal priority
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from lowrl_ros.core.types import Level
 
 MCL_CURRENT, MCL_FUTURE = 1, 2
+CONTROL_THREAD = "lowrl_control"  # the OS name of the policy node's fixed_rate control thread (top -H, chrt -p)
 _HOW_TO_GRANT = ("grant it with '<user> - rtprio 90' in /etc/security/limits.conf (log in again), "
                  "'setcap cap_sys_nice+ep' on the interpreter, or docker --cap-add SYS_NICE --ulimit rtprio=90")
 
@@ -102,6 +104,19 @@ def apply_realtime(priority: int = 0, cpus: tuple[int, ...] = (), lock_memory: b
                                       "unlimited' in /etc/security/limits.conf, 'setcap cap_ipc_lock+ep' on the "
                                       "interpreter, or docker --ulimit memlock=-1"))
     return RealtimeResult(tuple(lines))
+
+
+def name_thread(name: str) -> bool:
+    """Give the calling thread an OS name (``top -H``, ``ps -L``, /proc/<pid>/task/*/comm; 15 bytes at most).
+
+    Python's thread names stay inside Python; the OS name tells the control thread apart when a user
+    checks its CPU use or priority (``chrt -p <tid>``). Best effort: False where the OS has no prctl.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        return libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0) == 0  # 15: PR_SET_NAME
+    except (OSError, AttributeError, TypeError):
+        return False
 
 
 def _allowed() -> str:
