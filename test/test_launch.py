@@ -161,6 +161,8 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
         future = client.call_async(GetState.Request())
         assert spin_until(executor, future.done, timeout=30)
         assert future.result().current_state.id == State.PRIMARY_STATE_ACTIVE
+        # The budget monitor starts beside the policy node; discovery may show it a little later.
+        spin_until(executor, lambda: ("budget_monitor", "/arm") in node.get_node_names_and_namespaces(), timeout=30)
         seen_nodes = node.get_node_names_and_namespaces()
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
