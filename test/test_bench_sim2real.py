@@ -127,6 +127,7 @@ def test_legged_fine_tuning_runs_on_the_gapped_robot_with_the_shipped_artifact(t
     (run / "actor_int8.onnx").symlink_to(artifact)
     write_kit_from_artifact(run / "actor_int8.onnx", run / "kit", env_id=legged.ENV_ID, algo="td3",
                             warmup_steps=400, critic_updates=20, seed=0)
+    assert (run / "kit" / "prior.npz").is_file()  # the warm-up's transitions: RLPD's prior data
     gap = RealityGapConfig(**legged_gap_preset())
     ft = fine_tune(run, "LeggedAnt", gap, steps=800, version_every=150, seed=0, judge_episodes=1,
                    rollback_margin=1e6)  # short episodes below: every version judged, none rolled back
