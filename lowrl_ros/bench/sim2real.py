@@ -638,7 +638,7 @@ def run(args: argparse.Namespace) -> int:
                    else "versions judged on returns adjusted for the start state, ")
                 + f"returns over {args.eval_episodes} seeded episodes"
                 + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
-                   "robot from scratch" if args.oracle else "") + ".\n\n"
+                   "robot from scratch" if args.oracle and set(args.envs) - {LEGGED} else "") + ".\n\n"
                 "| env | method | seed | sim return | gapped, before | gapped, after | gap recovered | "
                 "robot steps to 50 % of the gap | updates/s | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
