@@ -142,6 +142,52 @@ def eval_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+# The preset's fields a policy can learn to undo (sensor errors); the rest is physics.
+INVERTIBLE = ("encoder_offset", "joint_offset", "gyro_bias", "tilt_bias", "imu_noise_std", "obs_noise_std")
+
+
+def gap_cmd(args: argparse.Namespace) -> int:
+    """The sim policy on the gap preset, its physical part and its invertible part, over the same seeded episodes
+    (the bench's: 250-step episodes, seeds 10000...); recorded with bench/record.py."""
+    from lowrl_ros.bench import record
+    from lowrl_ros.bench.sim2real import ENV_KWARGS, LEGGED, legged_gap_preset
+    from lowrl_ros.core.runtime.engines import load_artifact
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig, make_gapped_env
+
+    fields = legged_gap_preset(args.preset)
+    gaps = {"sim": {}, "full gap": fields,
+            "physical part": {k: v for k, v in fields.items() if k not in INVERTIBLE},
+            "invertible part": {k: v for k, v in fields.items() if k in INVERTIBLE}}
+    policy = load_artifact(args.policy, engine=args.engine)
+    rows, out = [], {}
+    for name, f in gaps.items():
+        env = make_gapped_env(LEGGED, RealityGapConfig(**f), **ENV_KWARGS[LEGGED])
+        rets, falls = [], 0
+        for k in range(args.episodes):
+            obs, _ = env.reset(seed=args.seed + k)
+            total, done = 0.0, False
+            while not done:
+                obs, r, term, trunc, _ = env.step(policy.act(obs).astype(np.float32))
+                total += float(r)
+                done = term or trunc
+            rets.append(total)
+            falls += int(term)
+        out[name] = {"mean": float(np.mean(rets)), "returns": rets, "falls": falls, "gap": f}
+        rows.append((name, float(np.mean(rets)), falls))
+    sim = out["sim"]["mean"]
+    preset = args.preset or "config/gaps/legged_example.yaml"
+    md = (f"The sim policy {args.policy} ({args.engine} engine) over {args.episodes} seeded episodes (seeds "
+          f"{args.seed}..., {ENV_KWARGS[LEGGED]['max_episode_steps']} steps each) on the gap preset {preset} "
+          "and its parts.\n\n| robot | mean return | drop vs sim | falls |\n|---|---|---|---|\n"
+          + "\n".join(f"| {n} | {m:.1f} | {100 * (sim - m) / sim:.0f} % | {f}/{args.episodes} |" for n, m, f in rows)
+          + "\n")
+    print(md)
+    path = record.write_result("sim2real", out, md, setting="legged_gap_calibration", env=LEGGED,
+                               headline=f"sim {sim:.1f}, gapped {out['full gap']['mean']:.1f}")
+    print(f"results: {path}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -164,8 +210,14 @@ def main(argv=None) -> int:
     v.add_argument("--seed", type=int, default=100)
     v.add_argument("--commands", nargs="+", default=["0,0,0", "0.3,0,0", "0.6,0,0"], metavar="VX,VY,WZ")
     v.add_argument("--json", help="write the per-episode rows here")
+    g = sub.add_parser("gap", help="the sim policy on the legged gap preset and its physical / invertible parts")
+    g.add_argument("--policy", default="models/legged_ant_int8.onnx")
+    g.add_argument("--engine", default="numpy", choices=("numpy", "ort"), help="runtime engine (as deployed)")
+    g.add_argument("--preset", default=None, help="gap params file (default config/gaps/legged_example.yaml)")
+    g.add_argument("--episodes", type=int, default=20)
+    g.add_argument("--seed", type=int, default=10_000)
     args = p.parse_args(argv)
-    return {"train": train, "export": export, "eval": eval_cmd}[args.cmd](args)
+    return {"train": train, "export": export, "eval": eval_cmd, "gap": gap_cmd}[args.cmd](args)
 
 
 if __name__ == "__main__":

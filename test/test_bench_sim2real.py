@@ -96,3 +96,45 @@ def test_the_oracles_buffer_grows_with_its_steps_unless_train_set_says_otherwise
     cfg = _oracle_config("Pendulum-v1", 1, parser.parse_args(["--oracle-steps", "123456",
                                                              "--train-set", "buffer_size=5000"]))
     assert (cfg.total_steps, cfg.buffer_size) == (123456, 5000)
+
+
+def test_the_legged_env_gets_the_preset_gap_and_bad_changes_are_refused(capsys):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import _gaps, add_arguments, legged_gap_preset, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    gaps = _gaps(parser.parse_args(["--envs", "LeggedAnt"]))
+    assert gaps["LeggedAnt"] == RealityGapConfig(**legged_gap_preset())
+    changed = _gaps(parser.parse_args(["--envs", "LeggedAnt", "--gap", "latency_physics_steps=0"]))["LeggedAnt"]
+    assert changed.latency_physics_steps == 0 and changed.mass_scale == gaps["LeggedAnt"].mass_scale
+    for bad, words in (("action_delay_steps=1", "latency_physics_steps"), ("encoder_offset=0.1,0.2", "give 1")):
+        assert run(parser.parse_args(["--envs", "LeggedAnt", "--gap", bad])) == 2  # before any fine-tuning
+        assert words in capsys.readouterr().out
+
+
+def test_legged_fine_tuning_runs_on_the_gapped_robot_with_the_shipped_artifact(tmp_path):
+    """The legged path end to end at toy scale: the shipped int8 artifact, a kit as `lowrl kit` makes it
+    (critics warmed up in the ungapped sim: a few hundred steps here), versions on the gapped robot."""
+    from lowrl_ros.bench.sim2real import ENVS, ENV_KWARGS, gap_returns, legged_gap_preset
+    from lowrl_ros.core.finetune.kit import write_kit_from_artifact
+    from lowrl_ros.core.sim import legged
+
+    run = tmp_path / "run"
+    run.mkdir()
+    artifact = Path(__file__).resolve().parents[1] / ENVS["LeggedAnt"]
+    (run / "actor_int8.onnx").symlink_to(artifact)
+    write_kit_from_artifact(run / "actor_int8.onnx", run / "kit", env_id=legged.ENV_ID, algo="td3",
+                            warmup_steps=400, critic_updates=20, seed=0)
+    assert (run / "kit" / "prior.npz").is_file()  # the warm-up's transitions: RLPD's prior data
+    gap = RealityGapConfig(**legged_gap_preset())
+    ft = fine_tune(run, "LeggedAnt", gap, steps=800, version_every=150, seed=0, judge_episodes=1,
+                   rollback_margin=1e6)  # short episodes below: every version judged, none rolled back
+    assert ft["updates"] >= 300 and ft["versions"] >= 2
+    assert ENV_KWARGS["LeggedAnt"]["max_episode_steps"] == 250
+    ends = [0] + [step for step, _, _ in ft["episode_returns"]]
+    assert max(b - a for a, b in zip(ends, ends[1:])) == 250  # the bench's 250-step episodes
+    sim = gap_returns(run / "actor_int8.onnx", "LeggedAnt", RealityGapConfig(), 2, 10_000)
+    gapped = gap_returns(run / "actor_int8.onnx", "LeggedAnt", gap, 2, 10_000)
+    assert sum(gapped) < sum(sim)  # the preset costs the sim policy return

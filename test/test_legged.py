@@ -204,9 +204,10 @@ def test_legged_config_errors():
         SimRobotConfig(env_id="LeggedAnt", mode="lockstep")
     with pytest.raises(ValueError, match="at most 0.02"):
         SimRobotConfig(env_id="LeggedAnt", control_period_s=0.05)
-    with pytest.raises(ValueError, match="not implemented for LeggedAnt"):
+    # the gap applies (test_legged_gap.py); a field that does not apply to the legged robot is refused
+    with pytest.raises(ValueError, match="use latency_physics_steps"):
         legged.LeggedSim.from_config(SimRobotConfig(env_id="LeggedAnt", control_period_s=0.005),
-                                     RealityGapConfig(mass_scale=1.2))
+                                     RealityGapConfig(action_delay_steps=1))
 
 
 def test_launch_file_declares_the_nodes():

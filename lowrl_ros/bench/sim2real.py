@@ -41,7 +41,20 @@ import numpy as np
 from lowrl_ros.core.train.config import TrainConfig, parse_overrides
 
 ENVS = {"Pendulum-v1": "config/train_pendulum_sac.yaml",
-        "InvertedPendulum-v5": "config/train_invertedpendulum_td3.yaml"}
+        "InvertedPendulum-v5": "config/train_invertedpendulum_td3.yaml",
+        # The legged example (issue 19): its sim policy is the shipped imported artifact, not a lowrl train run.
+        "LeggedAnt": "models/legged_ant_int8.onnx"}
+LEGGED = "LeggedAnt"
+LEGGED_PPO = "models/legged_ant_ppo.zip"  # the SB3 PPO checkpoint the shipped artifact was imported from
+LEGGED_GAP = "config/gaps/legged_example.yaml"  # the legged gap preset (also a sim robot node params file)
+# Legged fine-tuning within 20k robot steps: 250-step episodes (10 s at 0.04 s) give 80 episodes, so a
+# version made every 1000 updates (one per ~4 episodes at 1 update per step) is judged on its 3 episodes
+# before the next one is made, ~20 versions in all; the kit's 500-step default would leave ~13 versions
+# judged on noisier, fewer episodes. Evaluation uses the same 250-step episodes, so the fine-tuner's episode
+# returns (robot steps to 50 % of the gap) and the evaluation's are on one scale.
+ENV_KWARGS = {LEGGED: {"max_episode_steps": 250}}
+# A version worse than the best by more than this (return units) is rolled back: per env, as its returns' scale.
+ROLLBACK_MARGIN = {"Pendulum-v1": 150.0, "InvertedPendulum-v5": 300.0, LEGGED: 40.0}
 # Where the fine-tuned policy comes from: our own `lowrl train` run, or a policy trained elsewhere and
 # imported (issue 17: bring your own policy): an SB3 PPO actor made into a kit by `lowrl kit`.
 START = ("train", "sb3-ppo")
@@ -105,7 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "return achievable under the gap, and the gap recovered against it")
     parser.add_argument("--oracle-steps", type=int, default=0,
                         help="the oracle's training steps (default: the sim policy's): a longer-trained oracle is "
-                             "a firmer estimate of the best return the gapped robot allows")
+                             "a firmer estimate of the best return the gapped robot allows; LeggedAnt: PPO steps "
+                             "continued from models/legged_ant_ppo.zip on the gapped robot (default 200000)")
     parser.add_argument("--all-versions", action="store_true",
                         help="also evaluate every version the fine-tuner made on the same episodes: the best one "
                              "made against the one kept tells learning from selection")
@@ -134,7 +148,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _preset(env_id: str) -> Path:
     """The training preset of ``env_id``'s sim policy (config/train_*.yaml in the repository)."""
-    return Path(__file__).resolve().parents[2] / ENVS[env_id]
+    return _repo() / ENVS[env_id]
+
+
+def _repo() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def legged_gap_preset(path: str | Path | None = None) -> dict:
+    """The gap.* entries of a sim robot node params file (default: config/gaps/legged_example.yaml) as
+    RealityGapConfig fields; ValueError naming the file if it holds none or a bad one."""
+    import yaml
+
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+
+    path = Path(path) if path else _repo() / LEGGED_GAP
+    doc = yaml.safe_load(path.read_text()) or {}
+    out = {}
+    for node in doc.values():
+        params = (node or {}).get("ros__parameters", {}) if isinstance(node, dict) else {}
+        out.update({k[len("gap."):]: v for k, v in params.items() if k.startswith("gap.")})
+    if not out:
+        raise ValueError(f"{path}: no gap.<field> parameters under <node>: ros__parameters:")
+    fields = RealityGapConfig.__dataclass_fields__
+    bad = [k for k in out if k not in fields]
+    if bad:
+        raise ValueError(f"{path}: unknown gap field(s) {', '.join(bad)}; RealityGapConfig has {', '.join(fields)}")
+    RealityGapConfig(**out)
+    return out
 
 
 def _train_set(args: argparse.Namespace) -> dict[str, str]:
@@ -147,7 +188,8 @@ def _gaps(args: argparse.Namespace) -> dict:
     from lowrl_ros.core.sim.reality_gap import RealityGapConfig, parse_gap_items
 
     changes = parse_gap_items(args.gap)
-    return {env_id: RealityGapConfig(**{**BENCH_GAP, **ENV_GAP.get(env_id, {}), **changes}) for env_id in args.envs}
+    return {env_id: RealityGapConfig(**{**(legged_gap_preset() if env_id == LEGGED else BENCH_GAP),
+                                        **ENV_GAP.get(env_id, {}), **changes}) for env_id in args.envs}
 
 
 def _config_tag(cfg) -> str:
@@ -245,6 +287,76 @@ def _oracle_config(env_id: str, seed: int, args: argparse.Namespace):
     return cfg.replace(total_steps=args.oracle_steps, buffer_size=buffer)
 
 
+def _gap_tag(gap) -> str:
+    """A short name of a gap for cache directories (a hash: the legged gap has many fields)."""
+    return hashlib.sha256(json.dumps(gap.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def legged_policy(seed: int, args: argparse.Namespace) -> Path:
+    """The legged sim policy: the shipped imported artifact and its kit, made as `lowrl kit` makes it.
+
+    The kit's critics are warmed up in the UNGAPPED simulator (``--env lowrl/LeggedAnt-v0``), on
+    ``--kit-warmup-steps`` steps of the policy with ``--kit-explore-noise``; what that warm-up collected
+    is the kit's prior data (RLPD's). Returns a run directory laid out like :func:`sim_policy`'s.
+    """
+    import shutil
+
+    from lowrl_ros.commands import kit as kit_command
+    from lowrl_ros.core.sim import legged
+
+    run_dir = (args.runs_dir / f"legged-s{seed}-kit-w{args.kit_warmup_steps}-u{args.kit_critic_updates}"
+                               f"-n{args.kit_explore_noise:g}")
+    if (run_dir / "kit" / "kit.json").is_file():
+        return run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_repo() / ENVS[LEGGED], run_dir / "actor_int8.onnx")
+    kit_args = argparse.Namespace(artifact=run_dir / "actor_int8.onnx", output=run_dir / "kit", env_id=legged.ENV_ID,
+                                  transitions=None, algo="td3", seed=seed, explore_noise=args.kit_explore_noise,
+                                  hidden=256, depth=2, warmup_steps=args.kit_warmup_steps,
+                                  critic_updates=args.kit_critic_updates)
+    if kit_command.run(kit_args) != 0:
+        raise ValueError("lowrl kit refused the legged artifact (see above)")
+    return run_dir
+
+
+def legged_oracle(seed: int, gap, args: argparse.Namespace) -> Path:
+    """The legged oracle: the sim policy's SB3 PPO (models/legged_ant_ppo.zip) trained on, from that checkpoint,
+    on the gapped robot for ``--oracle-steps`` (scripts/train_legged.py's settings: 8 envs, rewards
+    normalised), imported to int8 as the shipped artifact was; cached under ``--runs-dir``, one for all seeds."""
+    import dataclasses
+
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from lowrl_ros.core.compress.importing import ImportOptions, load_source, write_imported
+    from lowrl_ros.core.sim import legged
+
+    steps = args.oracle_steps or 200_000
+    # One oracle for every seed (trained with seed 0): PPO over 100k+ steps costs more than a seed's fine-tuning
+    # runs together on a 2-core machine, and the yardstick is the same robot and gap for every seed.
+    seed = 0
+    run_dir = args.runs_dir / f"oracle-legged-ppo-s{seed}-{steps}-{_gap_tag(gap)}"
+    out = run_dir / "actor_int8.onnx"
+    if out.is_file():
+        return out
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print(f"  training the oracle: PPO from {LEGGED_PPO} on the gapped robot, {steps} steps", flush=True)
+    torch.set_num_threads(1)
+    env = VecNormalize(make_vec_env(legged.ENV_ID, n_envs=8, seed=seed,
+                                    env_kwargs={**ENV_KWARGS[LEGGED], "gap": gap}),
+                       norm_obs=False, norm_reward=True, gamma=0.99)
+    model = PPO.load(_repo() / LEGGED_PPO, env=env, device="cpu", seed=seed)
+    model.learn(total_timesteps=steps)
+    model.save(run_dir / "ppo.zip")
+    imported = load_source(run_dir / "ppo.zip", "sb3", ImportOptions(control_period_s=0.04))
+    imported.contract = dataclasses.replace(imported.contract, obs_names=legged.OBS_NAMES,
+                                            action_names=legged.JOINTS, env_id=legged.ENV_ID)
+    write_imported(imported, out, int8=True)
+    return out
+
+
 def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path:
     """Train (or reuse) a policy on the gapped robot itself; return its int8 artifact.
 
@@ -256,7 +368,7 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
     from lowrl_ros.core.train.trainer import Trainer
 
     cfg = _oracle_config(env_id, seed, args)
-    tag = "-".join(f"{k}{v:g}" for k, v in sorted(gap.to_dict().items()) if v != getattr(type(gap)(), k))
+    tag = _gap_tag(gap)
     run_dir = args.runs_dir / f"oracle-{env_id}-s{seed}-{cfg.total_steps}-{tag}-{_config_tag(cfg)}"
     if not (run_dir / "actor_int8.onnx").is_file():
         print(f"  training the oracle on the gapped robot: {cfg.total_steps} steps", flush=True)
@@ -273,7 +385,7 @@ def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) ->
     from lowrl_ros.core.sim.reality_gap import make_gapped_env
 
     policy = load_artifact(path, engine="numpy")
-    env = make_gapped_env(env_id, gap)
+    env = make_gapped_env(env_id, gap, **ENV_KWARGS.get(env_id, {}))
     out = []
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + k)
@@ -310,7 +422,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     config = FineTuneConfig(version_every_updates=version_every, eval_episodes=judge_episodes, seed=seed,
                             lr=FineTuneConfig.lr if lr is None else lr, critic_warmup_updates=critic_warmup,
                             updates_per_transition=updates_per_step,
-                            **{"rollback_margin": 150.0 if env_id == "Pendulum-v1" else 300.0, **config})
+                            **{"rollback_margin": ROLLBACK_MARGIN.get(env_id, 300.0), **config})
     # In-process the truncated step's next observation is the true last state (on a robot it is the
     # next episode's first), so n-step runs keep truncations as cuts of the n-step sum. Versions are
     # deployed between episodes: in lockstep every episode runs one version, start to end.
@@ -323,7 +435,7 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     judge = EpisodeJudge()
     deployed = tuner.tracker.current
     policy = load_artifact(base, engine="numpy")
-    env = make_gapped_env(env_id, gap)
+    env = make_gapped_env(env_id, gap, **ENV_KWARGS.get(env_id, {}))
     obs, _ = env.reset(seed=seed + 50_000)  # robot episodes apart from the evaluation seeds
     judge.begin(deployed, obs)
     ep_return, rss_max, returns = 0.0, 0.0, []
@@ -407,7 +519,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         gaps = _gaps(args)
         for env_id in args.envs:  # a bad --train-set fails here, not after the first env's runs
-            TrainConfig.from_yaml(_preset(env_id), **_train_set(args))
+            if env_id != LEGGED:
+                TrainConfig.from_yaml(_preset(env_id), **_train_set(args))
+            else:  # a field the legged robot does not take (e.g. --gap action_delay_steps=1) fails here
+                from lowrl_ros.core.sim.legged import LeggedRobot
+
+                LeggedRobot(gap=gaps[env_id])
         if args.start == "sb3-ppo" and args.envs != ["Pendulum-v1"]:
             raise ValueError("--start sb3-ppo runs on Pendulum-v1 only (RL Zoo's PPO settings); add --envs Pendulum-v1")
     except ValueError as exc:
@@ -424,21 +541,26 @@ def run(args: argparse.Namespace) -> int:
                      "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None,
                      "start": args.start, "ppo_steps": args.ppo_steps if args.start == "sb3-ppo" else None,
                      "ppo_kit": {"warmup_steps": args.kit_warmup_steps, "critic_updates": args.kit_critic_updates,
-                                 "explore_noise": args.kit_explore_noise} if args.start == "sb3-ppo" else None,
+                                 "explore_noise": args.kit_explore_noise}
+                     if args.start == "sb3-ppo" or LEGGED in args.envs else None,
+                     "env_kwargs": {e: ENV_KWARGS[e] for e in args.envs if e in ENV_KWARGS},
                      "runs": []}
     rows = []
     for env_id in args.envs:
         for seed in args.seeds:
             print(f"sim2real {env_id} seed {seed}", flush=True)
             gap = gaps[env_id]
-            run_dir = sim_policy(env_id, seed, args) if args.start == "train" else imported_policy(env_id, seed, args)
+            run_dir = (legged_policy(seed, args) if env_id == LEGGED else sim_policy(env_id, seed, args)
+                       if args.start == "train" else imported_policy(env_id, seed, args))
             base = run_dir / "actor_int8.onnx"
             eval_seed = 10_000 + 100 * seed
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
             oracle = {}
             if args.oracle:  # once per seed, shared by the methods
-                o = gap_returns(oracle_policy(env_id, seed, gap, args), env_id, gap, args.eval_episodes, eval_seed)
+                oracle_path = (legged_oracle(seed, gap, args) if env_id == LEGGED
+                               else oracle_policy(env_id, seed, gap, args))
+                o = gap_returns(oracle_path, env_id, gap, args.eval_episodes, eval_seed)
                 om = float(np.mean(o))
                 oracle = {"oracle": om, "oracle_returns": o}
                 print(f"  oracle (trained on the gapped robot): {om:.1f}", flush=True)
@@ -498,6 +620,14 @@ def run(args: argparse.Namespace) -> int:
              f"`lowrl import --int8` and made into a kit by `lowrl kit` (TD3 over the imported actor; critics "
              f"warmed up on {args.kit_warmup_steps} simulator steps with exploration noise {args.kit_explore_noise:g}, "
              f"{args.kit_critic_updates} updates). ")
+    if LEGGED in args.envs:
+        start += (f"{LEGGED} sim policy: the shipped {ENVS[LEGGED]} (an SB3 PPO imported by `lowrl import --int8`), "
+                  f"its kit made by `lowrl kit --env lowrl/LeggedAnt-v0` per seed (TD3 over the imported actor; "
+                  f"critics warmed up in the ungapped sim on {args.kit_warmup_steps} steps with exploration noise "
+                  f"{args.kit_explore_noise:g}, {args.kit_critic_updates} updates; RLPD's prior data = that warm-up's "
+                  f"transitions); episodes of {ENV_KWARGS[LEGGED]['max_episode_steps']} policy steps (10 s)"
+                  + (f"; its oracle: PPO continued from {LEGGED_PPO} on the gapped robot for "
+                     f"{args.oracle_steps or 200_000} steps" if args.oracle else "") + ". ")
     markdown = (start + "Reality gap: " + "; ".join(f"{env_id}: {g.describe()}" for env_id, g in gaps.items())
                 + f". K = {args.robot_steps} robot steps of fine-tuning (lockstep, "
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
@@ -508,7 +638,7 @@ def run(args: argparse.Namespace) -> int:
                    else "versions judged on returns adjusted for the start state, ")
                 + f"returns over {args.eval_episodes} seeded episodes"
                 + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
-                   "robot from scratch" if args.oracle else "") + ".\n\n"
+                   "robot from scratch" if args.oracle and set(args.envs) - {LEGGED} else "") + ".\n\n"
                 "| env | method | seed | sim return | gapped, before | gapped, after | gap recovered | "
                 "robot steps to 50 % of the gap | updates/s | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "

@@ -350,6 +350,9 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
     _check_parity(agent.actor, weights, contract, seed)  # the warm-up never moves the actor
     report = WarmupReport(source, len(buffer), int(critic_updates), before, after,
                           float(np.mean(buffer.reward[:len(buffer)])), round(time.perf_counter() - started, 1))
+    if env_id is not None:  # the simulator's warm-up data is the kit's prior data (RLPD), as a trained kit's replay is
+        Path(kit_dir).mkdir(parents=True, exist_ok=True)
+        write_prior(kit_dir, buffer.state_dict())  # before kit.json: a kit.json means the kit is whole
     return _write(agent, contract, kit_dir, {"actor": spec, "warmup": report.to_dict()}), report
 
 

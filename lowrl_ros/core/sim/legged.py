@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig, edit_mujoco_model
 from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome
 
 ENV_ID = "lowrl/LeggedAnt-v0"
@@ -89,6 +89,20 @@ def quat_wxyz_to_xyzw(q: np.ndarray) -> np.ndarray:
     return np.array([q[1], q[2], q[3], q[0]], dtype=np.float64)
 
 
+def _rpy_quat(roll: float, pitch: float) -> np.ndarray:
+    """(w, x, y, z) of a rotation by ``roll`` about x then ``pitch`` about y (body frame)."""
+    cr, sr, cp, sp = math.cos(roll / 2), math.sin(roll / 2), math.cos(pitch / 2), math.sin(pitch / 2)
+    return np.array([cr * cp, sr * cp, cr * sp, sr * sp])
+
+
+def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product of (w, x, y, z) quaternions."""
+    w1, x1, y1, z1 = a
+    w2, x2, y2, z2 = b
+    return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])
+
+
 def projected_gravity_wxyz(q: np.ndarray) -> np.ndarray:
     """Gravity's direction in the body frame from a body-to-world quaternion (w, x, y, z); upright -> (0, 0, -1)."""
     w, x, y, z = (float(v) for v in q / np.linalg.norm(q))
@@ -96,9 +110,14 @@ def projected_gravity_wxyz(q: np.ndarray) -> np.ndarray:
 
 
 class LeggedRobot:
-    """The Ant body under PD position control: ``set_targets`` then ``step`` (one physics step)."""
+    """The Ant body under PD position control: ``set_targets`` then ``step`` (one physics step).
 
-    def __init__(self, config: LeggedConfig | None = None) -> None:
+    ``gap`` (a :class:`RealityGapConfig`) makes it the "real" robot: this class is the one place the
+    legged gap is applied, for :class:`LeggedAnt` (in-process) and :class:`LeggedSim` (the sim robot
+    node) alike: model edits here, latency in :meth:`step`, sensor errors in the sensor methods.
+    """
+
+    def __init__(self, config: LeggedConfig | None = None, gap: RealityGapConfig | None = None) -> None:
         import mujoco
 
         self.config = config or LeggedConfig()
@@ -138,6 +157,40 @@ class LeggedRobot:
         self._torque_idx = np.argsort(self._act)  # policy order -> actuator index
         self.targets = np.array(DEFAULT_POSE)
         self.time = 0.0
+        self.gap = RealityGapConfig()
+        self._latency: list[np.ndarray] = []
+        self._noise = np.random.default_rng(0)
+        if gap is not None and not gap.is_identity:
+            self.apply_gap(gap)
+
+    def apply_gap(self, gap: RealityGapConfig) -> None:
+        """Make this robot differ from the simulation by ``gap`` (once, on a fresh robot); ValueError if a field
+        does not apply to the legged robot."""
+        if not self.gap.is_identity:
+            raise ValueError("this LeggedRobot already has a reality gap; make a new one for another gap")
+        if gap.action_delay_steps:
+            raise ValueError("action_delay_steps is not used by the legged robot (its control step differs between "
+                             "LeggedAnt and the sim robot node); use latency_physics_steps instead")
+        n = len(JOINTS)
+        per = {name: RealityGapConfig.per_joint(getattr(gap, name), n, name)
+               for name in ("motor_strength", "kp_scale", "kd_scale", "encoder_offset")}
+        self._gyro_bias = RealityGapConfig.per_joint(gap.gyro_bias, 3, "gyro_bias")
+        self._tilt_bias = RealityGapConfig.per_joint(gap.tilt_bias, 2, "tilt_bias")
+        self._offset = per["encoder_offset"] + gap.joint_offset
+        edit_mujoco_model(self.model, gap)  # mass, inertia, friction, damping, actuator_gain: as the wrapper does
+        c = self.config
+        for i in range(self.model.nu):
+            j = self._act[i]  # the policy-order joint motor i drives
+            kp, kd = c.kp * per["kp_scale"][j], c.kd * per["kd_scale"][j]
+            self.model.actuator_gainprm[i, 0] = kp
+            self.model.actuator_biasprm[i, 1:3] = (-kp, -kd)
+            limit = c.torque_limit * per["motor_strength"][j]
+            self.model.actuator_forcerange[i] = (-limit, limit)
+        self.gap = gap
+        self._latency = []
+
+    def _measured_noise(self, shape: int, std: float) -> np.ndarray:
+        return self._noise.normal(0.0, std, shape) if std > 0.0 else np.zeros(shape)
 
     @property
     def dt(self) -> float:
@@ -154,6 +207,12 @@ class LeggedRobot:
         self.data.qpos[self._qpos] = np.clip(pose, self.lower, self.upper)
         self.set_targets(np.array(DEFAULT_POSE))
         self.time = 0.0
+        g = self.gap
+        # The latency line starts full of the default pose; noise reseeded from the episode's rng (only when
+        # there is noise: the identity draws nothing and stays bit-identical).
+        self._latency = [self.data.ctrl.copy() for _ in range(g.latency_physics_steps)]
+        if rng is not None and (g.obs_noise_std > 0.0 or g.imu_noise_std > 0.0):
+            self._noise = np.random.default_rng(int(rng.integers(2**62)))
         self._mj.mj_forward(self.model, self.data)
 
     def set_targets(self, targets: np.ndarray) -> None:
@@ -163,19 +222,41 @@ class LeggedRobot:
             raise ValueError(f"position targets must be {len(JOINTS)} finite values ({', '.join(JOINTS)}); got "
                              f"{t.tolist()}")
         self.targets = t
-        self.data.ctrl[:] = t[self._act]
+        if not self._latency:
+            self.data.ctrl[:] = t[self._act]
 
     def step(self, n: int = 1) -> None:
-        """``n`` physics steps with the PD loop closed on the current targets at every one of them."""
-        self._mj.mj_step(self.model, self.data, n)
+        """``n`` physics steps with the PD loop closed on the current targets at every one of them.
+
+        With ``latency_physics_steps`` d the motors act at each physics step on the targets set d steps
+        before (a FIFO of one entry per physics step)."""
+        if not self._latency:
+            self._mj.mj_step(self.model, self.data, n)
+        else:
+            want = self.targets[self._act]
+            for _ in range(n):
+                self._latency.append(want)
+                self.data.ctrl[:] = self._latency.pop(0)
+                self._mj.mj_step(self.model, self.data, 1)
         self.time += n * self.config.physics_dt
 
     # ----- sensors -----
     def joint_positions(self) -> np.ndarray:
-        return self.data.qpos[self._qpos].copy()
+        """Measured joint positions (rad, policy order): with a gap, plus encoder offsets and noise."""
+        q = self.data.qpos[self._qpos].copy()
+        if self.gap.is_identity:
+            return q
+        return q + self._offset + self._measured_noise(q.size, self.gap.obs_noise_std)
 
     def joint_velocities(self) -> np.ndarray:
-        return self.data.qvel[self._qvel].copy()
+        qd = self.data.qvel[self._qvel].copy()
+        if self.gap.obs_noise_std > 0.0:
+            qd = qd + self._measured_noise(qd.size, self.gap.obs_noise_std)
+        return qd
+
+    def true_joint_positions(self) -> np.ndarray:
+        """The joint positions without the gap's sensor errors (ground truth)."""
+        return self.data.qpos[self._qpos].copy()
 
     def joint_efforts(self) -> np.ndarray:
         """The PD torque applied in the last step (N m, policy order), as a motor's current sensor reads it."""
@@ -184,8 +265,14 @@ class LeggedRobot:
     def imu(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(orientation x, y, z, w; angular velocity rad/s in the body frame; linear acceleration m/s^2, body)."""
         s = self.data.sensordata
-        return (quat_wxyz_to_xyzw(s[self._sensor["imu_quat"]]), s[self._sensor["imu_gyro"]].copy(),
-                s[self._sensor["imu_acc"]].copy())
+        quat, gyro = s[self._sensor["imu_quat"]].copy(), s[self._sensor["imu_gyro"]].copy()
+        g = self.gap
+        if not g.is_identity:
+            gyro = gyro + self._gyro_bias + self._measured_noise(3, g.imu_noise_std)
+            roll, pitch = self._tilt_bias + self._measured_noise(2, g.imu_noise_std)
+            if roll != 0.0 or pitch != 0.0:  # the IMU's frame is off by a small roll/pitch rotation
+                quat = _quat_mul(quat, _rpy_quat(roll, pitch))
+        return quat_wxyz_to_xyzw(quat), gyro, s[self._sensor["imu_acc"]].copy()
 
     def base_quat_wxyz(self) -> np.ndarray:
         return self.data.qpos[3:7].copy()
@@ -256,14 +343,16 @@ class LeggedAnt(gym.Env if gym is not None else object):
         max_episode_steps: time limit in policy steps (the registered id sets it through gymnasium too).
         command_ranges: ((vx lo, hi), (vy lo, hi), (yaw rate lo, hi)) the per-episode command is drawn from.
         config: physics and PD settings.
+        gap: the reality gap of the robot (None: the simulation itself); LeggedRobot applies it.
     """
 
     metadata = {"render_modes": []}
     render_mode = None
 
     def __init__(self, policy_period_s: float = 0.04, max_episode_steps: int = 500,
-                 command_ranges=((0.0, 0.6), (-0.1, 0.1), (-0.2, 0.2)), config: LeggedConfig | None = None) -> None:
-        self.robot = LeggedRobot(config)
+                 command_ranges=((0.0, 0.6), (-0.1, 0.1), (-0.2, 0.2)), config: LeggedConfig | None = None,
+                 gap: RealityGapConfig | None = None) -> None:
+        self.robot = LeggedRobot(config, gap)
         substeps = policy_period_s / self.robot.dt
         if not 0.02 <= policy_period_s <= 0.05 or abs(substeps - round(substeps)) > 1e-6:
             raise ValueError(f"policy_period_s={policy_period_s} must be 0.02..0.05 s and a whole number of physics "
@@ -342,11 +431,12 @@ class LeggedSim:
     """
 
     def __init__(self, physics_dt: float = 0.005, max_episode_steps: int = 0, seed: int = 0,
-                 realtime: bool = True, max_catch_up: int = 8) -> None:
+                 realtime: bool = True, max_catch_up: int = 8, gap: RealityGapConfig | None = None) -> None:
         import time
 
         self._clock = time.monotonic
-        self.robot = LeggedRobot(LeggedConfig(physics_dt=physics_dt))
+        self.robot = LeggedRobot(LeggedConfig(physics_dt=physics_dt), gap)
+        self._rng = np.random.default_rng(seed)
         self.joint_names = JOINTS
         self.controller_joints = CONTROLLER_JOINTS
         self.action_dim = len(JOINTS)
@@ -361,15 +451,13 @@ class LeggedSim:
         self.falls = 0
         self._return, self._steps, self._physics_steps = 0.0, 0, 0
         self._t0: float | None = None
-        self.robot.reset(np.random.default_rng(seed), noise=0.0)
+        self.robot.reset(self._rng, noise=0.0)
 
     @classmethod
     def from_config(cls, config: SimRobotConfig, gap: RealityGapConfig | None = None) -> LeggedSim:
-        """The sim robot node's LeggedAnt: physics step = ``config.control_period_s``."""
-        if gap is not None and gap != RealityGapConfig():
-            raise ValueError(f"the reality gap ({gap.describe()}) is not implemented for LeggedAnt; leave gap.* at "
-                             "their defaults")
-        return cls(physics_dt=config.control_period_s, max_episode_steps=config.max_episode_steps, seed=config.seed)
+        """The sim robot node's LeggedAnt: physics step = ``config.control_period_s``; ``gap`` as LeggedAnt's."""
+        return cls(physics_dt=config.control_period_s, max_episode_steps=config.max_episode_steps, seed=config.seed,
+                   gap=gap)
 
     def check_action(self, action) -> np.ndarray:
         """Position targets (controller order) as a float array; ValueError naming the fix otherwise."""
@@ -410,13 +498,13 @@ class LeggedSim:
             self.falls += int(fell)
             self.returns.append(self._return)
             self._return, self._steps = 0.0, 0
-            self.robot.reset()
+            self.robot.reset(self._rng)
         return outcome
 
     def reset(self) -> None:
         """Start a new episode now (a reset request from the fine-tuner); the unfinished one is not counted."""
         self._return, self._steps = 0.0, 0
-        self.robot.reset()
+        self.robot.reset(self._rng)
 
     def joints(self):
         r = self.robot

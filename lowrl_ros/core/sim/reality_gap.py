@@ -27,6 +27,22 @@ the robot it runs on; :class:`RealityGapWrapper` applies it to a gymnasium envir
   t − d; zeros before the first), and ``obs_noise_std`` (Gaussian noise on every observation entry,
   from a generator seeded by ``reset(seed=...)``, so a seeded run is reproducible).
 
+- The legged robot (``lowrl/LeggedAnt-v0`` in-process, ``env_id: LeggedAnt`` in the sim robot node):
+  :class:`lowrl_ros.core.sim.legged.LeggedRobot` applies the gap itself, in one place used by both
+  (:func:`make_gapped_env` passes it as the env's ``gap``): the MuJoCo edits above (mass and inertia,
+  foot friction, joint friction/damping, ``actuator_gain`` on every motor's torque), and the
+  legged-only fields: ``motor_strength`` (per joint: torque limit x this), ``kp_scale`` / ``kd_scale``
+  (per joint: PD gains x this), ``latency_physics_steps`` (targets reach the motors N physics steps
+  late), ``encoder_offset`` (per joint, added to the measured positions, on top of ``joint_offset``),
+  ``obs_noise_std`` (on measured joint positions and velocities), ``gyro_bias`` (x, y, z rad/s),
+  ``tilt_bias`` (roll, pitch rad: the IMU's orientation is off by this rotation) and
+  ``imu_noise_std`` (Gaussian noise on the gyro, rad/s, and on the orientation's roll and pitch, rad).
+  ``action_delay_steps`` is refused there (its control step is the policy's in-process but the
+  physics step in the node; ``latency_physics_steps`` is the same in both).
+
+Per-joint fields are tuples; a single value (or a scalar) applies to every joint. Fields that do not
+apply to an environment are refused with the fix when the gap is applied.
+
 The identity config changes nothing: the wrapped env reproduces the unwrapped one exactly (tested).
 """
 from __future__ import annotations
@@ -61,8 +77,43 @@ class RealityGapConfig:
     joint_offset: float = field(0.0, "zero offset of every joint's position sensor (rad or m), |offset| <= pi",
                                 range=(-math.pi, math.pi))
     action_delay_steps: int = field(0, "control steps between a command and its effect (0: none)", range=(0, 100))
+    # Legged robot only (lowrl_ros.core.sim.legged): per-joint tuples in the policy's joint order; one value
+    # applies to every joint.
+    motor_strength: tuple = field((1.0,), "legged: per joint, the motor's torque limit x this (one value: all "
+                                          "joints)")
+    kp_scale: tuple = field((1.0,), "legged: per joint, the PD loop's kp x this (one value: all joints)")
+    kd_scale: tuple = field((1.0,), "legged: per joint, the PD loop's kd x this (one value: all joints)")
+    latency_physics_steps: int = field(0, "legged: physics steps before a position target reaches the motors",
+                                       range=(0, 100))
+    encoder_offset: tuple = field((0.0,), "legged: per joint, zero offset of the joint encoders (rad), added to "
+                                          "the measured positions (one value: all joints)")
+    gyro_bias: tuple = field((0.0,), "legged: the IMU gyro's bias (x, y, z rad/s; one value: all axes)")
+    tilt_bias: tuple = field((0.0,), "legged: the IMU orientation's error (roll, pitch rad; one value: both)")
+    imu_noise_std: float = field(0.0, "legged: Gaussian noise on the gyro (rad/s) and the orientation's roll and "
+                                      "pitch (rad)", range=(0.0, 10.0))
 
     def __post_init__(self) -> None:
+        # Per-joint / per-axis fields: a scalar or a sequence (YAML, ROS arrays) as a tuple of floats.
+        for name, low, high in _TUPLE_RANGES:
+            value = getattr(self, name)
+            seq = (value,) if isinstance(value, (int, float)) else value
+            try:
+                vals = tuple(float(v) for v in seq)
+            except (TypeError, ValueError):
+                raise ValueError(f"RealityGapConfig.{name}={value!r} must be a number or a list of numbers") from None
+            if not vals or not all(math.isfinite(v) and low <= v <= high for v in vals):
+                raise ValueError(f"RealityGapConfig.{name}={list(vals)} must be one or more finite values in "
+                                 f"{low:g}..{high:g}")
+            object.__setattr__(self, name, vals)
+        if len(self.gyro_bias) not in (1, 3) or len(self.tilt_bias) not in (1, 2):
+            raise ValueError(f"RealityGapConfig: gyro_bias takes 1 or 3 values (x, y, z), tilt_bias 1 or 2 (roll, "
+                             f"pitch); got {list(self.gyro_bias)} and {list(self.tilt_bias)}")
+        if not (math.isfinite(self.imu_noise_std) and 0.0 <= self.imu_noise_std <= 10.0):
+            raise ValueError(f"RealityGapConfig.imu_noise_std={self.imu_noise_std} must be finite and in 0..10 "
+                             "(0: none)")
+        if int(self.latency_physics_steps) != self.latency_physics_steps or not 0 <= self.latency_physics_steps <= 100:
+            raise ValueError(f"RealityGapConfig.latency_physics_steps={self.latency_physics_steps} must be a whole "
+                             "number of physics steps in 0..100")
         for name in ("mass_scale", "friction_scale", "actuator_gain"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0.05 <= value <= 20.0):
@@ -84,7 +135,23 @@ class RealityGapConfig:
 
     @property
     def is_identity(self) -> bool:
-        return self == RealityGapConfig()
+        base = RealityGapConfig()
+        return not any(_differs(getattr(self, f.name), getattr(base, f.name)) for f in dataclasses.fields(self))
+
+    def legged_only(self) -> list[str]:
+        """The legged-only fields set away from their identity value (refused by the other envs)."""
+        base = RealityGapConfig()
+        return [name for name in LEGGED_ONLY if _differs(getattr(self, name), getattr(base, name))]
+
+    @staticmethod
+    def per_joint(values: tuple, n: int, name: str) -> np.ndarray:
+        """``values`` for ``n`` joints (or axes): one value broadcast; another length refused with the fix."""
+        if len(values) == 1:
+            return np.full(n, values[0], dtype=np.float64)
+        if len(values) != n:
+            raise ValueError(f"RealityGapConfig.{name} has {len(values)} values; give 1 (all) or {n} (one each, "
+                             "in the policy's joint order)")
+        return np.asarray(values, dtype=np.float64)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -92,9 +159,42 @@ class RealityGapConfig:
     def describe(self) -> str:
         """A one-line summary of the fields that differ from the identity, e.g. for logs."""
         base = RealityGapConfig()
-        parts = [f"{f.name}={getattr(self, f.name):g}" for f in dataclasses.fields(self)
-                 if getattr(self, f.name) != getattr(base, f.name)]
+        parts = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in dataclasses.fields(self)
+                 if _differs(getattr(self, f.name), getattr(base, f.name))]
         return ", ".join(parts) or "none (identity)"
+
+
+def edit_mujoco_model(model: Any, g: RealityGapConfig) -> None:
+    """The gap's physics edits of a MuJoCo model, in place (the wrapper's and the legged robot's one copy)."""
+    has_friction = bool((model.geom_contype != 0).any() or (model.dof_frictionloss != 0).any())
+    if g.friction_scale != 1.0 and not has_friction:
+        raise ValueError("this MuJoCo model has no contacts and no joint friction, so friction_scale changes "
+                         "nothing; leave it at 1.0 and use added_friction (dry joint friction) instead")
+    # Multiplying by exactly 1.0 leaves every value bit-identical: the identity changes nothing.
+    model.body_mass[:] = model.body_mass * g.mass_scale
+    model.body_inertia[:] = model.body_inertia * g.mass_scale
+    model.geom_friction[:] = model.geom_friction * g.friction_scale
+    model.dof_frictionloss[:] = model.dof_frictionloss * g.friction_scale + g.added_friction
+    model.dof_damping[:] = model.dof_damping * g.damping_scale + g.added_damping
+    model.actuator_gear[:, 0] = model.actuator_gear[:, 0] * g.actuator_gain
+
+
+# Per-joint / per-axis fields and the range of each value.
+_TUPLE_RANGES = (("motor_strength", 0.05, 20.0), ("kp_scale", 0.05, 20.0), ("kd_scale", 0.0, 20.0),
+                 ("encoder_offset", -math.pi, math.pi), ("gyro_bias", -10.0, 10.0), ("tilt_bias", -0.5, 0.5))
+LEGGED_ONLY = ("motor_strength", "kp_scale", "kd_scale", "latency_physics_steps", "encoder_offset", "gyro_bias",
+               "tilt_bias", "imu_noise_std")
+
+
+def _differs(a: Any, b: Any) -> bool:
+    """A field away from its identity value; a tuple of one value equals itself repeated (broadcast)."""
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(b) == 1:
+        return any(v != b[0] for v in a)
+    return a != b
+
+
+def _fmt(value: Any) -> str:
+    return ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
 
 
 class RealityGapWrapper(gym.Wrapper):
@@ -112,6 +212,12 @@ class RealityGapWrapper(gym.Wrapper):
         self._rng = np.random.default_rng(noise_seed)
         self._queue: collections.deque = collections.deque()
         u = env.unwrapped
+        if hasattr(u, "robot") and hasattr(u.robot, "apply_gap"):
+            raise ValueError("the legged robot applies the gap itself: make it with make_gapped_env(env_id, gap) "
+                             "or gym.make(env_id, gap=gap), not RealityGapWrapper")
+        if gap.legged_only():
+            raise ValueError(f"{', '.join(gap.legged_only())}: legged robot only (LeggedAnt); leave them at their "
+                             "defaults for this env")
         self._pendulum = hasattr(u, "max_torque") and hasattr(u, "m") and not hasattr(u, "model")
         if self._pendulum:
             if gap.friction_scale != 1.0 or gap.damping_scale != 1.0:
@@ -126,18 +232,7 @@ class RealityGapWrapper(gym.Wrapper):
         self._reset_delay()
 
     def _edit_mujoco_model(self, model: Any) -> None:
-        g = self.gap
-        has_friction = bool((model.geom_contype != 0).any() or (model.dof_frictionloss != 0).any())
-        if g.friction_scale != 1.0 and not has_friction:
-            raise ValueError("this MuJoCo model has no contacts and no joint friction, so friction_scale changes "
-                             "nothing; leave it at 1.0 and use added_friction (dry joint friction) instead")
-        # Multiplying by exactly 1.0 leaves every value bit-identical: the identity changes nothing.
-        model.body_mass[:] = model.body_mass * g.mass_scale
-        model.body_inertia[:] = model.body_inertia * g.mass_scale
-        model.geom_friction[:] = model.geom_friction * g.friction_scale
-        model.dof_frictionloss[:] = model.dof_frictionloss * g.friction_scale + g.added_friction
-        model.dof_damping[:] = model.dof_damping * g.damping_scale + g.added_damping
-        model.actuator_gear[:, 0] = model.actuator_gear[:, 0] * g.actuator_gain
+        edit_mujoco_model(model, self.gap)
 
     def _reset_delay(self) -> None:
         zero = np.zeros(self.action_space.shape, dtype=self.action_space.dtype)
@@ -212,14 +307,28 @@ def parse_gap_items(items: list[str]) -> dict[str, Any]:
         if name not in fields or not value:
             raise ValueError(f"--gap {item!r}: use FIELD=VALUE with a RealityGapConfig field ({', '.join(fields)})")
         try:
-            out[name] = int(value) if name == "action_delay_steps" else float(value)
+            if name in dict((n, 0) for n, _, _ in _TUPLE_RANGES):
+                out[name] = tuple(float(v) for v in value.split(","))
+            else:
+                out[name] = int(value) if name in ("action_delay_steps", "latency_physics_steps") else float(value)
         except ValueError:
             raise ValueError(f"--gap {item!r}: {value!r} is not a number") from None
     RealityGapConfig(**out)  # each field's own range check
     return out
 
 
+LEGGED_IDS = ("lowrl/LeggedAnt-v0", "LeggedAnt")
+
+
 def make_gapped_env(env_id: str, gap: RealityGapConfig, **kwargs: Any) -> gym.Env:
-    """``gym.make(env_id, **kwargs)`` wrapped in a :class:`RealityGapWrapper` applying ``gap``."""
+    """``gym.make(env_id, **kwargs)`` wrapped in a :class:`RealityGapWrapper` applying ``gap``.
+
+    The legged robot (``lowrl/LeggedAnt-v0`` or ``LeggedAnt``) takes the gap as its own ``gap`` argument
+    instead: LeggedRobot applies it, as it does for the sim robot node.
+    """
+    if env_id in LEGGED_IDS:
+        # gymnasium's "module:id" form imports the module that registers the id (legged imports this module,
+        # so it is not imported here: no cycle).
+        return gym.make(f"lowrl_ros.core.sim.legged:{LEGGED_IDS[0]}", gap=gap, **kwargs)
     env = gym.make(env_id, **kwargs)
     return RealityGapWrapper(env, gap)
