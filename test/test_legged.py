@@ -273,3 +273,15 @@ def test_legged_launch_in_process_walks_upright(ros_context):
         for n in (node, sim, probe):
             if n is not None:
                 n.destroy_node()
+
+
+def test_lowrl_ids_are_found_without_importing_the_module_first():
+    """`lowrl kit --env lowrl/LeggedAnt-v0` / `lowrl train --env-id ...` in a fresh process: gym.make finds the id."""
+    import subprocess
+    import sys
+
+    code = ("from lowrl_ros.core.train.trainer import make_env; from lowrl_ros.core.sim.evaluate import make_env as ev; "
+            "print(make_env('lowrl/LeggedAnt-v0').observation_space.shape, ev('lowrl/LeggedAnt-v0').action_space.shape)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["(33,)", "(8,)"]

@@ -80,3 +80,13 @@ def coerce(f: dataclasses.Field, value: Any, *, owner: str = "") -> Any:
     except (TypeError, ValueError):
         where = f"{owner}: " if owner else ""
         raise ValueError(f"{where}{f.name}={value!r} is not a valid {kind.__name__}") from None
+
+
+# lowrl's own gymnasium environments (ids "lowrl/...") register when their module is imported. gymnasium's
+# "module:id" form imports it, so `--env lowrl/LeggedAnt-v0` works wherever gym.make is called.
+LOWRL_ENV_MODULE = "lowrl_ros.core.sim.legged"
+
+
+def gym_env_id(env_id: str) -> str:
+    """The id to give gym.make: ``lowrl/...`` ids prefixed with the module that registers them."""
+    return f"{LOWRL_ENV_MODULE}:{env_id}" if env_id.startswith("lowrl/") else env_id

@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from lowrl_ros.core.config import gym_env_id
+
 EVAL_SEED = 10_000  # episodes a policy has (very likely) never trained on
 
 
@@ -52,7 +54,7 @@ def make_env(env_id: str):
     except ImportError:
         raise ImportError("evaluation needs gymnasium: pip install 'gymnasium[mujoco]'") from None
     try:
-        return gym.make(env_id)
+        return gym.make(gym_env_id(env_id))
     except gym.error.Error as exc:
         raise ValueError(f"cannot make environment {env_id!r} ({exc}); use a gymnasium id such as "
                          "'Pendulum-v1' or 'InvertedPendulum-v5' (MuJoCo ones need gymnasium[mujoco])") from None

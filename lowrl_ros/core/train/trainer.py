@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lowrl_ros.core.config import gym_env_id
 from lowrl_ros.core.train.agent import OffPolicyAgent
 from lowrl_ros.core.train.checkpoint import load_checkpoint, save_checkpoint
 from lowrl_ros.core.train.config import TrainConfig
@@ -41,7 +42,7 @@ def make_env(env_id: str):
     import gymnasium as gym
 
     try:
-        env = gym.make(env_id)
+        env = gym.make(gym_env_id(env_id))
     except gym.error.Error as exc:
         raise ValueError(f"cannot make environment {env_id!r} ({exc}); use a gymnasium id such as "
                          "Pendulum-v1, InvertedPendulum-v5, HalfCheetah-v5 or Hopper-v5") from None
