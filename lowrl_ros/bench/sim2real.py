@@ -133,12 +133,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ppo-steps", type=int, default=60_000,
                         help="--start sb3-ppo: PPO's training steps (60000; RL Zoo trains 100000, 60000 reach "
                              "about -130 in sim here)")
-    parser.add_argument("--kit-warmup-steps", type=int, default=5000,
-                        help="--start sb3-ppo: lowrl kit --warmup-steps (simulator steps of the PPO policy; 5000)")
-    parser.add_argument("--kit-critic-updates", type=int, default=5000,
-                        help="--start sb3-ppo: lowrl kit --critic-updates (5000)")
-    parser.add_argument("--kit-explore-noise", type=float, default=0.1,
-                        help="--start sb3-ppo: lowrl kit --explore-noise (0.1 of the half action range)")
+    from lowrl_ros.commands.kit import add_warmup_arguments
+
+    add_warmup_arguments(parser, prefix="kit-", help_prefix="--start sb3-ppo and LeggedAnt: lowrl kit ")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None,
