@@ -73,9 +73,9 @@ def projected_gravity(quaternion: Sequence[float], order: str) -> np.ndarray:
     """
     q = np.asarray(quaternion, dtype=np.float64)
     if order == "xyzw":
-        x, y, z, w = q
+        x, y, z, w = q.tolist()  # Python floats: the scalar arithmetic below is several times cheaper on them
     elif order == "wxyz":
-        w, x, y, z = q
+        w, x, y, z = q.tolist()
     else:
         raise ValueError(f"quaternion order {order!r} is unknown; use one of {', '.join(QUATERNION_ORDERS)}")
     n = math.sqrt(w * w + x * x + y * y + z * z)
@@ -352,7 +352,13 @@ class ObservationSpec:
 
 
 class ObservationBuilder:
-    """Newest sample per topic in, one observation vector per control tick out. One thread only."""
+    """Newest sample per topic in, one observation vector per control tick out. One thread only.
+
+    Per tick this runs at the policy rate on the robot's computer, so everything that does not
+    depend on the sample is fixed at construction: each term writes straight into its slice of one
+    preallocated vector (a history term into its own scratch row), the scale/offset/clip and the
+    joint-index lookups are resolved once, and the finite check runs once over the whole vector.
+    """
 
     def __init__(self, spec: ObservationSpec) -> None:
         self.spec = spec
@@ -362,9 +368,21 @@ class ObservationBuilder:
         self._poses = {t.index: np.array([pose[j] for j in t.joints]) for t in spec.terms if t.relative}
         self._histories = {t.index: deque(maxlen=t.history) for t in spec.terms if t.history > 1}
         self._last_action: np.ndarray | None = None
-        self._affine = {t.index: bool((t.offset != 0).any() or (t.scale != 1).any()) for t in spec.terms}
         self._out = np.empty(spec.obs_dim)
         self._joint_topic = next((t.topic for t in spec.terms if t.source == "joint_state"), None)
+        # One plan per term: (term, reader, where it writes, its history or None, affine, clip).
+        self._plan: list[tuple[TermSpec, Any, np.ndarray, deque | None, tuple | None, tuple | None]] = []
+        readers = {"joint_state": self._joint_values, "imu": self._imu_values, "twist": self._twist_values,
+                   "array": self._array_values, "action": self._action_values}
+        k = 0
+        for t in spec.terms:
+            history = self._histories.get(t.index)
+            dst = np.empty(t.size) if history is not None else self._out[k:k + t.size]
+            affine = (t.offset, t.scale) if bool((t.offset != 0).any() or (t.scale != 1).any()) else None
+            self._plan.append((t, readers[t.source], dst, history, affine, t.clip))
+            k += t.dim
+        # The JointState names last seen per term, and their indices (a driver's steady messages reuse one tuple).
+        self._joint_names: dict[int, tuple[Any, np.ndarray, int]] = {}
 
     def reset(self) -> None:
         """Forget every sample, the histories and the last action (on activation)."""
@@ -400,21 +418,40 @@ class ObservationBuilder:
                 timeout, a needed joint is missing, or a value is not finite. The histories restart.
         """
         out, k = self._out, 0
+        samples = self._samples
         try:
-            for t in self.spec.terms:
-                value = self._term(t, now)
-                if t.history > 1:
-                    h = self._histories[t.index]
-                    if not h:  # a fresh start: fill with the first value (as Isaac Lab's CircularBuffer)
-                        h.extend([value] * t.history)
-                    else:
-                        h.append(value)
-                    steps = h if t.history_order == "oldest_first" else reversed(h)
-                    for v in steps:
-                        out[k:k + t.size] = v
-                        k += t.size
+            for t, read, dst, history, affine, clip in self._plan:
+                if t.topic:
+                    got = samples.get(t.topic)
+                    if got is None:
+                        raise ObservationError(f"{t.describe()}: no message received yet; check that it is "
+                                               "published (ros2 topic hz) and the topic name under the node's "
+                                               "namespace")
+                    age = now - got[1]
+                    if age > t.timeout_s:
+                        raise ObservationError(f"{t.describe()}: stale, newest message is {age * 1e3:.0f} ms old "
+                                               f"(timeout_s {t.timeout_s:g}); the sensor stopped or is too slow")
+                    read(t, got[0], dst)
                 else:
-                    out[k:k + t.size] = value
+                    read(t, None, dst)
+                # Identity scale/offset skipped; in place, into the vector. Finite values are checked once, below.
+                if affine is not None:
+                    np.subtract(dst, affine[0], out=dst)
+                    np.multiply(dst, affine[1], out=dst)
+                if clip is not None:  # np.clip's semantics (max with lo, then min with hi), without its overhead
+                    np.maximum(dst, clip[0], out=dst)
+                    np.minimum(dst, clip[1], out=dst)
+                if history is None:
+                    k += t.size
+                    continue
+                value = dst.copy()  # the deque keeps it; dst is reused next tick
+                if not history:  # a fresh start: fill with the first value (as Isaac Lab's CircularBuffer)
+                    history.extend([value] * t.history)
+                else:
+                    history.append(value)
+                steps = history if t.history_order == "oldest_first" else reversed(history)
+                for v in steps:
+                    out[k:k + t.size] = v
                     k += t.size
             if not np.isfinite(out).all():
                 raise self._not_finite(out)
@@ -435,68 +472,64 @@ class ObservationBuilder:
             start += t.dim
         return ObservationError(f"observation entry {bad} is {out[bad]} (NaN/Inf)")
 
-    def _term(self, t: TermSpec, now: float) -> np.ndarray:
-        if t.source == "action":
-            raw = self._last_action if self._last_action is not None else np.zeros(t.size)
-            if raw.size != t.size:
-                raise ObservationError(f"{t.describe()}: the last action has {raw.size} values, size is {t.size}")
-        else:
-            got = self._samples.get(t.topic)
-            if got is None:
-                raise ObservationError(f"{t.describe()}: no message received yet; check that it is published "
-                                       "(ros2 topic hz) and the topic name under the node's namespace")
-            sample, stamp = got
-            age = now - stamp
-            if age > t.timeout_s:
-                raise ObservationError(f"{t.describe()}: stale, newest message is {age * 1e3:.0f} ms old "
-                                       f"(timeout_s {t.timeout_s:g}); the sensor stopped or is too slow")
-            raw = self._raw(t, sample)
-        # Identity scale/offset skipped: this runs per term and tick. Finite values are checked once, in build().
-        value = (raw - t.offset) * t.scale if self._affine[t.index] else raw
-        if t.clip is not None:
-            value = np.clip(value, t.clip[0], t.clip[1])
-        return value
+    # ---- readers: one term's raw values (before scale/offset/clip) into dst ----------------------
+    def _action_values(self, t: TermSpec, _sample: Any, dst: np.ndarray) -> None:
+        raw = self._last_action
+        if raw is None:
+            dst.fill(0.0)
+            return
+        if raw.size != t.size:
+            raise ObservationError(f"{t.describe()}: the last action has {raw.size} values, size is {t.size}")
+        dst[:] = raw
 
-    def _raw(self, t: TermSpec, sample: Any) -> np.ndarray:
-        if t.source == "joint_state":
-            names, position, velocity, effort = sample
-            values = {"joint_position": position, "joint_velocity": velocity, "joint_effort": effort}[t.term]
+    def _joint_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
+        names, position, velocity, effort = sample
+        values = position if t.term == "joint_position" else velocity if t.term == "joint_velocity" else effort
+        seen = self._joint_names.get(t.index)
+        if seen is not None and seen[0] is names:  # the same names tuple as last tick: same indices
+            idx, top = seen[1], seen[2]
+        else:
             idx = self._indices(names, t)
-            values = np.asarray(values, dtype=np.float64)
-            if idx.size and int(idx.max()) >= values.size:
-                field_name = t.term.split("_", 1)[1]
-                raise ObservationError(f"{t.describe()}: the JointState has {values.size} {field_name} "
-                                       f"values for {len(names)} names; the driver must fill {field_name}")
-            raw = values[idx]
-            if t.relative:
-                raw -= self._poses[t.index]
-            if t.function == "cos":
-                raw = np.cos(raw)
-            elif t.function == "sin":
-                raw = np.sin(raw)
-            return raw
-        if t.source == "imu":
-            if t.msg_type == "array":
-                q = np.asarray(sample, dtype=np.float64).ravel()
-                if q.size != 4:
-                    raise ObservationError(f"{t.describe()}: expected 4 quaternion values, got {q.size}")
-                return self._gravity(t, q)
-            orientation, angular_velocity, linear_acceleration = sample
-            if t.term == "projected_gravity":
-                return self._gravity(t, orientation)
-            return np.asarray(angular_velocity if t.term == "imu_angular_velocity" else linear_acceleration,
-                              dtype=np.float64)
-        if t.source == "twist":
-            v = np.asarray(sample, dtype=np.float64)
-            cmd = np.array([v[0], v[1], v[5]])
-            if t.ranges is not None:
-                cmd = np.clip(cmd, t.ranges[:, 0], t.ranges[:, 1])
-            return cmd
+            top = int(idx.max()) if idx.size else -1
+            self._joint_names[t.index] = (names, idx, top)
+        values = np.asarray(values, dtype=np.float64)
+        if top >= values.size:
+            field_name = t.term.split("_", 1)[1]
+            raise ObservationError(f"{t.describe()}: the JointState has {values.size} {field_name} "
+                                   f"values for {len(names)} names; the driver must fill {field_name}")
+        np.take(values, idx, out=dst)
+        if t.relative:
+            np.subtract(dst, self._poses[t.index], out=dst)
+        if t.function == "cos":
+            np.cos(dst, out=dst)
+        elif t.function == "sin":
+            np.sin(dst, out=dst)
+
+    def _imu_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
+        if t.msg_type == "array":
+            q = np.asarray(sample, dtype=np.float64).ravel()
+            if q.size != 4:
+                raise ObservationError(f"{t.describe()}: expected 4 quaternion values, got {q.size}")
+            dst[:] = self._gravity(t, q)
+            return
+        orientation, angular_velocity, linear_acceleration = sample
+        if t.term == "projected_gravity":
+            dst[:] = self._gravity(t, orientation)
+        else:
+            dst[:] = angular_velocity if t.term == "imu_angular_velocity" else linear_acceleration
+
+    def _twist_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
+        dst[0], dst[1], dst[2] = sample[0], sample[1], sample[5]
+        if t.ranges is not None:
+            np.maximum(dst, t.ranges[:, 0], out=dst)
+            np.minimum(dst, t.ranges[:, 1], out=dst)
+
+    def _array_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
         arr = np.asarray(sample, dtype=np.float64).ravel()
         if arr.size != t.size:
             raise ObservationError(f"{t.describe()}: the message has {arr.size} values, size is {t.size}; fix the "
                                    "publisher or the term's size")
-        return arr
+        dst[:] = arr
 
     def _gravity(self, t: TermSpec, q: Any) -> np.ndarray:
         try:
