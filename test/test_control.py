@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from lowrl_ros.core.runtime.control import ControlConfig, LatencyWindow, PolicyController, TickSchedule
+from lowrl_ros.core.runtime.control import (ControlConfig, LatencyWindow, PolicyController, TickSchedule,
+                                            percentiles_us)
 from lowrl_ros.core.runtime.tiers import ComputeTier
 
 
@@ -268,6 +269,21 @@ def test_latency_window_keeps_recent_values():
     for v in (1.0, 0.001, 0.001, 0.001):
         window.add(v)
     assert len(window) == 3 and window.percentiles_us()[1] == pytest.approx(1000.0)
+
+
+@pytest.mark.parametrize("size, added", [(1, 1), (2, 5), (7, 7), (100, 250), (1000, 1000), (1000, 2345)])
+def test_latency_window_percentiles_match_numpy_over_the_newest_values(size, added):
+    rng = np.random.default_rng(size + added)
+    values = rng.lognormal(-8, 1, added)
+    window = LatencyWindow(size)
+    for v in values:
+        window.add(float(v))
+    newest = values[-size:]
+    assert len(window) == min(size, added)
+    assert sorted(window.snapshot()) == sorted(newest)
+    want = np.percentile(newest, [50, 99]) * 1e6
+    assert window.percentiles_us() == pytest.approx(tuple(want), rel=1e-12)
+    assert np.isnan(percentiles_us(np.zeros(0))).all()
 
 
 def test_tick_schedule_does_not_drift_and_counts_skipped_periods():

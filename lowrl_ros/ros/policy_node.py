@@ -67,7 +67,8 @@ from std_msgs.msg import (Bool, Empty, Float32MultiArray, Float64, Float64MultiA
 from lowrl_ros.core.config import LIVE, field, require
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
-from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, PolicyController, TickSchedule
+from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, EStopLatch, PolicyController, TickSchedule,
+                                            percentiles_us)
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
@@ -791,14 +792,22 @@ class PolicyNode(LifecycleNode):
             self.swapper.wait(timeout)
 
     # ---- reporting -------------------------------------------------------------------------
-    @_locked
     def _publish_stats(self) -> None:
-        c = self.controller
-        if c is None:
-            return
-        stats = PolicyStats(pid=float(os.getpid()), **c.stats())
-        self._stats_msg.data = stats.to_list()
-        self._stats_pub.publish(self._stats_msg)
+        # The percentiles (a partition of up to latency_window samples) run off the lock: the control
+        # thread ticks under it. Under it: the counters and a copy of the window.
+        with self._lock:
+            c = self.controller
+            if c is None:
+                return
+            numbers = c.stats(percentiles=False)
+            latencies = c.latency.snapshot()
+        numbers["window_p50_us"], numbers["window_p99_us"] = percentiles_us(latencies)
+        stats = PolicyStats(pid=float(os.getpid()), **numbers)
+        with self._lock:
+            if self.controller is not c:  # released or reconfigured meanwhile: its publisher may be gone
+                return
+            self._stats_msg.data = stats.to_list()
+            self._stats_pub.publish(self._stats_msg)
 
     def _publish_diag(self, statuses: list) -> None:
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
