@@ -340,3 +340,30 @@ def test_event_mode_acts_on_each_joint_state_and_the_fallback_without_take_messa
             assert got[-1] == pytest.approx(2.0 * np.tanh(0.25 * (12 * 0.1 * k + 0.4)), abs=1e-4)
     finally:
         pn.destroy_node()
+
+
+def test_fast_joint_state_parser_reuses_the_names_only_when_the_bytes_match():
+    """parse_joint_state skips the name walk when count and names repeat at the same offset; any other
+    message (other names, a longer frame_id moving them, fewer joints) is walked again."""
+    from rclpy.serialization import serialize_message
+
+    from lowrl_ros.ros.robot_inputs import parse_joint_state
+
+    def msg(names, frame="base", scale=1.0):
+        js = JointState(name=names, position=[scale * i for i in range(len(names))],
+                        velocity=[-scale * i for i in range(len(names))], effort=[0.5] * len(names))
+        js.header.frame_id = frame
+        return serialize_message(js)
+
+    legs = ["FL_hip", "FR_hip", "RL_hip"]
+    cases = [(legs, "base", 1.0), (legs, "base", 2.0), (["FL_hip", "FR_hipX", "RL_hip"], "base", 1.0),
+             (legs, "base_link_longer", 3.0), (legs[:2], "base", 1.0), ([], "base", 1.0), (legs, "base", 4.0)]
+    before = None
+    for names, frame, scale in cases * 2:
+        got = parse_joint_state(msg(names, frame, scale))
+        if before is not None and before[1:] == (names, frame):
+            assert got[0] is before[0]  # steady names: the same tuple (the builder's index cache keys on it)
+        before = (got[0], names, frame)
+        assert got[0] == tuple(names)
+        assert got[1].tolist() == [scale * i for i in range(len(names))]
+        assert got[2].tolist() == [-scale * i for i in range(len(names))] and got[3].tolist() == [0.5] * len(names)

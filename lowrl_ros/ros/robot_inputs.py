@@ -76,6 +76,10 @@ def _align(pos: int, k: int) -> int:
     return (pos + k - 1) & ~(k - 1)
 
 
+# (offset of the name count in the CDR body, the bytes of count + names, the names, offset just past them)
+_LAST_NAMES: tuple[int, bytes, tuple[str, ...], int] = (-1, b"", (), 0)
+
+
 def parse_joint_state(buf: bytes):
     """A serialized sensor_msgs/JointState -> (names, position, velocity, effort), or None if not plain LE CDR.
 
@@ -85,13 +89,22 @@ def parse_joint_state(buf: bytes):
     if buf[:2] != _CDR_LE:
         return None
     pos = _align(_header_end(buf), 4)
-    count = _u32(buf, 4 + pos)[0]
-    pos += 4
-    names_start = pos
-    for _ in range(count):
-        pos = _align(pos, 4)
-        pos += 4 + _u32(buf, 4 + pos)[0]
-    names = _names(buf[4 + names_start:4 + pos], count)
+    global _LAST_NAMES
+    start, block, names, end = _LAST_NAMES
+    if pos == start and buf.startswith(block, 4 + pos):
+        # The same count and name strings at the same offset as the last message (a driver's steady
+        # stream): the walk below would end at the same place with the same names, so skip it.
+        pos = end
+    else:
+        start = pos
+        count = _u32(buf, 4 + pos)[0]
+        pos += 4
+        names_start = pos
+        for _ in range(count):
+            pos = _align(pos, 4)
+            pos += 4 + _u32(buf, 4 + pos)[0]
+        names = _names(buf[4 + names_start:4 + pos], count)
+        _LAST_NAMES = (start, buf[4 + start:4 + pos], names, pos)
     arrays = []
     for _ in range(3):
         pos = _align(pos, 4)
