@@ -238,3 +238,78 @@ def test_short_joint_array_and_nan_name_the_term():
     b.update("joint_states", (("a", "b", "c"), [0.0] * 3, [0.0, float("nan"), 0.0], []), 0.0)
     with pytest.raises(ObservationError, match="'joint_velocity'.*entry b is nan"):
         b.build(0.0)
+
+
+def _reference_term(t, sample, last_action, pose) -> np.ndarray:
+    """The documented per-term formula, written plainly (no preallocation): what build() must equal."""
+    if t.source == "joint_state":
+        names, pos, vel, eff = sample
+        values = np.asarray({"joint_position": pos, "joint_velocity": vel, "joint_effort": eff}[t.term], float)
+        raw = values[[list(names).index(j) for j in t.joints]]
+        if t.relative:
+            raw = raw - np.array([pose[j] for j in t.joints])
+        raw = {"cos": np.cos, "sin": np.sin}.get(t.function, lambda x: x)(raw)
+    elif t.source == "imu":
+        raw = projected_gravity(sample[0], "xyzw") if t.term == "projected_gravity" else np.asarray(sample[1], float)
+    elif t.source == "twist":
+        raw = np.array([sample[0], sample[1], sample[5]])
+        if t.ranges is not None:
+            raw = np.clip(raw, t.ranges[:, 0], t.ranges[:, 1])
+    elif t.source == "action":
+        raw = np.zeros(t.size) if last_action is None else last_action
+    else:
+        raw = np.asarray(sample, float)
+    value = (raw - t.offset) * t.scale
+    return np.clip(value, *t.clip) if t.clip is not None else value
+
+
+def test_build_equals_the_plain_formula_over_random_ticks_with_histories():
+    """The preallocated per-term plan gives exactly the plain per-term formula, tick after tick."""
+    s = spec([{"term": "imu_angular_velocity", "topic": "imu", "scale": 0.25,
+               "history": {"length": 3, "order": "newest_first"}},
+              {"term": "projected_gravity", "topic": "imu", "quaternion_order": "xyzw"},
+              {"term": "velocity_command", "topic": "cmd_vel", "ranges": [[-1, 1], [-0.5, 0.5], [-1, 1]]},
+              {"term": "joint_position", "topic": "joint_states", "relative": True, "clip": [-0.3, 0.3]},
+              {"term": "joint_position", "name": "cos_q", "topic": "joint_states", "function": "cos",
+               "joints": ["c", "a"]},
+              {"term": "joint_velocity", "topic": "joint_states", "scale": [0.05, 0.1, 0.2], "offset": 0.5,
+               "history": {"length": 2, "order": "oldest_first"}},
+              {"term": "last_action"},
+              {"term": "array", "topic": "scan", "size": 4, "clip": [-1.0, 1.0]}])
+    b = ObservationBuilder(s)
+    rng = np.random.default_rng(3)
+    pose = dict(zip(JOINTS, POSE))
+    steps: dict[int, list] = {}
+    last = None
+    for tick in range(20):
+        names = ("c", "b", "a", "x") if tick % 7 < 4 else ("a", "x", "b", "c")  # the driver's order changes
+        js = (names, rng.normal(size=4), rng.normal(size=4), rng.normal(size=4))
+        imu = (rng.normal(size=4), rng.normal(size=3), rng.normal(size=3))
+        twist = tuple(rng.normal(scale=2.0, size=6))
+        scan = rng.normal(scale=2.0, size=4).astype(np.float32)
+        for topic, sample in (("joint_states", js), ("imu", imu), ("cmd_vel", twist), ("scan", scan)):
+            b.update(topic, sample, float(tick))
+        got = b.build(float(tick))
+        want = []
+        for t in s.terms:
+            sample = {"joint_state": js, "imu": imu, "twist": twist, "array": scan}.get(t.source)
+            value = _reference_term(t, sample, last, pose)
+            if t.history > 1:
+                h = steps.setdefault(t.index, [value] * t.history)
+                h[:] = (h + [value])[-t.history:] if tick else h
+                want.extend(h if t.history_order == "oldest_first" else h[::-1])
+            else:
+                want.append(value)
+        np.testing.assert_array_equal(got, np.concatenate(want))
+        last = rng.normal(size=3)
+        b.set_last_action(last)
+
+
+def test_huge_but_finite_values_are_not_reported_as_nan():
+    """The finite check's quick dot product overflows for entries near 1e200; the exact check decides."""
+    b = ObservationBuilder(spec([{"term": "array", "topic": "scan", "size": 2}]))
+    b.update("scan", np.array([1e200, -1e200]), 0.0)
+    assert b.build(0.0).tolist() == [1e200, -1e200]
+    b.update("scan", np.array([1e200, np.inf]), 0.0)
+    with pytest.raises(ObservationError, match="entry 1 is inf"):
+        b.build(0.0)

@@ -71,6 +71,11 @@ def projected_gravity(quaternion: Sequence[float], order: str) -> np.ndarray:
     ``projected_gravity`` term. Raises ObservationError for a zero or non-finite quaternion (a
     driver without an orientation estimate often sends all zeros).
     """
+    return -np.array(_gravity_terms(quaternion, order))
+
+
+def _gravity_terms(quaternion: Sequence[float], order: str) -> tuple[float, float, float]:
+    """The third row of the body-to-world rotation (projected gravity negated), as Python floats."""
     q = np.asarray(quaternion, dtype=np.float64)
     if order == "xyzw":
         x, y, z, w = q.tolist()  # Python floats: the scalar arithmetic below is several times cheaper on them
@@ -84,7 +89,7 @@ def projected_gravity(quaternion: Sequence[float], order: str) -> np.ndarray:
                                "estimate?); the IMU driver must fill the orientation")
     w, x, y, z = w / n, x / n, y / n, z / n
     # R^T @ (0, 0, -1): minus the third row of the body-to-world rotation matrix.
-    return -np.array([2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)])
+    return 2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)
 
 
 @dataclass(frozen=True)
@@ -381,6 +386,7 @@ class ObservationBuilder:
             affine = (t.offset, t.scale) if bool((t.offset != 0).any() or (t.scale != 1).any()) else None
             self._plan.append((t, readers[t.source], dst, history, affine, t.clip))
             k += t.dim
+        self._ranges = {t.index: tuple(map(tuple, t.ranges.tolist())) for t in spec.terms if t.ranges is not None}
         # The JointState names last seen per term, and their indices (a driver's steady messages reuse one tuple).
         self._joint_names: dict[int, tuple[Any, np.ndarray, int]] = {}
 
@@ -453,7 +459,9 @@ class ObservationBuilder:
                 for v in steps:
                     out[k:k + t.size] = v
                     k += t.size
-            if not np.isfinite(out).all():
+            # One dot product (a NaN/Inf makes it non-finite); only then the exact check, since a finite
+            # vector with huge entries can overflow the product.
+            if not math.isfinite(out.dot(out)) and not np.isfinite(out).all():
                 raise self._not_finite(out)
         except ObservationError:
             for h in self._histories.values():
@@ -510,19 +518,20 @@ class ObservationBuilder:
             q = np.asarray(sample, dtype=np.float64).ravel()
             if q.size != 4:
                 raise ObservationError(f"{t.describe()}: expected 4 quaternion values, got {q.size}")
-            dst[:] = self._gravity(t, q)
+            self._gravity(t, q, dst)
             return
         orientation, angular_velocity, linear_acceleration = sample
         if t.term == "projected_gravity":
-            dst[:] = self._gravity(t, orientation)
+            self._gravity(t, orientation, dst)
         else:
             dst[:] = angular_velocity if t.term == "imu_angular_velocity" else linear_acceleration
 
     def _twist_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
-        dst[0], dst[1], dst[2] = sample[0], sample[1], sample[5]
-        if t.ranges is not None:
-            np.maximum(dst, t.ranges[:, 0], out=dst)
-            np.minimum(dst, t.ranges[:, 1], out=dst)
+        values = (float(sample[0]), float(sample[1]), float(sample[5]))  # linear x, y, angular z
+        ranges = self._ranges.get(t.index)
+        if ranges is not None:  # np.clip's semantics on 3 floats (min(max(v, lo), hi); NaN stays NaN)
+            values = tuple(min(max(v, lo), hi) if v == v else v for v, (lo, hi) in zip(values, ranges))
+        dst[0], dst[1], dst[2] = values
 
     def _array_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
         arr = np.asarray(sample, dtype=np.float64).ravel()
@@ -531,11 +540,12 @@ class ObservationBuilder:
                                    "publisher or the term's size")
         dst[:] = arr
 
-    def _gravity(self, t: TermSpec, q: Any) -> np.ndarray:
+    def _gravity(self, t: TermSpec, q: Any, dst: np.ndarray) -> None:
         try:
-            return projected_gravity(q, t.quaternion_order)
+            a, b, c = _gravity_terms(q, t.quaternion_order)
         except ObservationError as exc:
             raise ObservationError(f"{t.describe()}: {exc}") from exc
+        dst[0], dst[1], dst[2] = -a, -b, -c  # projected_gravity's values, without its array
 
     def _indices(self, names: Sequence[str], t: TermSpec) -> np.ndarray:
         """Where each of the term's joints is in this JointState (cached per distinct name list)."""
