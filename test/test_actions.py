@@ -317,3 +317,21 @@ def test_the_shipped_legged_example_builds_with_the_safe_defaults():
     by_name = dict(zip(p.controller_joints, p.to_controller(np.arange(12.0))))
     assert all(by_name[j] == i for i, j in enumerate(joints))  # every joint lands under its own name
     assert p.controller_joints[:3] == ("FL_hip_joint", "FL_thigh_joint", "FL_calf_joint")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_robot_file_policy_output_not_finite_is_the_safe_action_huge_finite_is_clamped(bad):
+    ctl, clock, policy, _ = controller({"limits": {"lower": [-1.0] * 3, "upper": [1.0] * 3}}, {"soft_start_s": 0})
+    ctl.activate()
+    ctl.set_measured(np.array([0.1, 0.2, 0.3]))
+    ctl.observe(OBS)
+    policy.value = np.array([0.0, bad, 0.0])
+    result = ctl.step()
+    assert result.source == "safe" and "invalid action" in result.reason
+    np.testing.assert_array_equal(result.action, [0.1, 0.2, 0.3])  # hold: the measured pose
+    policy.value = np.array([1e200, -1e200, 0.0])  # finite: its square overflows, it is still an action
+    clock.advance(0.02)
+    ctl.observe(OBS)
+    result = ctl.step()
+    assert result.source == "policy"
+    np.testing.assert_array_equal(result.action, [1.0, -1.0, 0.0])

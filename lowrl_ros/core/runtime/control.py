@@ -599,7 +599,8 @@ class PolicyController:
 
     def _robot_action(self, y: np.ndarray, active: _Active, now: float, latency: float) -> StepResult:
         """Robot file: post-process, blend (timed soft start), rate-limit (see the module docstring)."""
-        if y.shape != (self.action_dim,) or not np.isfinite(y).all():
+        # A dot product first (NaN/Inf make it non-finite); the exact check only then (huge values overflow it).
+        if y.shape != (self.action_dim,) or (not math.isfinite(y.dot(y)) and not np.isfinite(y).all()):
             return self._safe(f"policy produced an invalid action {y!r}")
         y = np.minimum(np.maximum(y, active.low), active.high)  # np.clip(y, low, high) without its wrapper's cost
         target = self.actions.transform(y)
