@@ -10,6 +10,7 @@ pose, the controller step with inference, last_action, the controller-order outp
 ``--stats-every`` ticks the stats (the 10 Hz stats timer at 50 Hz ticks: every 5th).
 
     python scripts/tick_microbench.py --ticks 3000 --repeats 5
+    python scripts/tick_microbench.py --ticks 250 --repeats 3 --period 0.02   # paced: each tick from cold
 
 Prints the per-tick CPU in microseconds, split into inputs / observation / step / rest (medians of
 the repeats). Interleave runs of two checkouts (PYTHONPATH) to A/B a change on a noisy machine.
@@ -58,7 +59,7 @@ def build(tmp: Path):
     return spec, builder, actions, controller, raw
 
 
-def run(ticks: int, repeats: int, stats_every: int) -> dict:
+def run(ticks: int, repeats: int, stats_every: int, period_s: float = 0.0) -> dict:
     from lowrl_ros.ros.robot_inputs import FAST_PARSERS
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,6 +95,8 @@ def run(ticks: int, repeats: int, stats_every: int) -> dict:
             if stats_every and i % stats_every == 0:
                 controller.stats()
             c4 = cpu()
+            if period_s:  # paced like the control thread: each tick starts after a sleep (cold caches)
+                time.sleep(period_s)
             for key, dt in (("inputs", c1 - c0), ("observation", c2 - c1), ("step", c3 - c2), ("rest", c4 - c3),
                             ("total", c4 - c0)):
                 acc[key] += dt
@@ -109,8 +112,10 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--stats-every", type=int, default=5, help="controller.stats() every k ticks (0: never)")
+    parser.add_argument("--period", type=float, default=0.0,
+                        help="sleep this long after each tick, as the 50 Hz control thread does (0: back to back)")
     args = parser.parse_args()
-    print(json.dumps(run(args.ticks, args.repeats, args.stats_every)))
+    print(json.dumps(run(args.ticks, args.repeats, args.stats_every, args.period)))
     return 0
 
 

@@ -379,13 +379,26 @@ class ObservationBuilder:
         self._plan: list[tuple[TermSpec, Any, np.ndarray, deque | None, tuple | None, tuple | None]] = []
         readers = {"joint_state": self._joint_values, "imu": self._imu_values, "twist": self._twist_values,
                    "array": self._array_values, "action": self._action_values}
+        # Terms without a history are scaled and clipped together, in place over the whole vector: the entries
+        # of other terms get offset 0, scale 1, clip -inf..inf, which leave a value exactly as it is. A history
+        # term is scaled and clipped on its own, before its value is stacked.
+        offset, scale = np.zeros(spec.obs_dim), np.ones(spec.obs_dim)
+        lo, hi = np.full(spec.obs_dim, -np.inf), np.full(spec.obs_dim, np.inf)
         k = 0
         for t in spec.terms:
             history = self._histories.get(t.index)
-            dst = np.empty(t.size) if history is not None else self._out[k:k + t.size]
             affine = (t.offset, t.scale) if bool((t.offset != 0).any() or (t.scale != 1).any()) else None
-            self._plan.append((t, readers[t.source], dst, history, affine, t.clip))
+            if history is None:
+                dst = self._out[k:k + t.size]
+                offset[k:k + t.size], scale[k:k + t.size] = t.offset, t.scale
+                if t.clip is not None:
+                    lo[k:k + t.size], hi[k:k + t.size] = t.clip
+                self._plan.append((t, readers[t.source], dst, None, None, None))
+            else:
+                self._plan.append((t, readers[t.source], np.empty(t.size), history, affine, t.clip))
             k += t.dim
+        self._affine_all = (offset, scale) if bool((offset != 0).any() or (scale != 1).any()) else None
+        self._clip_all = (lo, hi) if bool(np.isfinite(lo).any() or np.isfinite(hi).any()) else None
         self._ranges = {t.index: tuple(map(tuple, t.ranges.tolist())) for t in spec.terms if t.ranges is not None}
         # The JointState names last seen per term, and their indices (a driver's steady messages reuse one tuple).
         self._joint_names: dict[int, tuple[Any, np.ndarray, int]] = {}
@@ -440,16 +453,16 @@ class ObservationBuilder:
                     read(t, got[0], dst)
                 else:
                     read(t, None, dst)
-                # Identity scale/offset skipped; in place, into the vector. Finite values are checked once, below.
+                if history is None:
+                    k += t.size
+                    continue
+                # A history term: its own scale/offset (identity skipped) and clip, then stacked.
                 if affine is not None:
                     np.subtract(dst, affine[0], out=dst)
                     np.multiply(dst, affine[1], out=dst)
                 if clip is not None:  # np.clip's semantics (max with lo, then min with hi), without its overhead
                     np.maximum(dst, clip[0], out=dst)
                     np.minimum(dst, clip[1], out=dst)
-                if history is None:
-                    k += t.size
-                    continue
                 value = dst.copy()  # the deque keeps it; dst is reused next tick
                 if not history:  # a fresh start: fill with the first value (as Isaac Lab's CircularBuffer)
                     history.extend([value] * t.history)
@@ -459,6 +472,12 @@ class ObservationBuilder:
                 for v in steps:
                     out[k:k + t.size] = v
                     k += t.size
+            if self._affine_all is not None:  # (raw - offset) * scale of every term without a history
+                np.subtract(out, self._affine_all[0], out=out)
+                np.multiply(out, self._affine_all[1], out=out)
+            if self._clip_all is not None:  # np.clip's semantics: max with lo, then min with hi
+                np.maximum(out, self._clip_all[0], out=out)
+                np.minimum(out, self._clip_all[1], out=out)
             # One dot product (a NaN/Inf makes it non-finite); only then the exact check, since a finite
             # vector with huge entries can overflow the product.
             if not math.isfinite(out.dot(out)) and not np.isfinite(out).all():
