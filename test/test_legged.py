@@ -282,7 +282,8 @@ def test_lowrl_ids_are_found_without_importing_the_module_first():
 
     code = ("from lowrl_ros.core.train.trainer import make_env\n"
             "from lowrl_ros.core.sim.evaluate import make_env as ev\n"
-            "print(make_env('lowrl/LeggedAnt-v0').observation_space.shape, ev('lowrl/LeggedAnt-v0').action_space.shape)")
+            "e = 'lowrl/LeggedAnt-v0'\n"
+            "print(make_env(e).observation_space.shape, ev(e).action_space.shape)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["(33,)", "(8,)"]
