@@ -152,6 +152,7 @@ def gap_cmd(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
     from lowrl_ros.bench.sim2real import ENV_KWARGS, LEGGED, legged_gap_preset
     from lowrl_ros.core.runtime.engines import load_artifact
+    from lowrl_ros.core.sim.evaluate import episode_returns
     from lowrl_ros.core.sim.reality_gap import RealityGapConfig, make_gapped_env
 
     fields = legged_gap_preset(args.preset)
@@ -162,16 +163,8 @@ def gap_cmd(args: argparse.Namespace) -> int:
     rows, out = [], {}
     for name, f in gaps.items():
         env = make_gapped_env(LEGGED, RealityGapConfig(**f), **ENV_KWARGS[LEGGED])
-        rets, falls = [], 0
-        for k in range(args.episodes):
-            obs, _ = env.reset(seed=args.seed + k)
-            total, done = 0.0, False
-            while not done:
-                obs, r, term, trunc, _ = env.step(policy.act(obs).astype(np.float32))
-                total += float(r)
-                done = term or trunc
-            rets.append(total)
-            falls += int(term)
+        rets, _, falls = episode_returns(lambda obs: policy.act(obs).astype(np.float32), env, args.episodes, args.seed)
+        env.close()
         out[name] = {"mean": float(np.mean(rets)), "returns": rets, "falls": falls, "gap": f}
         rows.append((name, float(np.mean(rets)), falls))
     sim = out["sim"]["mean"]

@@ -250,4 +250,5 @@ def test_crossq_and_rlpd_fine_tune_an_imported_actor(algo, tmp_path, monkeypatch
                       False, False)
         assert tuner.update(30) == 30 and tuner.weights_finite()
         record = tuner.make_version()
-        assert record.version == 5 and (name != "rlpd" or "no prior data" in tuner.notes[0])
+        # `lowrl kit --env` keeps its 100 warm-up transitions as the kit's prior data (RLPD's sim data)
+        assert record.version == 5 and (name != "rlpd" or "100 prior transitions" in tuner.notes[0])

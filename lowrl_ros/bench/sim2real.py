@@ -225,7 +225,7 @@ def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    from lowrl_ros.commands import import_policy, kit as kit_command
+    from lowrl_ros.commands import import_policy
     from lowrl_ros.core.runtime.artifact import load_weights, reference_action
 
     if env_id != "Pendulum-v1":
@@ -256,13 +256,20 @@ def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     err = float(np.max(np.abs(reference_action(weights, contract, probe) - want)))
     if err > 0.05:  # int8 weights: a few hundredths of a 4 N m range
         raise ValueError(f"the imported PPO actor differs from model.predict by {err:.3f}")
+    _make_kit(run_dir, env_id, seed, args, "the imported PPO artifact")
+    return run_dir
+
+
+def _make_kit(run_dir: Path, env_id: str, seed: int, args: argparse.Namespace, what: str) -> None:
+    """`lowrl kit run_dir/actor_int8.onnx -o run_dir/kit --env env_id` with the --kit-* warm-up flags (TD3)."""
+    from lowrl_ros.commands import kit as kit_command
+
     kit_args = argparse.Namespace(artifact=run_dir / "actor_int8.onnx", output=run_dir / "kit", env_id=env_id,
                                   transitions=None, algo="td3", seed=seed, explore_noise=args.kit_explore_noise,
                                   hidden=256, depth=2, warmup_steps=args.kit_warmup_steps,
                                   critic_updates=args.kit_critic_updates)
     if kit_command.run(kit_args) != 0:
-        raise ValueError("lowrl kit refused the imported PPO artifact (see above)")
-    return run_dir
+        raise ValueError(f"lowrl kit refused {what} (see above)")
 
 
 def _sim_config(env_id: str, seed: int, args: argparse.Namespace):
@@ -298,7 +305,6 @@ def legged_policy(seed: int, args: argparse.Namespace) -> Path:
     """
     import shutil
 
-    from lowrl_ros.commands import kit as kit_command
     from lowrl_ros.core.sim import legged
 
     run_dir = (args.runs_dir / f"legged-s{seed}-kit-w{args.kit_warmup_steps}-u{args.kit_critic_updates}"
@@ -307,12 +313,7 @@ def legged_policy(seed: int, args: argparse.Namespace) -> Path:
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_repo() / ENVS[LEGGED], run_dir / "actor_int8.onnx")
-    kit_args = argparse.Namespace(artifact=run_dir / "actor_int8.onnx", output=run_dir / "kit", env_id=legged.ENV_ID,
-                                  transitions=None, algo="td3", seed=seed, explore_noise=args.kit_explore_noise,
-                                  hidden=256, depth=2, warmup_steps=args.kit_warmup_steps,
-                                  critic_updates=args.kit_critic_updates)
-    if kit_command.run(kit_args) != 0:
-        raise ValueError("lowrl kit refused the legged artifact (see above)")
+    _make_kit(run_dir, legged.ENV_ID, seed, args, "the legged artifact")
     return run_dir
 
 
@@ -379,21 +380,15 @@ def oracle_policy(env_id: str, seed: int, gap, args: argparse.Namespace) -> Path
 def gap_returns(path: str | Path, env_id: str, gap, episodes: int, seed: int) -> list[float]:
     """Returns of the artifact at ``path`` over seeded episodes of ``env_id`` with ``gap``."""
     from lowrl_ros.core.runtime.engines import load_artifact
+    from lowrl_ros.core.sim.evaluate import episode_returns
     from lowrl_ros.core.sim.reality_gap import make_gapped_env
 
     policy = load_artifact(path, engine="numpy")
     env = make_gapped_env(env_id, gap, **ENV_KWARGS.get(env_id, {}))
-    out = []
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + k)
-        total, done = 0.0, False
-        while not done:
-            obs, r, term, trunc, _ = env.step(policy.act(obs).astype(np.float32))
-            total += float(r)
-            done = term or trunc
-        out.append(total)
-    env.close()
-    return out
+    try:
+        return episode_returns(lambda obs: policy.act(obs).astype(np.float32), env, episodes, seed)[0]
+    finally:
+        env.close()
 
 
 def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, seed: int, lr: float | None = None,

@@ -71,25 +71,36 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int
         seed: episode k is reset with ``seed + k``.
         progress: called with the number of finished episodes (for a progress bar).
     """
-    if int(episodes) < 1:
-        raise ValueError(f"episodes={episodes} must be >= 1")
     env = make_env(env_id)
-    returns, steps = [], 0
     try:
-        for k in range(int(episodes)):
-            obs, _ = env.reset(seed=int(seed) + k)
-            total, done = 0.0, False
-            while not done:
-                obs, reward, terminated, truncated, _ = env.step(act(obs))
-                total += float(reward)
-                steps += 1
-                done = terminated or truncated
-            returns.append(total)
-            if progress is not None:
-                progress(k + 1)
+        returns, steps, _ = episode_returns(act, env, episodes, seed, progress)
     finally:
         env.close()
     return EvalResult(tuple(returns), env_id, int(seed), steps)
+
+
+def episode_returns(act: Callable[[np.ndarray], np.ndarray], env, episodes: int, seed: int,
+                    progress: Callable[[int], None] | None = None) -> tuple[list[float], int, int]:
+    """(returns, steps, terminated episodes) of ``act`` in ``env`` (already made) over seeded episodes.
+
+    Episode k is reset with ``seed + k``; "terminated" counts episodes the env ended itself (a fall),
+    not time limits. The caller owns ``env`` (a gapped robot, a wrapped env) and closes it.
+    """
+    if int(episodes) < 1:
+        raise ValueError(f"episodes={episodes} must be >= 1")
+    returns, steps, ended = [], 0, 0
+    for k in range(int(episodes)):
+        obs, _ = env.reset(seed=int(seed) + k)
+        total, terminated, truncated = 0.0, False, False
+        while not (terminated or truncated):
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total += float(reward)
+            steps += 1
+        returns.append(total)
+        ended += int(terminated)
+        if progress is not None:
+            progress(k + 1)
+    return returns, steps, ended
 
 
 def rollout_states(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> np.ndarray:
