@@ -40,11 +40,11 @@ demo: $(STAMP)
 	$(BIN)/lowrl demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider test
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 test
 
 test-jazzy: $(STAMP_JAZZY)
 	$(VENV_JAZZY)/bin/python -c "import rclpy.node, importlib.metadata as m; print('== rclpy', m.version('rclpy'))"
-	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider test
+	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider --durations=25 test
 
 bench: $(STAMP)
 	$(BIN)/lowrl bench inference

@@ -68,7 +68,10 @@ ROS2_LAUNCH_KEYS = {"arg": {"name", "default", "description"},
                     "node": {"pkg", "exec", "name", "namespace", "param", "remap", "output", "args", "if", "unless"}}
 
 
-@pytest.mark.parametrize("name", ["robot", "demo", "sim_to_real", "trainer"])
+SHIPPED_LAUNCH = sorted(p.name.removesuffix(".launch.yaml") for p in (ROOT / "launch").glob("*.launch.yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED_LAUNCH)
 def test_shipped_launch_files_use_standard_launch_ros_yaml(name):
     import yaml
 
@@ -198,6 +201,49 @@ def test_lowrl_demo_prints_figures_from_the_running_nodes(tmp_path):
     assert calls > 100  # the policy really answered the sim robot over DDS
     assert "episodes finished: " in out.stdout and "deadline misses" in out.stdout
     assert "episode 1: return" in (tmp_path / "sim_robot.log").read_text()
+
+
+def test_legged_session_launch_gives_the_fine_tuner_the_robot_file_and_the_sim_robot_the_gap(tmp_path):
+    """launch/legged_sim_to_real.launch.yaml (lowrl demo --robot legged): the gap preset after the sim robot's
+    base file, the robot file to the policy node and the fine-tuner, one key, the shipped kit."""
+    nodes = {n.name: n for n in parse_launch(ROOT / "launch/legged_sim_to_real.launch.yaml",
+                                             {"session_dir": str(tmp_path)})}
+    assert set(nodes) == {"sim_robot", "policy_node", "budget_monitor", "finetune_node", "trainer_node"}
+    sim_args = nodes["sim_robot"].ros_args()
+    files = [sim_args[i + 1] for i, a in enumerate(sim_args) if a == "--params-file"]
+    assert [Path(f).name for f in files] == ["sim_robot.yaml", "legged_example.yaml"]
+    sim = dict(nodes["sim_robot"].params)
+    assert sim["env_id"] == "LeggedAnt" and sim["session_dir"] == str(tmp_path)
+    robot_file = str(ROOT / "config/robots/legged_ant.yaml")
+    policy, tuner = dict(nodes["policy_node"].params), dict(nodes["finetune_node"].params)
+    assert policy["robot_file"] == tuner["robot_file"] == robot_file
+    assert policy["policy_path"] == tuner["base_policy_path"] == str(ROOT / "models/legged_ant_int8.onnx")
+    assert policy["key_file"] == dict(nodes["trainer_node"].params)["key_file"] == f"{tmp_path}/bundle.key"
+    # The shipped kit is the policy's (the fine-tuner's base) and reads what the robot file builds.
+    import hashlib
+    import json
+
+    from lowrl_ros.core.runtime.observation import ObservationSpec
+    from lowrl_ros.core.runtime.robot_file import load_robot_file
+
+    kit = json.loads((Path(tuner["kit_path"]) / "kit.json").read_text())
+    assert kit["actor"]["artifact_sha256"] == hashlib.sha256(Path(policy["policy_path"]).read_bytes()).hexdigest()
+    spec = ObservationSpec.from_robot_file(load_robot_file(robot_file), kit["contract"]["control_period_s"])
+    assert (spec.obs_dim, kit["action_dim"]) == (kit["obs_dim"], 8)
+
+
+@pytest.mark.slow
+def test_lowrl_demo_runs_the_legged_session(tmp_path):
+    """`lowrl demo --robot legged`: the legged robot walks under the policy node over DDS with the fine-tuner
+    running (a fine-tuner that refused the kit or the robot file would stop the session)."""
+    out = subprocess.run(LOWRL + ["demo", "--robot", "legged", "--seconds", "15", "--no-load", "--quiet",
+                                  "--log-dir", str(tmp_path), "--session-dir", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=180)
+    assert "legged sim robot" in out.stdout, out.stdout + out.stderr
+    calls = int(out.stdout.split("inference latency over ")[1].split()[0])
+    assert calls > 100, out.stdout  # 25 Hz policy: ~12 s of walking
+    assert "stopped early" not in out.stderr, out.stderr
+    assert "robot: LeggedAnt with reality gap: mass_scale=1.4" in (tmp_path / "s/session_report.md").read_text()
 
 
 @pytest.mark.slow

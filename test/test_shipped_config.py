@@ -11,6 +11,7 @@ The sim-to-real files are overlays (loaded after the base file): their keys are 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 import math
 from typing import Any
 
@@ -171,9 +172,17 @@ def test_sim_to_real_overlay_names_declared_parameters(node_name, file, ros_cont
 
 
 def test_launch_files_load_the_overlays_after_the_base_files():
-    """An overlay only changes a few keys: the sim-to-real launch file must load the base file first."""
-    text = (ROOT / "launch" / "sim_to_real.launch.yaml").read_text()
-    for node_name, file in OVERLAYS:
-        if not file.startswith("sim_to_real/"):  # gaps/*.yaml: gap presets, not loaded by this launch file
-            continue
-        assert text.index(f"config/{FILES[node_name]}") < text.index(f"config/{file}"), file
+    """An overlay only changes a few keys: a launch file that loads one must load the base file first."""
+    from lowrl_ros.launcher import parse_launch
+
+    checked = 0
+    for launch in sorted((ROOT / "launch").glob("*.launch.yaml")):
+        for node in parse_launch(launch):
+            args = node.ros_args()
+            files = [str(Path(args[i + 1]).relative_to(CONFIG)) for i, a in enumerate(args)
+                     if a == "--params-file" and Path(args[i + 1]).is_relative_to(CONFIG)]
+            for node_name, file in OVERLAYS:
+                if node.name == node_name and file in files:
+                    assert FILES[node_name] in files[:files.index(file)], (launch.name, file, files)
+                    checked += 1
+    assert checked >= 6  # sim_to_real's and legged_sim_to_real's overlays

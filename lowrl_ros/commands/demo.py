@@ -14,6 +14,12 @@ By default the robot starts with the shipped sim policy models/pendulum_rlx2/act
 SAC, 90 % sparse int8, trained in simulation by scripts/make_demo_kit.py) and the fine-tuner
 learns on the gapped robot from its kit (models/pendulum_rlx2/kit).
 
+``--robot legged`` runs the same session on the legged example robot (launch/legged_sim_to_real.launch.yaml):
+the 8-joint sim robot with config/gaps/legged_example.yaml, the walking policy models/legged_ant_int8.onnx
+driven by config/robots/legged_ant.yaml, and the fine-tuner learning from that file's reward terms and
+episode ends with the shipped kit models/legged_ant_kit (``lowrl kit models/legged_ant_int8.onnx -o
+models/legged_ant_kit --env lowrl/LeggedAnt-v0``).
+
 Adaptive compute: halfway through, the demo makes the robot computer busy itself (``--burners``
 busy-looping processes for ``--load-seconds``, announced in its output; ``--no-load`` skips it). The
 budget monitor sees the CPU load (config/sim_to_real/budget_monitor.yaml), steps the policy down to a
@@ -30,6 +36,7 @@ import datetime as _dt
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,9 +50,14 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=90.0, help="how long to run (default 90)")
-    parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the shipped "
-                        "models/pendulum_rlx2/actor_int8.onnx, with its kit)")
+    parser.add_argument("--robot", choices=sorted(ROBOTS), default="pendulum",
+                        help="pendulum (default): the gapped Pendulum-v1; legged: the 8-joint legged example robot "
+                             "with config/gaps/legged_example.yaml, its robot file's rewards and episode ends")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="how long to run (default 90; --robot legged: 240, for a version to be judged on "
+                             "its 20 s episodes)")
+    parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the robot's shipped "
+                        "policy, with its kit: models/pendulum_rlx2/actor_int8.onnx, models/legged_ant_int8.onnx)")
     parser.add_argument("--kit", default=None,
                         help="fine-tune kit of --policy (lowrl_ros.core.finetune.kit.write_kit); "
                         "without it the session runs without the fine-tuner")
@@ -69,6 +81,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "budget_monitor.yaml's 97, turned off when the machine is busy with other work)")
     parser.add_argument("--burners", type=int, default=None, metavar="N",
                         help="busy-looping processes of the load (default: one per CPU core, which fills the machine)")
+
+
+@dataclass(frozen=True)
+class DemoRobot:
+    """What ``--robot`` picks: the launch file, the shipped policy and kit (under models/), the default length."""
+
+    title: str
+    launch: str
+    policy: str
+    kit: str
+    seconds: float
+    returns_note: str
+
+
+ROBOTS = {
+    "pendulum": DemoRobot("Pendulum-v1 sim robot (with a reality gap)", "sim_to_real.launch.yaml",
+                          "pendulum_rlx2/actor_int8.onnx", "pendulum_rlx2/kit", 90.0, "Pendulum-v1: 0 is best"),
+    "legged": DemoRobot("legged sim robot (8 joints, config/gaps/legged_example.yaml)",
+                        "legged_sim_to_real.launch.yaml", "legged_ant_int8.onnx", "legged_ant_kit", 240.0,
+                        "higher is better; at most 500 x 2.5 per 20 s episode"),
+}
 
 
 # A burner busy-loops until killed; it also exits by itself when its parent (the demo) is gone, so a
@@ -200,14 +233,14 @@ def set_gap(nodes: list, changes: dict) -> None:
                    for name, value in changes.items()]
 
 
-def summary(rec: "Recorder", seconds: float) -> str:
+def summary(rec: "Recorder", seconds: float, robot: DemoRobot = ROBOTS["pendulum"]) -> str:
     from lowrl_ros.core.runtime.policy_stats import PolicyStats
     from lowrl_ros.core.runtime.tiers import ComputeTier
 
-    lines = [f"lowrl demo: Pendulum-v1 sim robot (with a reality gap) + policy node over ROS 2, {seconds:.0f} s"]
+    lines = [f"lowrl demo: {robot.title} + policy node over ROS 2, {seconds:.0f} s"]
     if rec.returns:
         lines.append(f"  episodes finished: {len(rec.returns)}, mean return {np.mean(rec.returns):.1f} "
-                     f"(last {rec.returns[-1]:.1f}; Pendulum-v1: 0 is best)")
+                     f"(last {rec.returns[-1]:.1f}; {robot.returns_note})")
     else:
         lines.append("  episodes finished: 0 (run longer: --seconds 30)")
     if rec.latencies_us:
@@ -238,6 +271,9 @@ def make_session_key(path: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    robot = ROBOTS[getattr(args, "robot", "pendulum")]
+    if args.seconds is None:
+        args.seconds = robot.seconds
     try:
         phase = load_phase(args)
     except ValueError as exc:
@@ -249,10 +285,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     session = (args.session_dir or Path("lowrl_sessions") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     overrides = {"session_dir": str(session)}
-    shipped = package_share(PACKAGE) / "models" / "pendulum_rlx2"
-    if not args.policy and (shipped / "kit" / "kit.json").is_file():
-        args.policy = str(shipped / "actor_int8.onnx")
-        args.kit = None if args.no_finetune else str(shipped / "kit")
+    models = package_share(PACKAGE) / "models"
+    if not args.policy and (models / robot.kit / "kit.json").is_file():
+        args.policy = str(models / robot.policy)
+        args.kit = None if args.no_finetune else str(models / robot.kit)
     if args.no_finetune:
         args.kit = None
     if args.policy:
@@ -262,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
     from lowrl_ros.core.sim.reality_gap import parse_gap_items
 
     try:
-        nodes = parse_launch(package_share(PACKAGE) / "launch" / "sim_to_real.launch.yaml", overrides)
+        nodes = parse_launch(package_share(PACKAGE) / "launch" / robot.launch, overrides)
         set_gap(nodes, parse_gap_items(args.gap))
     except (LaunchError, ValueError) as exc:
         print(f"lowrl demo: {exc}", file=sys.stderr)
@@ -349,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"lowrl demo: node(s) {', '.join(died)} stopped early; see the logs in {launcher.log_dir}",
               file=sys.stderr)
         return 1
-    print(summary(rec, elapsed))
+    print(summary(rec, elapsed, robot))
     write_session_info(session, {"duration_s": round(elapsed, 1)})
     try:
         report = write_session_report(session)
