@@ -242,7 +242,8 @@ def summary(rec: "Recorder", seconds: float, robot: DemoRobot = ROBOTS["pendulum
         lines.append(f"  episodes finished: {len(rec.returns)}, mean return {np.mean(rec.returns):.1f} "
                      f"(last {rec.returns[-1]:.1f}; {robot.returns_note})")
     else:
-        lines.append("  episodes finished: 0 (run longer: --seconds 30)")
+        lines.append("  episodes finished on the sim robot's count: 0 (run longer; with a robot file's episode: "
+                     "section the fine-tuner ends the episodes: they are in the report below)")
     if rec.latencies_us:
         p50, p99 = np.percentile(rec.latencies_us, [50, 99])
         lines.append(f"  inference latency over {len(rec.latencies_us)} calls: p50 {p50:.1f} us, p99 {p99:.1f} us")
