@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-load-limit", type=float, default=None, metavar="PCT",
                         help="the budget monitor's CPU-load limit, %% (0 = off; default: config/sim_to_real/"
                              "budget_monitor.yaml's 97, turned off when the machine is busy with other work)")
+    parser.add_argument("--rt-priority", type=int, default=0, metavar="P",
+                        help="SCHED_FIFO priority of the policy node's control thread (its rt_priority parameter; "
+                             "0: off; needs rtprio rights, else a WARN diagnostic and the node runs on)")
     parser.add_argument("--burners", type=int, default=None, metavar="N",
                         help="busy-looping processes of the load (default: one per CPU core, which fills the machine)")
 
@@ -311,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         finetune = f"on (kit {overrides['kit_path']})"
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
+    if args.rt_priority:
+        next(n for n in nodes if n.executable == "policy_node").params.append(("rt_priority", str(args.rt_priority)))
     monitor = next(n for n in nodes if n.executable == "budget_monitor_node")
     busy = machine_cpu_load()
     if args.cpu_load_limit is not None:
