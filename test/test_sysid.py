@@ -107,3 +107,46 @@ def test_the_bench_refuses_sysid_off_the_legged_robot(capsys):
     add_arguments(parser)
     assert run(parser.parse_args(["--envs", "Pendulum-v1", "--methods", "sysid", "--out", "/tmp/none"])) == 2
     assert "--envs LeggedAnt" in capsys.readouterr().out
+
+
+def test_a_recording_comes_out_of_transitions_as_the_fine_tuner_logs_them():
+    rec = _record(RealityGapConfig(**SENSORS), episodes=3, steps=4)
+    obs = np.concatenate([o[:-1] for o in rec.observations])
+    nxt = np.concatenate([o[1:] for o in rec.observations])
+    act = np.concatenate(rec.actions)
+    done = np.zeros(len(act), dtype=bool)
+    done[3::4] = True
+    back = sysid.Recording.from_transitions(obs, act, nxt, done)
+    assert len(back.observations) == 3 and back.steps == 12
+    assert all(np.array_equal(a, b) for a, b in zip(back.observations, rec.observations))
+    late = sysid.Recording.from_transitions(obs, act, nxt, done, first_is_start=False)
+    assert late.steps == 8 and np.array_equal(late.observations[0], rec.observations[1])
+    with pytest.raises(ValueError, match="different lengths"):
+        sysid.Recording.from_transitions(obs, act[:-1], nxt, done)
+
+
+def test_train_legged_sysid_identifies_from_a_transition_log_and_folds(tmp_path):
+    """The user's path: finetune_node's transition log -> identified gap (sim robot parameters) -> folded artifact."""
+    import importlib.util
+
+    import yaml
+
+    from lowrl_ros.core.finetune.transition_log import Transition, TransitionLogWriter
+
+    rec = _record(RealityGapConfig(**SENSORS), episodes=3, steps=6)
+    writer = TransitionLogWriter(tmp_path / "log")
+    for o, a in zip(rec.observations, rec.actions):
+        for t in range(len(a)):
+            writer.append(Transition(o[t], a[t], 0.0, o[t + 1], False, t == len(a) - 1, 1, float(t)))
+    writer.close()
+    spec = importlib.util.spec_from_file_location("train_legged", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "train_legged.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out, gap_file = tmp_path / "folded.onnx", tmp_path / "gap.yaml"
+    assert script.main(["sysid", str(tmp_path / "log"), "--gap-out", str(gap_file), "-o", str(out),
+                        "--window", "5", "--episodes", "2", "--iterations", "1"]) == 0
+    params = yaml.safe_load(gap_file.read_text())["/**/sim_robot"]["ros__parameters"]
+    assert np.allclose(params["gap.gyro_bias"], SENSORS["gyro_bias"], atol=0.02)
+    RealityGapConfig(**{k[len("gap."):]: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
+    assert load_artifact(out, engine="numpy").contract.provenance["sensor_offsets_folded"]

@@ -62,6 +62,31 @@ class Recording:
         """Robot steps recorded (policy steps, each one action sent)."""
         return int(sum(len(a) for a in self.actions))
 
+    @classmethod
+    def from_transitions(cls, obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, done: np.ndarray,
+                         first_is_start: bool = True) -> Recording:
+        """Episodes out of consecutive transitions, e.g. finetune_node's transition log::
+
+            batch, _ = read_log("WORK_DIR/log")   # lowrl_ros.core.finetune.transition_log
+            rec = Recording.from_transitions(batch.obs, batch.action, batch.next_obs,
+                                             batch.terminated | batch.truncated)
+
+        An episode starts after each ``done`` (and at the first transition if ``first_is_start``);
+        transitions before the first start are dropped (their start was not recorded)."""
+        obs, action, next_obs = (np.asarray(x, dtype=np.float64) for x in (obs, action, next_obs))
+        done = np.asarray(done, dtype=bool).ravel()
+        if not len(obs) == len(action) == len(next_obs) == len(done):
+            raise ValueError(f"transitions of different lengths: obs {len(obs)}, action {len(action)}, next_obs "
+                             f"{len(next_obs)}, done {len(done)}; give one row per transition in each")
+        rec, start = cls(), 0 if first_is_start else None
+        for i in range(len(done)):
+            if start is not None and (done[i] or i == len(done) - 1):
+                rec.observations.append(np.vstack([obs[start:start + 1], next_obs[start:i + 1]]))
+                rec.actions.append(action[start:i + 1])
+            if done[i]:
+                start = i + 1 if i + 1 < len(done) else None
+        return rec
+
     def check(self) -> None:
         """ValueError naming the problem if the recording cannot be used for identification."""
         if not self.observations:
