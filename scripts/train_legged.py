@@ -201,7 +201,10 @@ def sysid_cmd(args: argparse.Namespace) -> int:
     found = sysid.identify(rec, window=args.window, episodes=args.episodes, iterations=args.iterations,
                            log=print)
     print(f"identified: {found.gap().describe()}")
-    params = {f"gap.{k}": list(v) if isinstance(v, tuple) else v for k, v in {**found.sensors, **found.physics}.items()}
+    # As config/gaps/legged_example.yaml: the legged robot at its 5 ms physics step, then the identified gap.
+    fields = {**found.sensors, **found.physics}
+    params = {"env_id": "LeggedAnt", "control_period_s": 0.005,
+              **{f"gap.{k}": list(v) if isinstance(v, tuple) else v for k, v in fields.items()}}
     Path(args.gap_out).write_text(yaml.safe_dump({"/**/sim_robot": {"ros__parameters": params}}, sort_keys=False))
     print(f"gap (sim robot node parameters): {args.gap_out}")
     policy = args.policy

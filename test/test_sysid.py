@@ -148,5 +148,7 @@ def test_train_legged_sysid_identifies_from_a_transition_log_and_folds(tmp_path)
                         "--window", "5", "--episodes", "2", "--iterations", "1"]) == 0
     params = yaml.safe_load(gap_file.read_text())["/**/sim_robot"]["ros__parameters"]
     assert np.allclose(params["gap.gyro_bias"], SENSORS["gyro_bias"], atol=0.02)
-    RealityGapConfig(**{k[len("gap."):]: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
+    assert params["env_id"] == "LeggedAnt"
+    RealityGapConfig(**{k[len("gap."):]: tuple(v) if isinstance(v, list) else v for k, v in params.items()
+                        if k.startswith("gap.")})
     assert load_artifact(out, engine="numpy").contract.provenance["sensor_offsets_folded"]
