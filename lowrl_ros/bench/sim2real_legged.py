@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sysid-ppo-steps", type=int, default=100_000,
                         help="--methods sysid: off-board PPO steps in the identified simulator (100000; "
                              "0: only fold the sensor biases into the shipped policy)")
+    parser.add_argument("--sysid-ablate-physics", action="store_true",
+                        help="--methods sysid, an ablation: PPO in the simulator with the identified sensor noise "
+                             "but NOT the identified physics (what the extra PPO steps alone are worth)")
 
 
 def _fp32_dense_bytes(path: str | Path) -> int:
@@ -98,8 +101,9 @@ def sysid_method(run_dir: Path, gap, seed: int, args: argparse.Namespace, ppo_zi
     from lowrl_ros.core.sim.reality_gap import make_gapped_env
 
     proc = psutil.Process()
-    out_dir = run_dir / f"sysid-s{seed}-k{args.robot_steps}-e{args.sysid_episodes}-w{args.sysid_window}" \
-                        f"-i{args.sysid_iterations}-p{args.sysid_ppo_steps}"
+    out_dir = run_dir / (f"sysid-s{seed}-k{args.robot_steps}-e{args.sysid_episodes}-w{args.sysid_window}"
+                         f"-i{args.sysid_iterations}-p{args.sysid_ppo_steps}"
+                         + ("-nophysics" if args.sysid_ablate_physics else ""))
     out_dir.mkdir(parents=True, exist_ok=True)
     base = run_dir / "actor_int8.onnx"
     policy = load_artifact(base, engine="numpy")
@@ -120,8 +124,13 @@ def sysid_method(run_dir: Path, gap, seed: int, args: argparse.Namespace, ppo_zi
     if args.sysid_ppo_steps > 0:
         t1 = time.perf_counter()
         print(f"  sysid: PPO from {ppo_zip} in the identified simulator, {args.sysid_ppo_steps} steps", flush=True)
-        ppo_art = ppo_in_sim(found.gap(biases=False), args.sysid_ppo_steps, seed, out_dir / "ppo_int8.onnx",
-                             ppo_zip, env_kwargs)
+        sim_gap = found.gap(biases=False)
+        if args.sysid_ablate_physics:
+            from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+
+            sim_gap = RealityGapConfig(imu_noise_std=sim_gap.imu_noise_std, obs_noise_std=sim_gap.obs_noise_std)
+        print(f"  sysid: the off-board simulator's gap: {sim_gap.describe()}", flush=True)
+        ppo_art = ppo_in_sim(sim_gap, args.sysid_ppo_steps, seed, out_dir / "ppo_int8.onnx", ppo_zip, env_kwargs)
         ppo_s = time.perf_counter() - t1
         stages["ppo_unfolded"] = float(np.mean(returns(ppo_art, gap)))
         final = sysid.fold_sensor_offsets(ppo_art, out_dir / "actor_int8.onnx", found.sensors)
