@@ -656,6 +656,12 @@ def run(args: argparse.Namespace) -> int:
                 + ("versions judged on plain mean returns, " if args.plain_judging
                    else "versions judged on returns adjusted for the start state, ")
                 + f"returns over {args.eval_episodes} seeded episodes"
+                + (f"; sysid: the K robot steps recorded, the gap identified (first {args.sysid_window} steps of "
+                   f"{args.sysid_episodes} episodes replayed, {args.sysid_iterations} CEM iterations), PPO "
+                   f"{args.sysid_ppo_steps} steps off-board in the identified sim"
+                   + (" WITHOUT the identified physics (ablation)" if args.sysid_ablate_physics else "")
+                   + ", sensor biases folded in (no fine-tuner: its settings above do not apply)"
+                   if "sysid" in args.methods else "")
                 + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
                    "robot from scratch" if args.oracle and set(args.envs) - {LEGGED} else "") + ".\n\n"
                 "| env | method | seed | sim return | gapped, before | gapped, after | gap recovered | "
