@@ -17,9 +17,9 @@ Two parts, as the gap has two:
   the IMU tilt the roll/pitch that rotates gravity onto the mean measured gravity, and the noise
   levels the spread of the entries that are exactly zero at rest (angular and joint velocities).
 - **Physics, by replay** (:func:`identify_physics`). The recorded actions are replayed open loop in
-  the simulator from each episode's start (the first ``window`` policy steps, ~1 s: the torso
-  drops onto its legs and the first strides begin; longer, the replay diverges from the robot as
-  contacts differ), with candidate mass, friction, motor strength, PD stiffness and latency,
+  the simulator from each episode's start (the first ``window`` policy steps, 2 s by default: the torso
+  drops onto its legs and the first strides begin; a 1-s window left mass, friction and latency
+  poorly determined), with candidate mass, friction, motor strength, PD stiffness and latency,
   and the identified sensor errors applied; the cross-entropy method minimises the squared
   mismatch to the recorded observations (each block scaled by its spread in the recording).
 
@@ -191,7 +191,7 @@ class ReplayObjective:
         period_s: the policy period (lowrl/LeggedAnt-v0: 0.04 s).
     """
 
-    def __init__(self, rec: Recording, sensors: dict, window: int = 25, episodes: int = 16,
+    def __init__(self, rec: Recording, sensors: dict, window: int = 50, episodes: int = 16,
                  period_s: float = 0.04) -> None:
         rec.check()
         self.sensors = {**sensors, "imu_noise_std": 0.0, "obs_noise_std": 0.0}
@@ -295,7 +295,7 @@ def identify_physics(objective: ReplayObjective, iterations: int = 8, population
     return _physics_fields(best), best_f, history
 
 
-def identify(rec: Recording, window: int = 25, episodes: int = 16, iterations: int = 8, population: int = 20,
+def identify(rec: Recording, window: int = 50, episodes: int = 16, iterations: int = 8, population: int = 20,
              seed: int = 0, log: Callable[[str], None] | None = None) -> Identified:
     """Sensors in closed form, then physics by replay (:func:`identify_sensors`, :func:`identify_physics`)."""
     t0 = time.perf_counter()
