@@ -9,6 +9,9 @@ joint targets (default_pose + 0.5 a). Commands:
     python scripts/train_legged.py train --run-dir runs/legged_ppo --steps 2000000   # checkpoints every 100k
     python scripts/train_legged.py export runs/legged_ppo/final.zip models/legged_ant_int8.onnx --int8
     python scripts/train_legged.py eval models/legged_ant_int8.onnx --episodes 10    # tracking error table
+    # real-to-sim-to-real from the robot's own transition log (finetune_node's log_dir; docs/finetune.md):
+    python scripts/train_legged.py sysid WORK_DIR/log --gap-out identified_gap.yaml \
+        --ppo models/legged_ant_ppo.zip --ppo-steps 100000 -o legged_ant_sysid_int8.onnx
 """
 from __future__ import annotations
 
@@ -181,6 +184,39 @@ def gap_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def sysid_cmd(args: argparse.Namespace) -> int:
+    """Identify the gap from a transition log, write it as sim robot node parameters, optionally improve the
+    policy in the identified simulator (PPO from --ppo) and fold the identified sensor biases into it."""
+    import yaml
+
+    from lowrl_ros.bench.sim2real import ENV_KWARGS, LEGGED
+    from lowrl_ros.bench.sim2real_legged import ppo_in_sim
+    from lowrl_ros.core.finetune.transition_log import read_log
+    from lowrl_ros.core.sim import sysid
+
+    batch, report = read_log(args.log)
+    rec = sysid.Recording.from_transitions(batch.obs, batch.action, batch.next_obs,
+                                           batch.terminated | batch.truncated, first_is_start=not args.skip_first)
+    print(f"{len(batch)} transitions, {len(rec.observations)} episodes from {args.log}")
+    found = sysid.identify(rec, window=args.window, episodes=args.episodes, iterations=args.iterations,
+                           log=print)
+    print(f"identified: {found.gap().describe()}")
+    # As config/gaps/legged_example.yaml: the legged robot at its 5 ms physics step, then the identified gap.
+    fields = {**found.sensors, **found.physics}
+    params = {"env_id": "LeggedAnt", "control_period_s": 0.005,
+              **{f"gap.{k}": list(v) if isinstance(v, tuple) else v for k, v in fields.items()}}
+    Path(args.gap_out).write_text(yaml.safe_dump({"/**/sim_robot": {"ros__parameters": params}}, sort_keys=False))
+    print(f"gap (sim robot node parameters): {args.gap_out}")
+    policy = args.policy
+    if args.ppo:
+        policy = str(ppo_in_sim(found.gap(biases=False), args.ppo_steps, 0, Path(args.output).with_suffix(".ppo.onnx"),
+                                Path(args.ppo), ENV_KWARGS[LEGGED]))
+    if args.output:
+        out = sysid.fold_sensor_offsets(policy, args.output, found.sensors)
+        print(f"artifact with the sensor biases folded in: {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -209,8 +245,21 @@ def main(argv=None) -> int:
     g.add_argument("--preset", default=None, help="gap params file (default config/gaps/legged_example.yaml)")
     g.add_argument("--episodes", type=int, default=20)
     g.add_argument("--seed", type=int, default=10_000)
+    s = sub.add_parser("sysid", help="identify the gap from a transition log; improve off-board; fold sensor biases")
+    s.add_argument("log", help="finetune_node's transition log directory (log_dir)")
+    s.add_argument("--gap-out", default="identified_gap.yaml", help="the identified gap as sim robot parameters")
+    s.add_argument("--policy", default="models/legged_ant_int8.onnx", help="artifact to fold into without --ppo")
+    s.add_argument("--ppo", metavar="ZIP", help="SB3 PPO checkpoint to continue in the identified simulator")
+    s.add_argument("--ppo-steps", type=int, default=100_000)
+    s.add_argument("-o", "--output", help="write the deployable artifact (sensor biases folded in) here")
+    s.add_argument("--window", type=int, default=50, help="policy steps replayed per episode start")
+    s.add_argument("--episodes", type=int, default=16, help="episode starts replayed")
+    s.add_argument("--iterations", type=int, default=8, help="cross-entropy iterations")
+    s.add_argument("--skip-first", action="store_true", help="the log's first transition is not an episode start")
     args = p.parse_args(argv)
-    return {"train": train, "export": export, "eval": eval_cmd, "gap": gap_cmd}[args.cmd](args)
+    if args.cmd == "sysid" and args.ppo and not args.output:
+        p.error("sysid --ppo needs -o OUTPUT (where the improved artifact goes)")
+    return {"train": train, "export": export, "eval": eval_cmd, "gap": gap_cmd, "sysid": sysid_cmd}[args.cmd](args)
 
 
 if __name__ == "__main__":

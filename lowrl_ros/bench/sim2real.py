@@ -83,9 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lowrl_ros.core.finetune.config import ALGORITHMS
 
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(ALGORITHMS),
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*ALGORITHMS, "sysid"],
                         help="fine-tuning algorithms compared on the same sim policy, gap and episodes "
-                             "(FineTuneConfig.algorithm; default: kit crossq rlpd)")
+                             "(FineTuneConfig.algorithm; default: kit crossq rlpd); sysid (LeggedAnt): identify the "
+                             "gap from the robot's steps, improve the policy off-board (bench/sim2real_legged.py)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--robot-steps", type=int, default=10_000, help="K: robot steps of fine-tuning (10000)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per return figure (10)")
@@ -133,7 +134,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ppo-steps", type=int, default=60_000,
                         help="--start sb3-ppo: PPO's training steps (60000; RL Zoo trains 100000, 60000 reach "
                              "about -130 in sim here)")
+    from lowrl_ros.bench import sim2real_legged
     from lowrl_ros.commands.kit import add_warmup_arguments
+
+    sim2real_legged.add_arguments(parser)
 
     add_warmup_arguments(parser, prefix="kit-", help_prefix="--start sb3-ppo and LeggedAnt: lowrl kit ")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
@@ -296,17 +300,23 @@ def _gap_tag(gap) -> str:
     return hashlib.sha256(json.dumps(gap.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
 
-def legged_policy(seed: int, args: argparse.Namespace) -> Path:
+def legged_policy(seed: int, args: argparse.Namespace, kit: bool = True) -> Path:
     """The legged sim policy: the shipped imported artifact and its kit, made as `lowrl kit` makes it.
 
     The kit's critics are warmed up in the UNGAPPED simulator (``--env lowrl/LeggedAnt-v0``), on
     ``--kit-warmup-steps`` steps of the policy with ``--kit-explore-noise``; what that warm-up collected
     is the kit's prior data (RLPD's). Returns a run directory laid out like :func:`sim_policy`'s.
+    ``kit=False`` (``--methods sysid`` alone, which needs no kit): the artifact only, in its own directory.
     """
     import shutil
 
     from lowrl_ros.core.sim import legged
 
+    if not kit:
+        run_dir = args.runs_dir / f"legged-s{seed}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_repo() / ENVS[LEGGED], run_dir / "actor_int8.onnx")
+        return run_dir
     run_dir = (args.runs_dir / f"legged-s{seed}-kit-w{args.kit_warmup_steps}-u{args.kit_critic_updates}"
                                f"-n{args.kit_explore_noise:g}")
     if (run_dir / "kit" / "kit.json").is_file():
@@ -517,6 +527,8 @@ def run(args: argparse.Namespace) -> int:
                 from lowrl_ros.core.sim.legged import LeggedRobot
 
                 LeggedRobot(gap=gaps[env_id])
+        if "sysid" in args.methods and args.envs != [LEGGED]:
+            raise ValueError("--methods sysid identifies the legged robot's gap; run it with --envs LeggedAnt")
         if args.start == "sb3-ppo" and args.envs != ["Pendulum-v1"]:
             raise ValueError("--start sb3-ppo runs on Pendulum-v1 only (RL Zoo's PPO settings); add --envs Pendulum-v1")
     except ValueError as exc:
@@ -542,7 +554,8 @@ def run(args: argparse.Namespace) -> int:
         for seed in args.seeds:
             print(f"sim2real {env_id} seed {seed}", flush=True)
             gap = gaps[env_id]
-            run_dir = (legged_policy(seed, args) if env_id == LEGGED else sim_policy(env_id, seed, args)
+            kit = args.methods != ["sysid"]  # sysid alone needs no kit (its warm-up costs minutes)
+            run_dir = (legged_policy(seed, args, kit=kit) if env_id == LEGGED else sim_policy(env_id, seed, args)
                        if args.start == "train" else imported_policy(env_id, seed, args))
             base = run_dir / "actor_int8.onnx"
             eval_seed = 10_000 + 100 * seed
@@ -557,11 +570,22 @@ def run(args: argparse.Namespace) -> int:
                 oracle = {"oracle": om, "oracle_returns": o}
                 print(f"  oracle (trained on the gapped robot): {om:.1f}", flush=True)
             for method in args.methods:
-                ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
+                if method == "sysid":
+                    from lowrl_ros.bench.sim2real_legged import sysid_method
+
+                    ft = sysid_method(run_dir, gap, seed, args, _repo() / LEGGED_PPO, ENV_KWARGS[LEGGED],
+                                      lambda path, g: gap_returns(path, env_id, g, args.eval_episodes, eval_seed))
+                    after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
+                    s_, b_ = float(np.mean(sim)), float(np.mean(before))
+                    for name, value in ft["sysid"]["stage_returns"].items():
+                        pct = 100.0 * (value - b_) / (s_ - b_)
+                        print(f"  sysid stage {name}: {value:.1f} ({pct:.0f} % of the gap)", flush=True)
+                else:
+                    ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
                                args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
                                updates_per_step=args.updates_per_step, bc_weight=args.bc_weight,
-                               judge_baseline=not args.plain_judging, algorithm=method)
-                after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
+                                   judge_baseline=not args.plain_judging, algorithm=method)
+                    after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
                 s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
                 recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
                 made = {}
@@ -581,6 +605,8 @@ def run(args: argparse.Namespace) -> int:
                 per_update = float(np.mean(ft["version_bytes"])) if ft["version_bytes"] else float("nan")
                 ratio = ft["fp32_state_dict_bytes"] / per_update if ft["version_bytes"] else float("nan")
                 half = _steps_to_half_gap(ft["episode_returns"], b, s, args.judge_episodes)
+                if method == "sysid":  # nothing is deployed before every recorded step is in: all of them count
+                    half = ft["robot_steps_used"] if recovered >= 50.0 else None
                 run = {"env_id": env_id, "method": method, "steps_to_half_gap": half, "seed": seed, "sim": s,
                        "before": b, "after": a, "recovered_pct": recovered,
                        "sim_returns": sim, "before_returns": before, "after_returns": after,
@@ -594,8 +620,9 @@ def run(args: argparse.Namespace) -> int:
                       f"{ft['wall_s']} s; {ft['updates_per_s']} updates/s; 50 % of the gap after "
                       f"{half if half is not None else '-'} robot steps", flush=True)
                 rows.append(f"| {env_id} | {method} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % "
-                            f"| {half if half is not None else '-'} | {ft['updates_per_s']:.0f} "
-                            f"| v{ft['best_version']} of {ft['versions']} "
+                            f"| {half if half is not None else '-'} | "
+                            + ("- " if method == "sysid" else f"{ft['updates_per_s']:.0f} ")
+                            + f"| v{ft['best_version']} of {ft['versions']} "
                             f"| {per_update:.0f} / {ft['fp32_state_dict_bytes']} ({ratio:.1f}x) | "
                             f"{ft['rss_mb_max']:.0f} | {ft['wall_s']:.0f} | "
                             + (f"{oracle['oracle']:.1f} ({oracle['recovered_vs_oracle_pct']:.0f} %) |"
@@ -629,6 +656,12 @@ def run(args: argparse.Namespace) -> int:
                 + ("versions judged on plain mean returns, " if args.plain_judging
                    else "versions judged on returns adjusted for the start state, ")
                 + f"returns over {args.eval_episodes} seeded episodes"
+                + (f"; sysid: the K robot steps recorded, the gap identified (first {args.sysid_window} steps of "
+                   f"{args.sysid_episodes} episodes replayed, {args.sysid_iterations} CEM iterations), PPO "
+                   f"{args.sysid_ppo_steps} steps off-board in the identified sim"
+                   + (" WITHOUT the identified physics (ablation)" if args.sysid_ablate_physics else "")
+                   + ", sensor biases folded in (no fine-tuner: its settings above do not apply)"
+                   if "sysid" in args.methods else "")
                 + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
                    "robot from scratch" if args.oracle and set(args.envs) - {LEGGED} else "") + ".\n\n"
                 "| env | method | seed | sim return | gapped, before | gapped, after | gap recovered | "

@@ -205,6 +205,9 @@ class LeggedRobot:
         if rng is not None and noise > 0:
             pose = pose + rng.uniform(-noise, noise, pose.shape)
         self.data.qpos[self._qpos] = np.clip(pose, self.lower, self.upper)
+        # The latency line is emptied first, so set_targets writes the default pose into ctrl (mj_resetData zeroed
+        # it) and the line below starts full of it, in every episode, not only the first.
+        self._latency = []
         self.set_targets(np.array(DEFAULT_POSE))
         self.time = 0.0
         g = self.gap
