@@ -219,6 +219,7 @@ def test_legged_session_launch_gives_the_fine_tuner_the_robot_file_and_the_sim_r
     assert policy["robot_file"] == tuner["robot_file"] == robot_file
     assert policy["policy_path"] == tuner["base_policy_path"] == str(ROOT / "models/legged_ant_int8.onnx")
     assert policy["key_file"] == dict(nodes["trainer_node"].params)["key_file"] == f"{tmp_path}/bundle.key"
+    assert policy["ready_topic"] == "lowrl/ready"  # the sim robot's (config/sim_robot.yaml): no step spans a reset
     # The shipped kit is the policy's (the fine-tuner's base) and reads what the robot file builds.
     import hashlib
     import json
