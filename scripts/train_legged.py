@@ -10,7 +10,7 @@ joint targets (default_pose + 0.5 a). Commands:
     python scripts/train_legged.py export runs/legged_ppo/final.zip models/legged_ant_int8.onnx --int8
     python scripts/train_legged.py eval models/legged_ant_int8.onnx --episodes 10    # tracking error table
     # real-to-sim-to-real from the robot's own transition log (finetune_node's log_dir; docs/finetune.md):
-    python scripts/train_legged.py sysid WORK_DIR/log --gap-out identified_gap.yaml \
+    python scripts/train_legged.py sysid WORK_DIR/transitions --gap-out identified_gap.yaml \
         --ppo models/legged_ant_ppo.zip --ppo-steps 100000 -o legged_ant_sysid_int8.onnx
 """
 from __future__ import annotations
@@ -246,7 +246,7 @@ def main(argv=None) -> int:
     g.add_argument("--episodes", type=int, default=20)
     g.add_argument("--seed", type=int, default=10_000)
     s = sub.add_parser("sysid", help="identify the gap from a transition log; improve off-board; fold sensor biases")
-    s.add_argument("log", help="finetune_node's transition log directory (log_dir)")
+    s.add_argument("log", help="finetune_node's transition log directory (WORK_DIR/transitions)")
     s.add_argument("--gap-out", default="identified_gap.yaml", help="the identified gap as sim robot parameters")
     s.add_argument("--policy", default="models/legged_ant_int8.onnx", help="artifact to fold into without --ppo")
     s.add_argument("--ppo", metavar="ZIP", help="SB3 PPO checkpoint to continue in the identified simulator")

@@ -67,7 +67,7 @@ class Recording:
                          first_is_start: bool = True) -> Recording:
         """Episodes out of consecutive transitions, e.g. finetune_node's transition log::
 
-            batch, _ = read_log("WORK_DIR/log")   # lowrl_ros.core.finetune.transition_log
+            batch, _ = read_log("WORK_DIR/transitions")   # lowrl_ros.core.finetune.transition_log
             rec = Recording.from_transitions(batch.obs, batch.action, batch.next_obs,
                                              batch.terminated | batch.truncated)
 
