@@ -59,3 +59,60 @@ def test_array_out_falls_back_to_the_message_when_bytes_are_refused():
     out.values[:] = [3.0, 4.0]
     out.publish()
     assert pub.sent == [[1.0, 2.0], [3.0, 4.0]] and not out.raw
+
+
+def test_listened_counts_subscribers_from_matched_events(ros_context):
+    """The count the control tick reads comes from matched events: it follows a subscriber coming and going
+    over real DDS (the executor delivers the events), and refresh() agrees with the publisher."""
+    from rclpy.lifecycle import LifecycleNode
+
+    from lowrl_ros.ros.robot_outputs import Listened
+
+    node = LifecycleNode("listened_test", context=ros_context)
+    other = Node("listened_reader", context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(node)
+    executor.add_node(other)
+    listened = Listened(node, Float64MultiArray, "listened", STATS)
+    try:
+        assert listened.from_events  # this rclpy (>= Iron) has matched events
+        assert listened.count() == 0
+        sub = other.create_subscription(Float64MultiArray, "listened", lambda _m: None, STATS)
+        assert spin_until(executor, lambda: listened.count() == 1)
+        other.destroy_subscription(sub)
+        assert spin_until(executor, lambda: listened.count() == 0)
+        listened._count = 5  # a count gone wrong (an executor that lost an event): refresh() restores the truth
+        listened.refresh()
+        assert listened.count() == listened.publisher.get_subscription_count() == 0
+    finally:
+        executor.shutdown()
+        other.destroy_node()
+        node.destroy_node()
+
+
+class _CountingPublisher:
+    """Stand-in for the publisher of an rclpy without matched events (Humble): none is installed here."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def get_subscription_count(self) -> int:
+        self.asked += 1
+        return 2
+
+
+class _NodeWithoutEvents:
+    def create_lifecycle_publisher(self, *_args, **kwargs):
+        assert "event_callbacks" not in kwargs
+        return _CountingPublisher()
+
+
+def test_listened_asks_the_publisher_without_matched_events(monkeypatch):
+    from lowrl_ros.ros import robot_outputs
+
+    monkeypatch.setattr(robot_outputs, "PublisherEventCallbacks", None)
+    listened = robot_outputs.Listened(_NodeWithoutEvents(), Float64MultiArray, "t", STATS)
+    assert not listened.from_events
+    assert listened.count() == 2 and listened.count() == 2 and listened.publisher.asked == 2
+    listened.refresh()  # nothing kept, nothing to refresh
+    assert listened.publisher.asked == 2

@@ -17,6 +17,7 @@ not counted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -41,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results root (default bench_results/); the result goes to <root>/loop/result.*")
     parser.add_argument("--legged", action="store_true",
                         help="instead: a 12-joint robot (JointState 1 kHz, Imu 200 Hz) and a robot-file policy "
-                             "node at 50 Hz: CPU %% against a bare 1 kHz subscriber, command period error idle "
-                             "and under two pinned CPU burners with RT requested, RSS (result: <root>/loop/legged.*)")
+                             "node at 50 Hz: CPU %% against a bare 1 kHz subscriber and the rclpy floor (take + "
+                             "publish at 50 Hz, no policy), command period error idle and under two pinned CPU "
+                             "burners with RT requested, RSS (result: <root>/loop/legged.*)")
     parser.add_argument("--phase-seconds", type=float, default=20.0,
                         help="--legged: measured seconds per phase (default 20)")
 
@@ -337,6 +339,41 @@ except BaseException:
     pass
 print(count[0], flush=True)
 """
+# The floor under any rclpy policy node here: the robot file's subscriptions (same QoS), and a 50 Hz thread
+# named like the control thread that takes each topic's newest sample (raw, as ros/robot_inputs.py does) and
+# publishes one 12-double command; no observation, no policy, no executor. What is left between it and the
+# policy node is the node's own work. argv: command topic, JSON [[topic, msg_type, qos], ...].
+FLOOR = """
+import json, sys, threading, time, rclpy
+from rclpy.node import Node
+from rclpy.serialization import serialize_message
+from std_msgs.msg import Float64MultiArray
+from lowrl_ros.core.runtime.realtime import CONTROL_THREAD, name_thread
+from lowrl_ros.ros.qos import CONTROL
+from lowrl_ros.ros.robot_inputs import MSG_TYPES, qos_profile
+rclpy.init()
+node = Node("rclpy_floor", namespace="/bench_robot")
+subs = [node.create_subscription(MSG_TYPES[kind], topic, lambda _m: None, qos_profile(qos), raw=True)
+        for topic, kind, qos in json.loads(sys.argv[2])]
+pub = node.create_publisher(Float64MultiArray, sys.argv[1], CONTROL)
+command = serialize_message(Float64MultiArray(data=[0.0] * 12))
+def loop():
+    name_thread(CONTROL_THREAD)
+    t0, k = time.perf_counter(), 0
+    while True:
+        k += 1
+        for sub in subs:
+            with sub.handle:
+                sub.handle.take_message(sub.msg_type, True)
+        pub.publish(command)
+        time.sleep(max(0.0, t0 + k * 0.02 - time.perf_counter()))
+threading.Thread(target=loop, daemon=True).start()
+try:
+    while True:
+        time.sleep(1.0)
+except BaseException:
+    pass
+"""
 BURNER = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
@@ -483,7 +520,8 @@ def run_legged(args: argparse.Namespace) -> int:
     share = package_share(PACKAGE)
     robot_path = share / LEGGED_ROBOT
     robot = load_robot_file(robot_path)
-    obs_dim = ObservationSpec.from_robot_file(robot, 0.02).obs_dim
+    spec = ObservationSpec.from_robot_file(robot, 0.02)
+    obs_dim = spec.obs_dim
     tmp = Path(tempfile.mkdtemp(prefix="lowrl_bench_legged_"))
     policy = legged_policy(tmp / "legged.onnx", obs_dim)
     cpus = sorted(os.sched_getaffinity(0))
@@ -524,6 +562,21 @@ def run_legged(args: argparse.Namespace) -> int:
         # A subscriber that cannot keep up drops samples (best effort) and then costs less: say how many it got.
         results["bare_subscriber"] = {"cpu_percent": cpu, "rss_mb": rss, "joint_states_sent": sent,
                                       "received_fraction": received / max(1, pub.sent - sent_start)}
+        # 2. The floor: what taking these topics and publishing a command at 50 Hz costs, with no policy work.
+        floor = subprocess.Popen([sys.executable, "-c", FLOOR, command_topic,
+                                  json.dumps([[t.topic, t.msg_type, t.qos] for t in spec.topics])],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(3.0)  # start-up and discovery, not counted
+        if floor.poll() is not None:
+            raise RuntimeError(f"the floor process exited: {floor.stderr.read()[-2000:]}")
+        cpu, rss, groups = _cpu_percent(floor, seconds)
+        results["floor"] = {"cpu_percent": cpu, "rss_mb": rss, "thread_cpu_percent": groups}
+        floor.send_signal(2)
+        try:
+            floor.wait(10)
+        except subprocess.TimeoutExpired:
+            floor.kill()
+        _periods(cmd_sub)  # its commands are not the policy node's
         phases = {"idle": (), "burners": (), "burners_rt": ("-p", "rt_priority:=80", "-p", f"rt_cpus:={node_cpu}")}
         for name, extra in phases.items():
             if name.startswith("burners"):
@@ -578,7 +631,8 @@ def run_legged(args: argparse.Namespace) -> int:
         f"{r.get('period_error_p99_ms', float('nan')):.3f} | {r.get('period_error_max_ms', float('nan')):.2f} | "
         f"{r.get('late_periods_gt_1ms', '-')} | {r.get('missed_periods', '-')} | {r['rss_mb']:.0f} | "
         f"{'; '.join(r.get('realtime_log', [])) or '-'} |"
-        for n, r in (("bare subscriber (1 kHz callbacks)", bare_r), ("policy node, idle", idle),
+        for n, r in (("bare subscriber (1 kHz callbacks)", bare_r),
+                     ("rclpy floor: take + publish at 50 Hz, no policy", results["floor"]), ("policy node, idle", idle),
                      ("policy node, 2 burners on its CPU", results["burners"]),
                      ("policy node, 2 burners, RT requested", results["burners_rt"])))
     md = (f"12-joint robot: JointState at {JOINT_RATE_HZ:.0f} Hz, Imu 200 Hz, height scan 50 Hz, cmd_vel 10 Hz "
@@ -594,6 +648,9 @@ def run_legged(args: argparse.Namespace) -> int:
           f"Threads by OS name (/proc/<pid>/task): control = `{CONTROL_THREAD}` (the fixed_rate control thread), DDS = "
           "the middleware's `dds.*` threads (receiving the 1 kHz joint states), executor+other = the rest (the "
           "executor: stats, diagnostics, parameters).\n"
+          "The floor: a process with the same subscriptions and a 50 Hz thread that takes each topic (raw) and "
+          "publishes one command, nothing else; the policy node's own work is what it costs above that: "
+          f"{idle['cpu_percent'] - results['floor']['cpu_percent']:.1f} % of a core.\n"
           f"Policy node / bare subscriber CPU: {idle['cpu_percent'] / bare_r['cpu_percent']:.2f}x; the bare "
           f"subscriber received {100 * bare_r['received_fraction']:.0f} % of the joint states sent while it ran "
           "(below 100 %: it could not keep up, and dropped samples cost it nothing).\n"

@@ -615,8 +615,9 @@ class PolicyController:
                 self._soft_from = np.zeros(self.action_dim)
             self._soft_t0 = now
         soft_s = self.actions.safety.soft_start_s
-        if soft_s > 0:
-            alpha = min(1.0, (now - self._soft_t0) / soft_s)
+        # Once the blend is complete the target is the policy's own (alpha 1): no three ufunc calls per tick.
+        if soft_s > 0 and now - self._soft_t0 < soft_s:
+            alpha = (now - self._soft_t0) / soft_s
             # soft_from + alpha * (target - soft_from), in place (target is this tick's own array)
             np.subtract(target, self._soft_from, out=target)
             np.multiply(target, alpha, out=target)
