@@ -110,7 +110,7 @@ CORE_ALLOWED = {
     "stream": {"types", "config", "runtime"},
     "train": {"types", "config", "runtime"},
     "sim": {"types", "config", "runtime"},
-    "finetune": {"types", "config", "runtime", "train"},
+    "finetune": {"types", "config", "runtime", "train", "sim"},  # sim: off-board identification (offboard_sysid)
     "compress": {"types", "config", "runtime", "train", "sim"},
 }
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)

@@ -143,3 +143,31 @@ def test_resends_on_request_a_bounded_number_of_times(rig, key_file, tmp_path):
     robot.answer(BundleStatus(version=5, accepted=True, running_version=5))
     assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/robot", 0, "accepted v5"))
     assert len(robot.bundles) == 3 and node.sender.robot_version == 5
+
+
+@pytest.mark.slow
+def test_sysid_mode_identifies_from_streamed_transitions_and_streams_the_corrected_version(rig, key_file, tmp_path):
+    """offboard_method sysid: transitions of the gapped legged robot (real MuJoCo) arrive on the transitions
+    topic as finetune_node learner:=offboard streams them; the trainer node identifies the gap and streams
+    v2 (the base with the sensor biases folded) as a signed bundle; a bad setting is refused at start."""
+    from std_msgs.msg import Float64MultiArray
+
+    from lowrl_ros.core.finetune.wire import encode_transitions
+    from test_offboard_sysid import ARTIFACT, _transitions
+
+    build, robot, executor = rig
+    with pytest.raises(ValueError, match="offboard_method 'nope'"):
+        build(watch_dir=str(tmp_path / "r0"), key_file=str(key_file), offboard_method="nope")
+    indices, ts = _transitions(1, 4, 12)
+    node = build(watch_dir=str(tmp_path / "releases"), key_file=str(key_file), offboard_method="sysid",
+                 base_policy_path=str(ARTIFACT), finetune_work_dir=str(tmp_path / "offboard"),
+                 **{"sysid.episodes": 3, "sysid.window": 10, "sysid.iterations": 1})
+    pub = robot.node.create_publisher(Float64MultiArray, "lowrl/transitions", 200)
+    assert wait_for_match(executor, pub)
+    for start in range(0, len(ts), 12):  # one message per episode, as the robot's batches
+        pub.publish(Float64MultiArray(data=encode_transitions(ts[start:start + 12], indices[start]).ravel().tolist()))
+    assert spin_until(executor, lambda: robot.bundles, timeout=60), node.learner.last_decision
+    header, _ = decode_bundle(robot.bundles[-1], KEY)
+    assert header.version == 2 and node.learner.state == "judging"
+    assert node.learner.received == len(ts) and node.bad_transitions == 0
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/finetune", 0, "released v2"))

@@ -79,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-load-limit", type=float, default=None, metavar="PCT",
                         help="the budget monitor's CPU-load limit, %% (0 = off; default: config/sim_to_real/"
                              "budget_monitor.yaml's 97, turned off when the machine is busy with other work)")
+    parser.add_argument("--sysid", action="store_true",
+                        help="--robot legged: the fine-tuner streams the robot's transitions to the trainer node, "
+                             "which identifies the gap from 4 episodes and releases the policy with the identified "
+                             "sensor biases folded in, then judges it (docs/finetune.md, 'Identify the gap instead'; "
+                             "default --seconds 270)")
     parser.add_argument("--rt-priority", type=int, default=0, metavar="P",
                         help="SCHED_FIFO priority of the policy node's control thread (its rt_priority parameter; "
                              "0: off; needs rtprio rights, else a WARN diagnostic and the node runs on)")
@@ -97,6 +102,8 @@ class DemoRobot:
     seconds: float
     returns_note: str
 
+
+SYSID_SECONDS = 270.0  # --sysid: 20 s skipped, 80 s recorded, ~40 s identifying, 3 judged 20 s episodes, margin
 
 ROBOTS = {
     "pendulum": DemoRobot("Pendulum-v1 sim robot (with a reality gap)", "sim_to_real.launch.yaml",
@@ -277,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     robot = ROBOTS[getattr(args, "robot", "pendulum")]
     if args.seconds is None:
-        args.seconds = robot.seconds
+        args.seconds = SYSID_SECONDS if getattr(args, "sysid", False) else robot.seconds
     try:
         phase = load_phase(args)
     except ValueError as exc:
@@ -299,6 +306,13 @@ def run(args: argparse.Namespace) -> int:
         overrides["policy_path"] = str(Path(args.policy).resolve())
     if args.kit:
         overrides["kit_path"] = str(Path(args.kit).resolve())
+    if getattr(args, "sysid", False):
+        if robot is not ROBOTS["legged"] or not args.kit:
+            print("lowrl demo: --sysid identifies the legged robot's gap: use it with --robot legged and the "
+                  "fine-tuner on (no --no-finetune)", file=sys.stderr)
+            return 2
+        overrides.update(learner="offboard", offboard_method="sysid")
+
     from lowrl_ros.core.sim.reality_gap import parse_gap_items
 
     try:
@@ -314,6 +328,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         finetune = f"on (kit {overrides['kit_path']})"
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
+    if getattr(args, "sysid", False):  # 4 whole 20 s episodes (2000 robot steps), then about 40 s to identify
+        next(n for n in nodes if n.executable == "trainer_node").params.append(("sysid.episodes", "4"))
     if args.rt_priority:
         next(n for n in nodes if n.executable == "policy_node").params.append(("rt_priority", str(args.rt_priority)))
     monitor = next(n for n in nodes if n.executable == "budget_monitor_node")

@@ -62,9 +62,13 @@ class TrainerNodeSettings:
     base_policy_path: str = field("", "the artifact the robot starts with (first rollback target)")
     base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
     transitions_topic: str = field("lowrl/transitions", "the robot's transitions (finetune_node learner:=offboard)")
+    offboard_method: str = field("finetune", "learning from the robot's transitions: finetune (needs finetune_kit) "
+                                 "| sysid (the legged robot: identify its gap, fold the sensor biases into "
+                                 "base_policy_path, release, judge; sysid.* parameters)")
 
 
 FINETUNE_PREFIX = "finetune."  # FineTuneConfig fields appear as finetune.<field> parameters
+SYSID_PREFIX = "sysid."  # offboard_method sysid: SysidSettings fields as sysid.<field>
 
 
 class TrainerNode(Node):
@@ -92,7 +96,12 @@ class TrainerNode(Node):
         self.add_on_set_parameters_callback(self._validate_parameters)
         add_post_set_callback(self, self._apply_parameters)
         self.learner = None
-        if self.get_parameter("finetune_kit").value:
+        method = self.get_parameter("offboard_method").value
+        if method not in ("finetune", "sysid"):
+            raise ValueError(f"offboard_method {method!r}: use finetune (with finetune_kit) or sysid")
+        if method == "sysid":
+            self._start_sysid(config)
+        elif self.get_parameter("finetune_kit").value:
             self._start_learner(config)
         self.create_timer(config.poll_period_s, guarded(self, self.poll))
         self.create_timer(self.get_parameter("diagnostics_period_s").value, guarded(self, self._publish_diagnostics))
@@ -119,7 +128,32 @@ class TrainerNode(Node):
                                        Path(config.watch_dir).expanduser(),
                                        base_path=self.get_parameter("base_policy_path").value,
                                        base_version=self.get_parameter("base_version").value or None)
-        self._kit_dims = (kit.obs_dim, kit.action_dim)
+        self._start_worker((kit.obs_dim, kit.action_dim))
+        self.get_logger().info(f"off-board fine-tuning: kit {self.get_parameter('finetune_kit').value}, "
+                               f"transitions from {self.get_parameter('transitions_topic').value}, "
+                               f"{self.learner.resumed} resumed from disk; versions into {config.watch_dir}")
+
+    def _start_sysid(self, config: StreamConfig) -> None:
+        from lowrl_ros.core.finetune.offboard_sysid import OffboardSysid, SysidSettings
+        from lowrl_ros.core.sim import legged
+
+        if not config.watch_dir:
+            raise ValueError("offboard_method sysid needs watch_dir: the directory the corrected version is "
+                             "released into and streamed from")
+        declare_config(self, SysidSettings, prefix=SYSID_PREFIX)
+        settings = config_from_params(self, SysidSettings, prefix=SYSID_PREFIX)
+        self.learner = OffboardSysid(self.get_parameter("base_policy_path").value,
+                                     self.get_parameter("base_version").value,
+                                     Path(self.get_parameter("finetune_work_dir").value).expanduser(),
+                                     Path(config.watch_dir).expanduser(), settings,
+                                     log=lambda line: self.get_logger().info(f"sysid: {line}"))
+        self._start_worker((legged.OBS_DIM, len(legged.JOINTS)))
+        self.get_logger().info(f"off-board identification (sysid): transitions from "
+                               f"{self.get_parameter('transitions_topic').value}; after {settings.episodes} episodes "
+                               f"of v{self.learner.base_version}, the corrected version goes into {config.watch_dir}")
+
+    def _start_worker(self, dims: tuple[int, int]) -> None:
+        self._kit_dims = dims
         self._inbox: collections.deque = collections.deque()
         self.bad_transitions = 0
         self.learner_error = ""
@@ -128,9 +162,6 @@ class TrainerNode(Node):
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._learn, name="offboard-learner", daemon=True)
         self._worker.start()
-        self.get_logger().info(f"off-board fine-tuning: kit {self.get_parameter('finetune_kit').value}, "
-                               f"transitions from {self.get_parameter('transitions_topic').value}, "
-                               f"{self.learner.resumed} resumed from disk; versions into {config.watch_dir}")
 
     def _on_transitions(self, msg: Float64MultiArray) -> None:
         try:
@@ -154,7 +185,7 @@ class TrainerNode(Node):
                 released += stepped
                 for path in released:
                     self.get_logger().info(f"released {path.name}: {learner.last_decision}")
-                if not released and not learner.session.can_learn():
+                if not released and not learner.can_learn():
                     self._stop.wait(0.05)
             except Exception as exc:  # noqa: BLE001 - learning failing must not stop the stream
                 self.learner_error = f"{type(exc).__name__}: {exc}"
@@ -247,14 +278,17 @@ class TrainerNode(Node):
                         {"signed": signed, "key_file": self.sender.config.key_file or "none"}),
         ]
         if self.learner is not None:
-            lr, tr = self.learner, self.learner.tuner.tracker
+            lr = self.learner
             level = (Level.ERROR if self.learner_error or lr.paused_reason
                      else Level.WARN if lr.judge.lost else Level.OK)
-            statuses.append(diag.status(
-                f"{DIAG_PREFIX}/finetune", level, self.learner_error or lr.paused_reason or lr.last_decision,
-                {"received": lr.received, "lost": lr.judge.lost, "bad_messages": self.bad_transitions,
-                 "updates": lr.tuner.updates,
-                 "current": tr.current, "best": tr.best, "released": ",".join(map(str, lr.released))}))
+            values = {"received": lr.received, "lost": lr.judge.lost, "bad_messages": self.bad_transitions,
+                      "released": ",".join(map(str, lr.released))}
+            if hasattr(lr, "tuner"):  # the kit's learner (sysid has no updates, versions are its releases)
+                values.update(updates=lr.tuner.updates, current=lr.tuner.tracker.current, best=lr.tuner.tracker.best)
+            else:
+                values.update(state=lr.state)
+            statuses.append(diag.status(f"{DIAG_PREFIX}/finetune", level,
+                                        self.learner_error or lr.paused_reason or lr.last_decision, values))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
 

@@ -58,6 +58,10 @@ class OffboardLearner:
     def tuner(self) -> FineTuner:
         return self.session.tuner
 
+    def can_learn(self) -> bool:
+        """Whether :meth:`step` has updates to make now."""
+        return self.session.can_learn()
+
     @property
     def paused_reason(self) -> str:
         return self.session.paused_reason

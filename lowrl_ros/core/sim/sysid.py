@@ -318,11 +318,13 @@ def sensor_obs_offset(sensors: dict) -> np.ndarray:
     return d
 
 
-def fold_sensor_offsets(src: str | Path, dst: str | Path, sensors: dict) -> Path:
+def fold_sensor_offsets(src: str | Path, dst: str | Path, sensors: dict, version: int | None = None,
+                        parent_version: int | None = None) -> Path:
     """Write ``src``'s artifact to ``dst`` with the identified sensor biases folded into its ``obs_offset``.
 
     The network then reads (obs - bias - offset) * scale: the robot's biased readings become the simulator's.
-    The weights (int8 included) are unchanged; only the contract's offset and provenance differ."""
+    The weights (int8 included) are unchanged; only the contract's offset and provenance differ (and its
+    ``version`` / ``parent_version`` when given: a release to the robot must be newer than what it runs)."""
     # _write puts the stored (already quantised) layers back as they are: no re-quantisation.
     from lowrl_ros.core.runtime.artifact import _write, parse_artifact, read_artifact_bytes
 
@@ -334,6 +336,8 @@ def fold_sensor_offsets(src: str | Path, dst: str | Path, sensors: dict) -> Path
     offset = np.asarray(c.obs_offset) + sensor_obs_offset(sensors)
     contract = dataclasses.replace(c, obs_offset=tuple(float(v) for v in offset),
                                    provenance={**c.provenance, "sensor_offsets_folded": "lowrl_ros.core.sim.sysid"})
+    if version is not None:
+        contract = dataclasses.replace(contract, version=int(version), parent_version=parent_version)
     return _write(dst, parsed.layers, parsed.hidden_activation, parsed.output_activation, contract)
 
 

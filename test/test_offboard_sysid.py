@@ -1,0 +1,103 @@
+"""Off-board real-to-sim (core/finetune/offboard_sysid.py): streamed transitions of the gapped legged robot
+in, the base artifact with the identified sensor biases folded released as the next version, judged.
+
+The transitions are real: the shipped int8 policy walking a gapped LeggedAnt in MuJoCo (short episodes).
+The judging tests then feed the new version's episodes with returns chosen by the test: what the robot
+would report, to check both outcomes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lowrl_ros.core.finetune.offboard_sysid import OffboardSysid, SysidSettings
+from lowrl_ros.core.finetune.transition_log import Transition, read_log
+from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.sim import legged, sysid
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig, make_gapped_env
+
+ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "legged_ant_int8.onnx"
+OFFSETS = (0.1, -0.1, 0.1, 0.1, -0.1, 0.1, 0.1, -0.1)
+SETTINGS = SysidSettings(episodes=6, window=10, iterations=1, judge_episodes=2)
+
+
+def _transitions(version: int, episodes: int, steps: int, start: int = 0) -> tuple[list[int], list[Transition]]:
+    """``episodes`` numbered episodes of the base policy on the gapped robot, tagged ``version``."""
+    gap = RealityGapConfig(encoder_offset=OFFSETS, gyro_bias=(0.2, -0.2, 0.1), tilt_bias=(0.1, -0.08),
+                           kp_scale=(0.6,))
+    policy = load_artifact(ARTIFACT, engine="numpy")
+    env = make_gapped_env("LeggedAnt", gap, max_episode_steps=steps)
+    rec = sysid.record(lambda o: policy.act(np.asarray(o, dtype=np.float32)), env, episodes * steps, seed=5)
+    env.close()
+    out = []
+    for obs, actions in zip(rec.observations, rec.actions):
+        for i, a in enumerate(actions):
+            out.append(Transition(obs[i], a, 1.0, obs[i + 1], False, i == len(actions) - 1, version, 0.0))
+    return list(range(start, start + len(out))), out
+
+
+def _retagged(ts: list[Transition], version: int, reward: float) -> list[Transition]:
+    return [Transition(t.obs, t.action, reward, t.next_obs, t.terminated, t.truncated, version, t.stamp) for t in ts]
+
+
+@pytest.fixture(scope="module")
+def base_stream():
+    return _transitions(1, SETTINGS.episodes + 1, 12)
+
+
+def test_identifies_after_enough_episodes_and_releases_the_base_with_the_biases_folded(base_stream, tmp_path):
+    indices, ts = base_stream
+    learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    # The stream begins at an episode start here, but the learner cannot know: it skips the first episode.
+    assert learner.receive(indices[:-12], ts[:-12]) == [] and not learner.can_learn()
+    assert learner.step() == []
+    learner.receive(indices[-12:], ts[-12:])
+    assert learner.can_learn()
+    (bundle_path,) = learner.step()
+    assert bundle_path == tmp_path / "releases" / "v000002.lowrl" and learner.state == "judging"
+    released = load_bundle(bundle_path)
+    assert released.version == 2
+    art = parse_artifact(read_artifact_bytes(learner.work_dir / "sysid" / "v000002_int8.onnx"), "v2")
+    base = parse_artifact(read_artifact_bytes(ARTIFACT), "base")
+    assert art.contract.parent_version == 1
+    shift = np.asarray(art.contract.obs_offset) - np.asarray(base.contract.obs_offset)
+    assert np.allclose(shift[sysid.JOINT_POS], OFFSETS, atol=0.04)  # the encoder offsets, from 6 starts
+    assert np.allclose(shift[sysid.COMMAND], 0.0) and np.allclose(shift[sysid.LAST_ACTION], 0.0)
+    assert all(np.array_equal(a.bias, b.bias) and np.array_equal(a.weight_t, b.weight_t)
+               for a, b in zip(art.layers, base.layers))  # the stored (int8) weights are untouched
+    assert (learner.work_dir / "sysid" / "identified.json").is_file()
+    learner.close()
+    assert len(read_log(learner.work_dir / "transitions")[0]) == len(ts)  # every transition kept on disk
+
+
+@pytest.mark.parametrize("reward, kept", [(2.0, True), (0.5, False)])
+def test_the_new_version_is_judged_against_the_base_and_rolled_back_if_worse(base_stream, tmp_path, reward, kept):
+    indices, ts = base_stream
+    learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    learner.receive(indices, ts)
+    learner.step()
+    n = 12 * SETTINGS.judge_episodes
+    more = _retagged(ts[:n], 2, reward)  # the robot's episodes with v2 (reward per step chosen here)
+    out = learner.receive(list(range(indices[-1] + 1, indices[-1] + 1 + n)), more)
+    if kept:
+        assert out == [] and learner.state == "kept" and "v2 kept" in learner.last_decision
+    else:
+        assert out == [tmp_path / "releases" / "v000003.lowrl"] and learner.state == "rolled_back"
+        assert load_bundle(out[0]).version == 3
+        rolled = parse_artifact(read_artifact_bytes(learner.work_dir / "sysid" / "v000003_int8.onnx"), "v3")
+        base = parse_artifact(read_artifact_bytes(ARTIFACT), "base")
+        assert rolled.contract.obs_offset == base.contract.obs_offset  # the base, as it was
+    learner.close()
+
+
+def test_refuses_a_policy_that_is_not_the_legged_robots(tmp_path):
+    pendulum = Path(__file__).resolve().parents[1] / "models" / "pendulum_sac_int8.onnx"
+    with pytest.raises(ValueError, match="legged example robot"):
+        OffboardSysid(pendulum, 1, tmp_path, tmp_path / "r")
+    with pytest.raises(ValueError, match="needs base_policy_path"):
+        OffboardSysid("", 1, tmp_path, tmp_path / "r")
+    assert legged.OBS_DIM == 33
