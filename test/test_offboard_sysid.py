@@ -7,6 +7,7 @@ would report, to check both outcomes.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,9 @@ def test_identifies_after_enough_episodes_and_releases_the_base_with_the_biases_
     assert np.allclose(shift[sysid.COMMAND], 0.0) and np.allclose(shift[sysid.LAST_ACTION], 0.0)
     assert all(np.array_equal(a.bias, b.bias) and np.array_equal(a.weight_t, b.weight_t)
                for a, b in zip(art.layers, base.layers))  # the stored (int8) weights are untouched
-    assert (learner.work_dir / "sysid" / "identified.json").is_file()
+    status = json.loads((learner.work_dir / "sysid" / "status.json").read_text())
+    assert status["state"] == "judging" and status["released"] == [2]
+    assert "encoder_offset" in status["identified"]["gap"]["sensors"]
     learner.close()
     assert len(read_log(learner.work_dir / "transitions")[0]) == len(ts)  # every transition kept on disk
 
@@ -83,6 +86,7 @@ def test_the_new_version_is_judged_against_the_base_and_rolled_back_if_worse(bas
     n = 12 * SETTINGS.judge_episodes
     more = _retagged(ts[:n], 2, reward)  # the robot's episodes with v2 (reward per step chosen here)
     out = learner.receive(list(range(indices[-1] + 1, indices[-1] + 1 + n)), more)
+    assert json.loads((learner.work_dir / "sysid" / "status.json").read_text())["decision"] == learner.last_decision
     if kept:
         assert out == [] and learner.state == "kept" and "v2 kept" in learner.last_decision
     else:

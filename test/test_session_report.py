@@ -208,3 +208,15 @@ def test_learner_state_names_match_the_fine_tuners():
     from lowrl_ros.core.sim import session_report as sr
 
     assert (sr.LEARNING, sr.WAITING_FOR_FULL_TIER) == (status.LEARNING, status.WAITING_FOR_FULL_TIER)
+
+
+def test_report_shows_the_trainer_nodes_identification_and_decision(tmp_path):
+    """trainer_node offboard_method sysid writes offboard/sysid/status.json (core/finetune/offboard_sysid.py)."""
+    make_session(tmp_path)
+    (tmp_path / "offboard" / "sysid").mkdir(parents=True)
+    (tmp_path / "offboard" / "sysid" / "status.json").write_text(json.dumps({
+        "state": "kept", "decision": "v2 kept: 589.0 over 3 episodes against v1's 331.0 over 4", "released": [2],
+        "identified": {"describe": "mass_scale=1.46, encoder_offset=0.1,-0.1", "robot_steps": 2000, "wall_s": 21.1}}))
+    text = write_session_report(tmp_path).read_text()
+    assert "Off-board identification (trainer node, offboard/sysid/status.json): v2 kept: 589.0 over 3" in text
+    assert "identified from 2000 robot steps in 21.1 s: mass_scale=1.46, encoder_offset=0.1,-0.1" in text

@@ -31,6 +31,9 @@ from lowrl_ros.core.finetune.versions import EpisodeJudge
 from lowrl_ros.core.runtime.bundle import save_bundle
 
 
+STATUS_JSON = "status.json"  # in work_dir/sysid/
+
+
 @dataclasses.dataclass(frozen=True)
 class SysidSettings:
     """What the off-board identification does (trainer_node's ``sysid.*`` parameters)."""
@@ -153,14 +156,24 @@ class OffboardSysid:
         out.mkdir(exist_ok=True)
         artifact = sysid.fold_sensor_offsets(self.base_path, out / f"v{self.new_version:06d}_int8.onnx", found.sensors,
                                              version=self.new_version, parent_version=self.base_version)
-        (out / "identified.json").write_text(json.dumps(self.identified, indent=1, default=str))
         path = save_bundle(self.release_dir / f"v{self.new_version:06d}.lowrl", {"full": str(artifact)})
         self.released.append(self.new_version)
         self.state = "judging"
         self.last_decision = (f"released v{self.new_version} (the identified sensor biases folded into "
                               f"v{self.base_version}); judging it over {s.judge_episodes} episodes")
         self._log(self.last_decision)
+        self._save_status()
         return path
+
+    def _save_status(self) -> None:
+        """``work_dir/sysid/status.json``: what was identified and decided (the session report reads it)."""
+        out = self.work_dir / "sysid"
+        out.mkdir(exist_ok=True)
+        returns = {f"v{v}": self._returns(v) for v in (self.base_version, *self.released)}
+        (out / STATUS_JSON).write_text(json.dumps(
+            {"state": self.state, "decision": self.last_decision, "base_version": self.base_version,
+             "released": self.released, "episode_returns": returns, "identified": self.identified},
+            indent=1, default=str))
 
     def _returns(self, version: int) -> list[float]:
         return [r for v, r in self.judge.finished if v == version]
@@ -184,11 +197,13 @@ class OffboardSysid:
                                                  {}, version=version, parent_version=self.base_version)
             self._log(self.last_decision)
             self.released.append(version)
+            self._save_status()
             return [save_bundle(self.release_dir / f"v{version:06d}.lowrl", {"full": str(artifact)})]
         self.state = "kept"
         self.last_decision = (f"v{self.new_version} kept: {new_mean:.1f} over {len(new)} episodes against "
                               f"v{self.base_version}'s {base_mean:.1f} over {len(base)}")
         self._log(self.last_decision)
+        self._save_status()
         return []
 
     def close(self) -> None:

@@ -43,6 +43,7 @@ LATENCY_CSV = "latency_us.csv"
 TIERS_CSV = "tiers.csv"
 SWAPS_CSV = "policy_versions.csv"  # (time_s, version): each change of the version the policy node reports
 FINETUNE_DIR = "finetune"
+SYSID_STATUS = "offboard/sysid/status.json"  # trainer_node offboard_method sysid (lowrl demo --robot legged --sysid)
 REPORT_PNG = "session_report.png"
 REPORT_MD = "session_report.md"
 EPISODE_FIELDS = ("time_s", "episode", "return", "length", "terminated", "version_start", "version_end")
@@ -549,6 +550,8 @@ def summarize(data: SessionData) -> str:
             for v in sorted(per_version):
                 r = np.asarray(per_version[v])
                 lines.append(f"| v{v} | {len(r)} | {r.mean():.1f} | {r.max():.1f} | {r.min():.1f} |")
+    sysid_path = data.path / SYSID_STATUS
+    sysid = json.loads(sysid_path.read_text()) if sysid_path.is_file() else None
     if data.versions.get("versions"):
         v = data.versions
         lines += ["", f"Fine-tuner versions (finetune/versions.json): current v{v.get('current')}, "
@@ -557,8 +560,14 @@ def summarize(data: SessionData) -> str:
             score = f"{np.mean(rec['returns']):.1f} over {len(rec['returns'])}" if rec.get("returns") else "not run"
             lines.append(f"- v{rec['version']} (parent v{rec.get('parent_version')}, {rec.get('updates', 0)} updates): "
                          f"{rec.get('status')}, return {score}")
-    elif finetune.startswith("on"):
+    elif sysid is None and finetune.startswith("on"):
         lines += ["", "Fine-tuner: no versions.json yet (no version made)."]
+    if sysid is not None:
+        found = sysid.get("identified") or {}
+        lines += ["", f"Off-board identification (trainer node, {SYSID_STATUS}): {sysid.get('decision')}"]
+        if found:
+            lines.append(f"- identified from {found.get('robot_steps')} robot steps in {found.get('wall_s')} s: "
+                         f"{found.get('describe')}")
     lat = data.latency.get("latency_us")
     if lat is not None and len(lat):
         p50, p99 = np.percentile(lat, [50, 99])
