@@ -155,11 +155,14 @@ def test_command_line_gap_items_are_parsed_and_checked():
 
 def test_demo_gap_reaches_the_sim_robot_after_its_parameter_files():
     from lowrl_ros.commands.demo import set_gap
+    from lowrl_ros.core.sim.reality_gap import parse_gap_items
     from lowrl_ros.launcher import PACKAGE, package_share, parse_launch
 
     nodes = parse_launch(package_share(PACKAGE) / "launch" / "sim_to_real.launch.yaml", {"session_dir": "/tmp/x"})
     set_gap(nodes, {"joint_offset": 0.0, "action_delay_steps": 2})
     sim = next(n for n in nodes if n.executable == "sim_robot_node")
     assert sim.params[-2:] == [("gap.joint_offset", "0.0"), ("gap.action_delay_steps", "2")]  # a float stays a float
+    set_gap(nodes, parse_gap_items(["encoder_offset=0.1", "kp_scale=0.5"]))  # per-joint fields: lists
+    assert sim.params[-2:] == [("gap.encoder_offset", "[0.1]"), ("gap.kp_scale", "[0.5]")]
     args = sim.ros_args()
     assert args.index("gap.joint_offset:=0.0") > max(i for i, a in enumerate(args) if a == "--params-file")

@@ -239,8 +239,12 @@ def set_gap(nodes: list, changes: dict) -> None:
     if not changes:
         return
     sim = next(n for n in nodes if n.executable == "sim_robot_node")
-    sim.params += [(f"gap.{name}", str(value) if isinstance(value, int) else repr(float(value)))
-                   for name, value in changes.items()]
+    def text(value) -> str:  # an int stays an int, a float a float, a per-joint tuple a list
+        if isinstance(value, (tuple, list)):
+            return "[" + ", ".join(repr(float(v)) for v in value) + "]"
+        return str(value) if isinstance(value, int) else repr(float(value))
+
+    sim.params += [(f"gap.{name}", text(value)) for name, value in changes.items()]
 
 
 def summary(rec: "Recorder", seconds: float, robot: DemoRobot = ROBOTS["pendulum"]) -> str:
