@@ -23,6 +23,10 @@ keeps every transition received and its learner under ``finetune_work_dir`` (a r
 and releases each new version (and a rollback, as a newer version carrying the best weights) as a
 bundle into ``watch_dir``, from where the stream above sends it; a version the robot rejects trips
 a rollback. FineTuneConfig fields are parameters named ``finetune.<field>``.
+Off-board identification (``offboard_method: sysid``, the legged example robot; no kit, no torch): the
+same transitions identify the robot's gap (lowrl_ros/core/finetune/offboard_sysid.py), and the base
+(``base_policy_path``) is released with the identified sensor biases folded in as the next version,
+judged against the base over whole episodes and rolled back if worse; ``sysid.<field>`` parameters.
 Without a kit this node imports no torch: it streams files that `lowrl train`/`lowrl compress` produced.
 """
 from __future__ import annotations
