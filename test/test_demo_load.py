@@ -23,6 +23,8 @@ def args(*argv: str) -> argparse.Namespace:
 def test_the_load_phase_is_placed_by_seconds_and_can_be_skipped():
     p = demo.load_phase(args())
     assert (p.at_s, p.seconds) == (45.0, 10.0)  # the 90 s default: halfway, 10 s
+    assert demo.load_phase(args("--robot", "legged")).at_s == 120.0  # the legged session's 240 s
+    assert demo.load_phase(args("--robot", "legged", "--sysid")).at_s == 135.0  # 270 s
     p = demo.load_phase(args("--seconds", "40"))
     assert p.at_s == 20.0 and p.seconds == pytest.approx(40 / 9)
     p = demo.load_phase(args("--seconds", "200", "--load-at", "30", "--load-seconds", "10", "--burners", "3"))

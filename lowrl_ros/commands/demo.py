@@ -216,6 +216,13 @@ def machine_cpu_load(seconds: float = 2.0) -> float:
     return float(probe.read().value)
 
 
+def session_seconds(args: argparse.Namespace) -> float:
+    """--seconds, else the robot's default length (--sysid: SYSID_SECONDS)."""
+    if args.seconds is not None:
+        return float(args.seconds)
+    return SYSID_SECONDS if getattr(args, "sysid", False) else ROBOTS[getattr(args, "robot", "pendulum")].seconds
+
+
 def load_phase(args: argparse.Namespace) -> LoadPhase | None:
     """When the load runs, from the flags: by default it starts halfway and lasts a ninth of the
     session (at most 10 s): the fine-tuner pauses for the load plus ~1.5 s to step down and the 3 s dwell
@@ -223,7 +230,7 @@ def load_phase(args: argparse.Namespace) -> LoadPhase | None:
     with ``--no-load``. ValueError (with the fix) when the phase does not fit in the session."""
     if args.no_load:
         return None
-    seconds = float(args.seconds)
+    seconds = session_seconds(args)
     at = seconds / 2 if args.load_at is None else float(args.load_at)
     length = min(10.0, seconds / 9) if args.load_seconds is None else float(args.load_seconds)
     burners = (os.cpu_count() or 2) if args.burners is None else int(args.burners)
@@ -287,8 +294,7 @@ def make_session_key(path: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     robot = ROBOTS[getattr(args, "robot", "pendulum")]
-    if args.seconds is None:
-        args.seconds = SYSID_SECONDS if getattr(args, "sysid", False) else robot.seconds
+    args.seconds = session_seconds(args)
     try:
         phase = load_phase(args)
     except ValueError as exc:
