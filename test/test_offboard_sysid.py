@@ -105,3 +105,13 @@ def test_refuses_a_policy_that_is_not_the_legged_robots(tmp_path):
     with pytest.raises(ValueError, match="needs base_policy_path"):
         OffboardSysid("", 1, tmp_path, tmp_path / "r")
     assert legged.OBS_DIM == 33
+
+
+def test_an_episode_with_a_lost_transition_is_not_replayed(base_stream, tmp_path):
+    indices, ts = base_stream
+    learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    holed = [i for i in range(len(ts)) if i != 30]  # one transition of the third episode lost in transit
+    learner.receive([indices[i] for i in holed], [ts[i] for i in holed])
+    assert len(learner._episodes) == SETTINGS.episodes - 1 and not learner.can_learn()
+    assert all(len(e) == 12 for e in learner._episodes)
+    learner.close()

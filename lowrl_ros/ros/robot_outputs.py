@@ -85,7 +85,7 @@ class Listened:
     cost ~17 us of each 50 Hz tick in ``lowrl bench loop --legged``. Here the executor thread keeps
     the count from the publisher's matched events (rclpy >= Iron) and :meth:`count` reads an int.
     Where matched events do not exist (Humble) :meth:`count` asks the publisher each time, as before.
-    :meth:`refresh` (the stats timer, executor thread) re-reads the true count: a safety net should an
+    :meth:`refresh` (the diagnostics timer, executor thread) re-reads the true count: a safety net should an
     executor ever not deliver the events.
 
     Args:

@@ -53,7 +53,7 @@ class OffboardSysid:
     Args:
         base_path: the artifact the robot runs (a lowrl/LeggedAnt-v0 contract).
         base_version: its version; releases are base_version + 1, + 2 (a rollback).
-        work_dir: the transition log and what identification wrote (identified.json, artifacts).
+        work_dir: the transition log and what identification wrote (sysid/status.json, the artifacts).
         release_dir: where ``vNNNNNN.lowrl`` bundles go (the trainer node's watch_dir).
         settings: SysidSettings.
         log: called with one line per event (the node's logger).
@@ -69,7 +69,6 @@ class OffboardSysid:
             raise ValueError(f"offboard_method sysid needs base_policy_path: the artifact the robot runs "
                              f"(got {str(base_path)!r})")
         contract = parse_artifact(read_artifact_bytes(base_path), str(base_path)).contract
-
         if tuple(contract.obs_names) != tuple(legged.OBS_NAMES):
             raise ValueError(f"{base_path}: offboard_method sysid identifies the legged example robot's gap; this "
                              f"artifact reads {len(contract.obs_names)} other observations")
@@ -81,7 +80,6 @@ class OffboardSysid:
         self.writer = TransitionLogWriter(self.work_dir / "transitions", log_config or TransitionLogConfig())
         self.judge = EpisodeJudge()
         self.received = 0
-        self.resumed = 0
         self.released: list[int] = []
         self.paused_reason = ""
         self.last_decision = f"recording: 0/{settings.episodes} episodes of v{self.base_version}"
@@ -90,6 +88,7 @@ class OffboardSysid:
         self._episodes: list[list[Transition]] = []  # whole base-version episodes, from their first step
         self._current: list[Transition] = []
         self._seen_start = False  # an episode start has been seen (the stream may begin mid-episode)
+        self._next_index: int | None = None
         self.new_version = self.base_version + 1
 
     def can_learn(self) -> bool:
@@ -102,11 +101,14 @@ class OffboardSysid:
         for index, t in zip(indices, transitions):
             self.writer.append(t)
             self.received += 1
+            if self._next_index is not None and index != self._next_index:
+                self._current, self._seen_start = [], False  # a lost transition: the replay needs every step
+            self._next_index = index + 1
             if self._seen_start:
                 self._current.append(t)
             if t.terminated or t.truncated:
-                if self._seen_start and self._current and all(x.policy_version == self.base_version
-                                                              for x in self._current):
+                if (self.state == "recording" and self._seen_start and self._current
+                        and all(x.policy_version == self.base_version for x in self._current)):
                     self._episodes.append(self._current)
                 self._current, self._seen_start = [], True
             ended = self.judge.add(index, t)
