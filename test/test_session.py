@@ -142,7 +142,14 @@ def test_offboard_fine_tuning_learns_from_streamed_transitions_and_sends_signed_
 def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_path):
     """`lowrl demo` as a user runs it (every node its own process, over DDS): the shipped sim policy
     (models/pendulum_rlx2, -743 on this gap in made.json) is fine-tuned on the gapped robot, and
-    a fine-tuned version returns clearly more than the sim policy over whole episodes."""
+    a fine-tuned version returns clearly more than the sim policy over whole episodes.
+
+    How much more, and after how long, varies from run to run: of 4 runs of 120 s (3 here, 1 in CI),
+    two had a version at +564 and +570, the other two stopped at +168 and +170 (a version that swings
+    up in some episodes, later ones rejected until the swing-up is learned, 1600 to 2700+ updates in);
+    3 runs of 150 s: +576, +604, +606. Versions that learned nothing return sim +30 to +70 over their
+    5 judged episodes (the sim policy never swings up on this gap: its best episode is -752). Hence
+    150 s and +150."""
     import subprocess
     import sys
 
@@ -151,7 +158,7 @@ def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_pa
     from lowrl_ros.core.sim.session_report import swap_windows
 
     session = tmp_path / "session"
-    out = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "demo", "--seconds", "120", "--quiet",
+    out = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "demo", "--seconds", "150", "--quiet",
                           "--session-dir", str(session), "--log-dir", str(tmp_path / "logs")],
                          stdout=open(tmp_path / "demo.out", "w"), stderr=subprocess.STDOUT, timeout=300)
     text = (tmp_path / "demo.out").read_text()
@@ -161,7 +168,7 @@ def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_pa
     sim = np.mean(per_version[1])
     tuned = {v: float(np.mean(r)) for v, r in per_version.items() if v > 1}
     assert tuned, f"no fine-tuned version ran 3 whole episodes:\n{text[-3000:]}"
-    assert max(tuned.values()) >= sim + 200.0, f"sim policy {sim:.1f}, fine-tuned {tuned}\n{text[-3000:]}"
+    assert max(tuned.values()) >= sim + 150.0, f"sim policy {sim:.1f}, fine-tuned {tuned}\n{text[-3000:]}"
     assert len(swap_windows(data)) >= 2  # versions really went through the policy node's hot-swap
 
 
