@@ -26,10 +26,24 @@ import numpy as np
 from lowrl_ros.core.sim import legged
 
 
-def make_vec_env(n_envs: int, seed: int):
+def parse_ranges(text: str | None):
+    """"VX_LO,VX_HI,VY_LO,VY_HI,WZ_LO,WZ_HI" -> ((lo, hi),) * 3; None -> the env's default."""
+    if text is None:
+        return None
+    v = [float(x) for x in text.split(",")]
+    if len(v) != 6 or any(lo > hi for lo, hi in zip(v[0::2], v[1::2])):
+        raise SystemExit(f"--command-ranges {text!r}: give 6 numbers, lo <= hi per axis: "
+                         "vx_lo,vx_hi,vy_lo,vy_hi,wz_lo,wz_hi")
+    return tuple(zip(v[0::2], v[1::2]))
+
+
+def make_vec_env(n_envs: int, seed: int, command_ranges=None):
     from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 
-    return sb3_make_vec_env(legged.ENV_ID, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": 400})
+    kwargs = {"max_episode_steps": 400}
+    if command_ranges is not None:
+        kwargs["command_ranges"] = command_ranges
+    return sb3_make_vec_env(legged.ENV_ID, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -42,7 +56,8 @@ def train(args: argparse.Namespace) -> int:
     run = Path(args.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     # Rewards normalised for the value function only; observations are already scaled by the robot file's terms.
-    env = VecNormalize(make_vec_env(args.envs, args.seed), norm_obs=False, norm_reward=True, gamma=0.99)
+    env = VecNormalize(make_vec_env(args.envs, args.seed, parse_ranges(args.command_ranges)), norm_obs=False,
+                       norm_reward=True, gamma=0.99)
     if args.resume:
         model = PPO.load(args.resume, env=env, device="cpu")
     else:
@@ -55,7 +70,7 @@ def train(args: argparse.Namespace) -> int:
     class Checkpoint(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.next_save = args.save_every
+            self.next_save = 0  # set in _on_training_start: a resumed model starts at its own step count
             self.t0 = time.time()
 
         def _on_rollout_end(self) -> None:
@@ -67,6 +82,9 @@ def train(args: argparse.Namespace) -> int:
             if self.num_timesteps >= self.next_save:
                 self.model.save(run / f"ckpt_{self.num_timesteps // 1000}k.zip")
                 self.next_save += args.save_every
+
+        def _on_training_start(self) -> None:
+            self.next_save = self.num_timesteps + args.save_every
 
         def _on_step(self) -> bool:
             return True
@@ -227,6 +245,8 @@ def main(argv=None) -> int:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--save-every", type=int, default=100_000)
     t.add_argument("--resume", metavar="ZIP", help="continue from a checkpoint")
+    t.add_argument("--command-ranges", metavar="VX_LO,VX_HI,VY_LO,VY_HI,WZ_LO,WZ_HI",
+                   help="per-episode command ranges (default the env's: 0,0.6,-0.1,0.1,-0.2,0.2)")
     e = sub.add_parser("export", help="checkpoint -> lowrl artifact")
     e.add_argument("checkpoint")
     e.add_argument("output")

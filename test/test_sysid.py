@@ -152,3 +152,31 @@ def test_train_legged_sysid_identifies_from_a_transition_log_and_folds(tmp_path)
     RealityGapConfig(**{k[len("gap."):]: tuple(v) if isinstance(v, list) else v for k, v in params.items()
                         if k.startswith("gap.")})
     assert load_artifact(out, engine="numpy").contract.provenance["sensor_offsets_folded"]
+
+
+def test_train_legged_command_ranges_reach_the_training_envs():
+    """`train --command-ranges` (e.g. a wider yaw-rate range) sets the range each training env draws from;
+    a malformed one is refused with the format."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("train_legged", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "train_legged.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    ranges = script.parse_ranges("0,0.6,-0.1,0.1,-0.8,0.8")
+    assert ranges == ((0.0, 0.6), (-0.1, 0.1), (-0.8, 0.8)) and script.parse_ranges(None) is None
+    env = script.make_vec_env(2, 0, ranges)
+    try:
+        assert all(np.allclose(r, ranges) for r in env.get_attr("command_ranges"))
+        env.reset()
+        assert all(abs(c[2]) <= 0.8 for c in env.get_attr("command"))
+    finally:
+        env.close()
+    default = script.make_vec_env(1, 0)
+    assert np.allclose(default.get_attr("command_ranges")[0], ((0.0, 0.6), (-0.1, 0.1), (-0.2, 0.2)))
+    default.close()
+    for bad in ("0,0.6", "0,0.6,-0.1,0.1,0.8,-0.8"):
+        with pytest.raises(SystemExit, match="vx_lo,vx_hi"):
+            script.parse_ranges(bad)
