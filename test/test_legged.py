@@ -125,12 +125,13 @@ def test_env_observation_equals_the_policy_nodes_for_the_same_state():
 
 
 def _min_rate() -> float:
-    """The JointState rate a test requires: 200 Hz (190 with jitter) on a machine with CPU to spare. A machine
-    running more than a process per core (the shared 2-core test machine) delays the 5 ms timer, and the
-    node catches the physics up inside a late tick (real time is kept, asserted separately): 60 Hz there."""
+    """The JointState rate a test requires: 200 Hz (190 with jitter) on a machine with CPU to spare. A busy
+    machine (the shared 2-core test machine) delays the 5 ms timer, and the node catches the physics up inside
+    a late tick (real time is kept, asserted separately): 60 Hz there. Busy means a 1-minute load above half
+    the cores: the average lags a load that just began (175 Hz was seen at 1.9 on 2 cores)."""
     import os
 
-    return 60.0 if os.getloadavg()[0] > (os.cpu_count() or 1) else 190.0
+    return 60.0 if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1) else 190.0
 
 
 def _sim_node(ros_context, **params):
@@ -216,6 +217,8 @@ def test_launch_file_declares_the_nodes():
     nodes = {n.name: n for n in parse_launch(ROOT / "launch" / "legged.launch.yaml", {"vx": "0.4"})}
     assert set(nodes) == {"sim_robot", "policy_node", "budget_monitor"}
     assert ("command_velocity", "[0.4, 0.0, 0.0]") in nodes["sim_robot"].params
+    turning = {n.name: n for n in parse_launch(ROOT / "launch" / "legged.launch.yaml", {"yaw_rate": "-0.3"})}
+    assert ("command_velocity", "[0.3, 0.0, -0.3]") in turning["sim_robot"].params
     params = dict(nodes["policy_node"].params)
     assert Path(params["policy_path"]) == MODEL and Path(params["robot_file"]) == ROBOT_FILE
 
@@ -235,7 +238,8 @@ def test_shipped_policy_fits_the_robot_file():
 @pytest.mark.ros
 def test_legged_launch_in_process_walks_upright(ros_context):
     """sim robot (LeggedAnt) + policy node with the robot file and the shipped policy, over DDS: JointState
-    and Imu flow, the policy's commands reach the joints, and the robot walks forward upright for 4 s."""
+    and Imu flow, the policy's commands reach the joints, and the robot walks forward and turns (cmd_vel
+    0.3 m/s, 0.4 rad/s) upright for 4 s."""
     import time
 
     from rclpy.executors import SingleThreadedExecutor
@@ -245,7 +249,7 @@ def test_legged_launch_in_process_walks_upright(ros_context):
     from lowrl_ros.ros.qos import CONTROL
     from rosutil import active_policy_node, spin_until
 
-    sim = _sim_node(ros_context, command_velocity=[0.3, 0.0, 0.0])
+    sim = _sim_node(ros_context, command_velocity=[0.3, 0.0, 0.4])
     probe = Node("probe", context=ros_context)
     executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(sim)
@@ -259,20 +263,47 @@ def test_legged_launch_in_process_walks_upright(ros_context):
         node = active_policy_node(ros_context, MODEL, executor=executor, robot_file=str(ROBOT_FILE),
                                   engine="auto")
         assert spin_until(executor, lambda: len(commands) >= 5, timeout=15), "no command from the policy node"
-        start_x, t0 = float(sim.robot.robot.data.qpos[0]), time.monotonic()
+        start_x, start_yaw, t0 = float(sim.robot.robot.data.qpos[0]), _yaw(sim.robot.robot), time.monotonic()
         assert spin_until(executor, lambda: time.monotonic() - t0 > 4.0, timeout=6)
         assert sim.robot.falls == 0 and not legged.fallen(sim.robot.robot)
         assert len(commands) > 4.0 * 25 * 0.3  # 25 Hz policy; a loaded machine drops some ticks
         assert np.ptp(np.array(commands)[:, 2]) > 0.01  # hip_1's targets change: the policy acts
         moved = float(sim.robot.robot.data.qpos[0]) - start_x
-        print(f"moved {moved:.2f} m in 4 s, {len(commands)} commands")
+        turned = (_yaw(sim.robot.robot) - start_yaw + np.pi) % (2 * np.pi) - np.pi
+        print(f"moved {moved:.2f} m and turned {turned:.2f} rad in 4 s, {len(commands)} commands")
         # Commanded 0.3 m/s (1.2 m in 4 s, less the soft start): a policy that only stands moves ~0.
         assert moved > 0.1, f"the torso moved {moved:.2f} m forward in 4 s at a 0.3 m/s command: not walking"
+        # and 0.4 rad/s (1.6 rad in 4 s; the policy gives ~0.3 rad/s): one that ignores yaw turns ~0.1 rad.
+        assert turned > 0.4, f"the torso turned {turned:.2f} rad in 4 s at a 0.4 rad/s command: not turning"
     finally:
         executor.shutdown()
         for n in (node, sim, probe):
             if n is not None:
                 n.destroy_node()
+
+
+def _yaw(robot: legged.LeggedRobot) -> float:
+    w, x, y, z = robot.data.qpos[3:7]
+    return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
+
+
+@pytest.mark.parametrize("yaw_rate", [0.4, -0.4])
+def test_shipped_policy_turns_at_the_commanded_yaw_rate_while_walking(yaw_rate):
+    """The int8 artifact as deployed (numpy engine), in the training task: at vx 0.3 m/s it follows a yaw-rate
+    command of either sign (models/legged_ant_eval.json: 0.305 and -0.403 rad/s for +-0.4), and still walks."""
+    from lowrl_ros.core.runtime.engines import load_artifact
+
+    policy = load_artifact(MODEL, engine="numpy")
+    env = legged.LeggedAnt(max_episode_steps=150)
+    obs, _ = env.reset(seed=3, options={"command": [0.3, 0.0, yaw_rate]})
+    velocity = []
+    for step in range(150):  # 6 s; the first 2 s are the start
+        obs, _, fell, _, info = env.step(policy.act(np.asarray(obs, dtype=np.float32)))
+        assert not fell
+        if step >= 50:
+            velocity.append(info["velocity"])
+    vx, _, wz = np.mean(velocity, axis=0)
+    assert vx > 0.15 and wz * np.sign(yaw_rate) > 0.2, f"vx {vx:.3f} m/s, yaw rate {wz:.3f} rad/s"
 
 
 def test_lowrl_ids_are_found_without_importing_the_module_first():
