@@ -263,13 +263,13 @@ def test_legged_launch_in_process_walks_upright(ros_context):
         node = active_policy_node(ros_context, MODEL, executor=executor, robot_file=str(ROBOT_FILE),
                                   engine="auto")
         assert spin_until(executor, lambda: len(commands) >= 5, timeout=15), "no command from the policy node"
-        start_x, start_yaw, t0 = float(sim.robot.robot.data.qpos[0]), _yaw(sim.robot.robot), time.monotonic()
+        start_x, start_yaw, t0 = float(sim.robot.robot.data.qpos[0]), sim.robot.heading(), time.monotonic()
         assert spin_until(executor, lambda: time.monotonic() - t0 > 4.0, timeout=6)
         assert sim.robot.falls == 0 and not legged.fallen(sim.robot.robot)
         assert len(commands) > 4.0 * 25 * 0.3  # 25 Hz policy; a loaded machine drops some ticks
         assert np.ptp(np.array(commands)[:, 2]) > 0.01  # hip_1's targets change: the policy acts
         moved = float(sim.robot.robot.data.qpos[0]) - start_x
-        turned = (_yaw(sim.robot.robot) - start_yaw + np.pi) % (2 * np.pi) - np.pi
+        turned = (sim.robot.heading() - start_yaw + np.pi) % (2 * np.pi) - np.pi
         print(f"moved {moved:.2f} m and turned {turned:.2f} rad in 4 s, {len(commands)} commands")
         # Commanded 0.3 m/s (1.2 m in 4 s, less the soft start): a policy that only stands moves ~0.
         assert moved > 0.1, f"the torso moved {moved:.2f} m forward in 4 s at a 0.3 m/s command: not walking"
@@ -280,11 +280,6 @@ def test_legged_launch_in_process_walks_upright(ros_context):
         for n in (node, sim, probe):
             if n is not None:
                 n.destroy_node()
-
-
-def _yaw(robot: legged.LeggedRobot) -> float:
-    w, x, y, z = robot.data.qpos[3:7]
-    return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
 
 
 @pytest.mark.parametrize("yaw_rate", [0.4, -0.4])

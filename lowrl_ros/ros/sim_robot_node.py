@@ -37,6 +37,7 @@ Benchmarks hook into it in-process: ``on_published`` callables get the time of e
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -116,7 +117,7 @@ class SimRobotNode(Node):
             self._imu_msg = Imu()
             self._imu_msg.header.frame_id = "imu_link"
             self.create_subscription(Twist, get("cmd_vel_topic"), self._on_cmd_vel, CONTROL)
-            self._walk_from = (time.monotonic(), self.robot.position_xy())
+            self._walk_from = (time.monotonic(), self.robot.position_xy(), self.robot.heading())
             self._walk_timer = self.create_timer(5.0, self._log_walk)
             self._setup_state_estimate(get("state_estimate_topic"))
             velocity = [float(v) for v in (get("command_velocity") or [])]  # an empty YAML list: NOT_SET
@@ -223,14 +224,16 @@ class SimRobotNode(Node):
         self._ready_due = True
 
     def _log_walk(self) -> None:
-        """Every 5 s: how far and how fast the torso went, against the command (what a user watches for)."""
-        now, xy = time.monotonic(), self.robot.position_xy()
-        t0, xy0 = self._walk_from
-        self._walk_from = (now, xy)
-        v = (xy - xy0) / max(now - t0, 1e-9)
-        self.get_logger().info(f"torso moved {np.linalg.norm(xy - xy0):.2f} m in {now - t0:.1f} s: v = ({v[0]:.2f}, "
-                               f"{v[1]:.2f}) m/s (world), command vx {self.robot.command[0]:.2f}, falls "
-                               f"{self.robot.falls}")
+        """Every 5 s: how far and how fast the torso went and turned, against the command (what a user watches for)."""
+        now, xy, yaw = time.monotonic(), self.robot.position_xy(), self.robot.heading()
+        t0, xy0, yaw0 = self._walk_from
+        self._walk_from = (now, xy, yaw)
+        dt = max(now - t0, 1e-9)
+        v, turned = (xy - xy0) / dt, (yaw - yaw0 + math.pi) % (2.0 * math.pi) - math.pi
+        cmd = self.robot.command
+        self.get_logger().info(f"torso moved {np.linalg.norm(xy - xy0):.2f} m in {dt:.1f} s: v = ({v[0]:.2f}, "
+                               f"{v[1]:.2f}) m/s (world), turned {turned:+.2f} rad ({turned / dt:+.2f} rad/s); "
+                               f"command vx {cmd[0]:.2f} m/s, yaw rate {cmd[2]:+.2f} rad/s; falls {self.robot.falls}")
 
     def _on_cmd_vel(self, msg: Twist) -> None:
         self.robot.set_velocity_command(msg.linear.x, msg.linear.y, msg.angular.z)

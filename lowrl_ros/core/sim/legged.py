@@ -283,10 +283,15 @@ class LeggedRobot:
     def base_height(self) -> float:
         return float(self.data.qpos[2])
 
+    def heading(self) -> float:
+        """The torso's yaw in the world (rad, + left of the world x axis)."""
+        w, x, y, z = self.data.qpos[3:7]
+        return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
     def base_velocity_yaw_frame(self) -> tuple[np.ndarray, float]:
         """Linear velocity (x, y) in the heading frame and the yaw rate (world z)."""
         w, x, y, z = self.data.qpos[3:7]
-        yaw = math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+        yaw = self.heading()
         v = self.data.qvel[0:3]
         c, s = math.cos(yaw), math.sin(yaw)
         vxy = np.array([c * v[0] + s * v[1], -s * v[0] + c * v[1]])
@@ -519,6 +524,10 @@ class LeggedSim:
     def position_xy(self) -> np.ndarray:
         """The torso's world x, y (m): ground truth a real robot would need odometry for."""
         return self.robot.data.qpos[:2].copy()
+
+    def heading(self) -> float:
+        """The torso's world yaw (rad): ground truth, as position_xy."""
+        return self.robot.heading()
 
     def close(self) -> None:
         pass
