@@ -218,6 +218,8 @@ class SimRobotNode(Node):
         self.robot.reset()
         self.resets += 1
         self._episode_version = self.policy_version
+        if self._pub_imu is not None:  # the walk log's window starts again where the robot was put back
+            self._walk_from = (time.monotonic(), self.robot.position_xy(), self.robot.heading())
         self.get_logger().info(f"reset requested: new episode (reset {self.resets})")
         # Ready goes out with the new episode's first joint state, not at once: the policy node gets the same
         # reset request from the fine-tuner, and a ready that overtook it would be taken for the previous one.
