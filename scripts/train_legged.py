@@ -30,7 +30,10 @@ def parse_ranges(text: str | None):
     """"VX_LO,VX_HI,VY_LO,VY_HI,WZ_LO,WZ_HI" -> ((lo, hi),) * 3; None -> the env's default."""
     if text is None:
         return None
-    v = [float(x) for x in text.split(",")]
+    try:
+        v = [float(x) for x in text.split(",")]
+    except ValueError:
+        v = []
     if len(v) != 6 or any(lo > hi for lo, hi in zip(v[0::2], v[1::2])):
         raise SystemExit(f"--command-ranges {text!r}: give 6 numbers, lo <= hi per axis: "
                          "vx_lo,vx_hi,vy_lo,vy_hi,wz_lo,wz_hi")

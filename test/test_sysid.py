@@ -125,10 +125,19 @@ def test_a_recording_comes_out_of_transitions_as_the_fine_tuner_logs_them():
         sysid.Recording.from_transitions(obs, act[:-1], nxt, done)
 
 
-def test_train_legged_sysid_identifies_from_a_transition_log_and_folds(tmp_path):
-    """The user's path: finetune_node's transition log -> identified gap (sim robot parameters) -> folded artifact."""
+def _train_legged_script():
+    """scripts/train_legged.py as a module (scripts/ is not a package)."""
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location("train_legged", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "train_legged.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_train_legged_sysid_identifies_from_a_transition_log_and_folds(tmp_path):
+    """The user's path: finetune_node's transition log -> identified gap (sim robot parameters) -> folded artifact."""
     import yaml
 
     from lowrl_ros.core.finetune.transition_log import Transition, TransitionLogWriter
@@ -139,10 +148,7 @@ def test_train_legged_sysid_identifies_from_a_transition_log_and_folds(tmp_path)
         for t in range(len(a)):
             writer.append(Transition(o[t], a[t], 0.0, o[t + 1], False, t == len(a) - 1, 1, float(t)))
     writer.close()
-    spec = importlib.util.spec_from_file_location("train_legged", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "train_legged.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _train_legged_script()
     out, gap_file = tmp_path / "folded.onnx", tmp_path / "gap.yaml"
     assert script.main(["sysid", str(tmp_path / "log"), "--gap-out", str(gap_file), "-o", str(out),
                         "--window", "5", "--episodes", "2", "--iterations", "1"]) == 0
@@ -157,14 +163,9 @@ def test_train_legged_sysid_identifies_from_a_transition_log_and_folds(tmp_path)
 def test_train_legged_command_ranges_reach_the_training_envs():
     """`train --command-ranges` (e.g. a wider yaw-rate range) sets the range each training env draws from;
     a malformed one is refused with the format."""
-    import importlib.util
-
     import pytest
 
-    spec = importlib.util.spec_from_file_location("train_legged", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "train_legged.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _train_legged_script()
     ranges = script.parse_ranges("0,0.6,-0.1,0.1,-0.8,0.8")
     assert ranges == ((0.0, 0.6), (-0.1, 0.1), (-0.8, 0.8)) and script.parse_ranges(None) is None
     env = script.make_vec_env(2, 0, ranges)
@@ -177,6 +178,6 @@ def test_train_legged_command_ranges_reach_the_training_envs():
     default = script.make_vec_env(1, 0)
     assert np.allclose(default.get_attr("command_ranges")[0], ((0.0, 0.6), (-0.1, 0.1), (-0.2, 0.2)))
     default.close()
-    for bad in ("0,0.6", "0,0.6,-0.1,0.1,0.8,-0.8"):
+    for bad in ("0,0.6", "0,0.6,-0.1,0.1,0.8,-0.8", "0,0.6,-0.1,0.1,-0.8,fast"):
         with pytest.raises(SystemExit, match="vx_lo,vx_hi"):
             script.parse_ranges(bad)
