@@ -142,14 +142,15 @@ def test_offboard_fine_tuning_learns_from_streamed_transitions_and_sends_signed_
 def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_path):
     """`lowrl demo` as a user runs it (every node its own process, over DDS): the shipped sim policy
     (models/pendulum_rlx2, -743 on this gap in made.json) is fine-tuned on the gapped robot, and
-    a fine-tuned version returns clearly more than the sim policy over whole episodes.
+    a fine-tuned version swings the pendulum up, which the sim policy never does on this gap, and
+    returns more than the sim policy over whole episodes.
 
-    How much more, and after how long, varies from run to run: of 4 runs of 120 s (3 here, 1 in CI),
-    two had a version at +564 and +570, the other two stopped at +168 and +170 (a version that swings
-    up in some episodes, later ones rejected until the swing-up is learned, 1600 to 2700+ updates in);
-    3 runs of 150 s: +576, +604, +606. Versions that learned nothing return sim +30 to +70 over their
-    5 judged episodes (the sim policy never swings up on this gap: its best episode is -752). Hence
-    150 s and +150."""
+    How much more, and after how long, varies from run to run: the best version's mean was +127 to
+    +606 above the sim policy in the 8 runs of 120-150 s whose reports were kept (3 here at 150 s:
+    +576, +604, +606; one CI run at 150 s: +127), so the mean alone is a noisy test (versions that
+    learned nothing return sim +30 to +70 over their 5 judged episodes). The swing-up is not: in each
+    of those 8 runs some fine-tuned version had an episode above -400 (-0.2 to -3.8), and the sim
+    policy's best over ~90 episodes on this gap was -752."""
     import subprocess
     import sys
 
@@ -168,7 +169,11 @@ def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_pa
     sim = np.mean(per_version[1])
     tuned = {v: float(np.mean(r)) for v, r in per_version.items() if v > 1}
     assert tuned, f"no fine-tuned version ran 3 whole episodes:\n{text[-3000:]}"
-    assert max(tuned.values()) >= sim + 150.0, f"sim policy {sim:.1f}, fine-tuned {tuned}\n{text[-3000:]}"
+    returns = version_returns(data)
+    assert max(returns[1]) < -400.0, f"the sim policy swung up on the gapped robot: {returns[1]}"
+    swung = {v: max(r) for v, r in returns.items() if v > 1 and max(r) > -400.0}
+    assert swung, f"no fine-tuned version swung the pendulum up: sim {sim:.1f}, fine-tuned {tuned}\n{text[-3000:]}"
+    assert max(tuned.values()) >= sim + 50.0, f"sim policy {sim:.1f}, fine-tuned {tuned}\n{text[-3000:]}"
     assert len(swap_windows(data)) >= 2  # versions really went through the policy node's hot-swap
 
 
