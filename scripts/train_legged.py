@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -199,7 +200,8 @@ def gap_cmd(args: argparse.Namespace) -> int:
           + "\n".join(f"| {n} | {m:.1f} | {100 * (sim - m) / sim:.0f} % | {f}/{args.episodes} |" for n, m, f in rows)
           + "\n")
     print(md)
-    path = record.write_result("sim2real", out, md, setting="legged_gap_calibration", env=LEGGED,
+    command = "python scripts/train_legged.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    path = record.write_result("sim2real", out, md, setting="legged_gap_calibration", env=LEGGED, command=command,
                                headline=f"sim {sim:.1f}, gapped {out['full gap']['mean']:.1f}")
     print(f"results: {path}")
     return 0

@@ -117,7 +117,7 @@ class SimRobotNode(Node):
             self._imu_msg = Imu()
             self._imu_msg.header.frame_id = "imu_link"
             self.create_subscription(Twist, get("cmd_vel_topic"), self._on_cmd_vel, CONTROL)
-            self._walk_from = (time.monotonic(), self.robot.position_xy(), self.robot.heading())
+            self._walk_from = self._walk_mark()
             self._walk_timer = self.create_timer(5.0, self._log_walk)
             self._setup_state_estimate(get("state_estimate_topic"))
             velocity = [float(v) for v in (get("command_velocity") or [])]  # an empty YAML list: NOT_SET
@@ -219,17 +219,20 @@ class SimRobotNode(Node):
         self.resets += 1
         self._episode_version = self.policy_version
         if self._pub_imu is not None:  # the walk log's window starts again where the robot was put back
-            self._walk_from = (time.monotonic(), self.robot.position_xy(), self.robot.heading())
+            self._walk_from = self._walk_mark()
         self.get_logger().info(f"reset requested: new episode (reset {self.resets})")
         # Ready goes out with the new episode's first joint state, not at once: the policy node gets the same
         # reset request from the fine-tuner, and a ready that overtook it would be taken for the previous one.
         self._ready_due = True
 
+    def _walk_mark(self) -> tuple[float, np.ndarray, float]:
+        """(time, torso xy, heading): where the walk log's window starts."""
+        return time.monotonic(), self.robot.position_xy(), self.robot.heading()
+
     def _log_walk(self) -> None:
         """Every 5 s: how far and how fast the torso went and turned, against the command (what a user watches for)."""
-        now, xy, yaw = time.monotonic(), self.robot.position_xy(), self.robot.heading()
         t0, xy0, yaw0 = self._walk_from
-        self._walk_from = (now, xy, yaw)
+        self._walk_from = now, xy, yaw = self._walk_mark()
         dt = max(now - t0, 1e-9)
         v, turned = (xy - xy0) / dt, (yaw - yaw0 + math.pi) % (2.0 * math.pi) - math.pi
         cmd = self.robot.command
