@@ -1,7 +1,10 @@
-"""lowrl bench loop --legged's per-thread CPU accounting (bench/loop.py), on this process's own threads."""
+"""lowrl bench loop --legged's per-thread CPU accounting (bench/loop.py), on this process's own threads, and its
+children, which must not outlive it."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -10,6 +13,32 @@ import pytest
 
 from lowrl_ros.bench.loop import _thread_ticks, thread_group
 from lowrl_ros.core.runtime.realtime import CONTROL_THREAD, name_thread
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_bench_leaves_no_busy_loop_behind():
+    """A bench killed outright (a CI timeout sends SIGKILL: no finally runs) takes its burners with it."""
+    from lowrl_ros.bench.loop import BURNER
+
+    bench = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time\nfrom lowrl_ros.bench.loop import BURNER, spawn\n"
+                              "p = spawn([sys.executable, '-c', BURNER, '0'])\nprint(p.pid, flush=True)\n"
+                              "time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    burner = int(bench.stdout.readline())
+    time.sleep(0.5)  # let the burner run: it must be the busy loop itself (exec'd), not a wrapper
+    with open(f"/proc/{burner}/cmdline", "rb") as f:
+        assert BURNER.encode() in f.read()
+    bench.send_signal(signal.SIGKILL)
+    bench.wait(10)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{burner}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if os.path.exists(f"/proc/{burner}"):  # a zombie is gone already; anything else is left running
+        with open(f"/proc/{burner}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state != "Z":
+            os.kill(burner, signal.SIGKILL)
+            pytest.fail(f"the burner outlived the bench (state {state})")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/task is Linux's")

@@ -29,6 +29,21 @@ import numpy as np
 from lowrl_ros.core.runtime.realtime import CONTROL_THREAD
 from lowrl_ros.core.sim.plot import pyplot
 
+# Every process the bench starts runs under this prefix: it dies with the bench (Linux PR_SET_PDEATHSIG, which
+# survives the exec), so a bench killed by a timeout or a signal leaves no busy loop or node behind.
+_WITH_BENCH = ("import ctypes, os, signal, sys\n"
+               "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
+               "if os.getppid() != int(sys.argv[1]):\n    sys.exit(1)\n"  # the bench died before the prctl
+               "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+def spawn(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **kwargs)`` for a child that must not outlive the bench (see _WITH_BENCH)."""
+    if sys.platform.startswith("linux"):
+        cmd = [sys.executable, "-c", _WITH_BENCH, str(os.getpid()), *cmd]
+    return subprocess.Popen(cmd, **kwargs)
+
+
 NODES = ("lowrl", "torch")
 
 
@@ -215,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     if args.segment * 2 >= 10.0:
         args.segment = min(args.segment, 4.5)  # keep a turn well inside the lowrl node's 10 s watchdog
     load_before = os.getloadavg()  # the machine is shared: record how busy it was
-    procs = {n: subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    procs = {n: spawn(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for n, c in commands.items()}
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
@@ -374,6 +389,8 @@ try:
 except BaseException:
     pass
 """
+# Issue 18's CPU target: 5 % of a core, set where a bare 1 kHz rclpy subscriber measured ~26 %.
+CPU_TARGET_PERCENT, CPU_TARGET_RATIO = 5.0, 5.0 / 26.0
 BURNER = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
@@ -533,7 +550,7 @@ def run_legged(args: argparse.Namespace) -> int:
         cmd = [str(bin_dir / "policy_node"), "--ros-args", "--params-file", str(share / "config/policy_node.yaml"),
                "-r", "__ns:=/bench_robot", "-p", f"policy_path:={policy}", "-p", f"robot_file:={robot_path}",
                *extra]
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
@@ -550,7 +567,7 @@ def run_legged(args: argparse.Namespace) -> int:
     try:
         # 1. The baseline: a bare rclpy subscriber to the same 1 kHz JointState (a Python callback each).
         sent_start = pub.sent
-        bare = subprocess.Popen([sys.executable, "-c", BARE_SUBSCRIBER, "/bench_robot/joint_states"],
+        bare = spawn([sys.executable, "-c", BARE_SUBSCRIBER, "/bench_robot/joint_states"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3.0)  # start-up and discovery, not counted
         sent0 = pub.sent
@@ -563,7 +580,7 @@ def run_legged(args: argparse.Namespace) -> int:
         results["bare_subscriber"] = {"cpu_percent": cpu, "rss_mb": rss, "joint_states_sent": sent,
                                       "received_fraction": received / max(1, pub.sent - sent_start)}
         # 2. The floor: what taking these topics and publishing a command at 50 Hz costs, with no policy work.
-        floor = subprocess.Popen([sys.executable, "-c", FLOOR, command_topic,
+        floor = spawn([sys.executable, "-c", FLOOR, command_topic,
                                   json.dumps([[t.topic, t.msg_type, t.qos] for t in spec.topics])],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(3.0)  # start-up and discovery, not counted
@@ -580,7 +597,7 @@ def run_legged(args: argparse.Namespace) -> int:
         phases = {"idle": (), "burners": (), "burners_rt": ("-p", "rt_priority:=80", "-p", f"rt_cpus:={node_cpu}")}
         for name, extra in phases.items():
             if name.startswith("burners"):
-                burners = [subprocess.Popen([sys.executable, "-c", BURNER, str(node_cpu)]) for _ in range(2)]
+                burners = [spawn([sys.executable, "-c", BURNER, str(node_cpu)]) for _ in range(2)]
             proc = policy_node(*extra, *(("-p", f"rt_cpus:={node_cpu}") if name == "burners" else ()))
             t0 = time.monotonic()
             while cmd_sub.get_publisher_count() == 0 or len(_periods(cmd_sub)) < 10:
@@ -619,9 +636,14 @@ def run_legged(args: argparse.Namespace) -> int:
         ctx.shutdown()
     results["loadavg_1min_after"] = os.getloadavg()[0]
     idle, bare_r = results["idle"], results["bare_subscriber"]
-    results["targets_met"] = {"node CPU <= 5 % of a core": idle["cpu_percent"] <= 5.0,
-                              "command period p99 error idle <= 1 ms": idle["period_error_p99_ms"] <= 1.0,
-                              "rss <= 120 MB": idle["rss_mb"] <= 120.0}
+    ratio, floor_cpu = idle["cpu_percent"] / bare_r["cpu_percent"], results["floor"]["cpu_percent"]
+    results["targets_met"] = {
+        "node CPU <= 5 % of a core": idle["cpu_percent"] <= CPU_TARGET_PERCENT,
+        # The same target against the baseline it was set with (5 % where a bare subscriber was 26 %), which a
+        # shared machine's speed on the day moves less than the absolute figure.
+        f"node CPU <= {CPU_TARGET_RATIO:.2f}x the bare subscriber": ratio <= CPU_TARGET_RATIO,
+        "command period p99 error idle <= 1 ms": idle["period_error_p99_ms"] <= 1.0,
+        "rss <= 120 MB": idle["rss_mb"] <= 120.0}
     def split(r: dict) -> str:
         g = r.get("thread_cpu_percent")
         return " / ".join(f"{g.get(k, 0.0):.1f}" for k in ("control", "dds", "executor+other")) if g else "-"
@@ -651,7 +673,9 @@ def run_legged(args: argparse.Namespace) -> int:
           "The floor: a process with the same subscriptions and a 50 Hz thread that takes each topic (raw) and "
           "publishes one command, nothing else; the policy node's own work is what it costs above that: "
           f"{idle['cpu_percent'] - results['floor']['cpu_percent']:.1f} % of a core.\n"
-          f"Policy node / bare subscriber CPU: {idle['cpu_percent'] / bare_r['cpu_percent']:.2f}x; the bare "
+          + (f"The floor alone ({floor_cpu:.1f} %) is above the {CPU_TARGET_PERCENT:g} % target: no rclpy node "
+             "that subscribes to these topics meets it on this machine.\n" if floor_cpu > CPU_TARGET_PERCENT else "")
+          + f"Policy node / bare subscriber CPU: {ratio:.2f}x; the bare "
           f"subscriber received {100 * bare_r['received_fraction']:.0f} % of the joint states sent while it ran "
           "(below 100 %: it could not keep up, and dropped samples cost it nothing).\n"
           "Targets (idle): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in results["targets_met"].items())
