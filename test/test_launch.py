@@ -273,6 +273,7 @@ def test_bench_loop_legged_smoke(tmp_path):
     for phase in ("idle", "burners", "burners_rt"):
         assert results[phase]["commands"] >= 10 and results[phase]["rss_mb"] > 0, results[phase]
     assert results["bare_subscriber"]["cpu_percent"] > 0
+    assert results["floor"]["commands"] >= 10 and "period_error_p99_ms" in results["floor"], results["floor"]
     # The CPU target both ways: absolute, and against the baseline it was set with (5 % of 26 %).
     assert {"node CPU <= 5 % of a core", "node CPU <= 0.19x the bare subscriber"} <= set(results["targets_met"])
     md = (tmp_path / "loop" / "legged.md").read_text()

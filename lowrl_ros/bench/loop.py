@@ -513,6 +513,18 @@ def _periods(sub) -> np.ndarray:
     return np.diff(np.asarray(sorted(stamps), dtype=np.float64)) * 1e-9
 
 
+def _period_stats(periods: np.ndarray, period_s: float = 0.02) -> dict:
+    """Commands and the error of their periods against ``period_s`` (ms): p50, p99, max, how many were more than
+    1 ms off, and the periods missed (a gap of k periods misses k - 1)."""
+    if periods.size == 0:
+        return {"commands": 0}
+    err = np.abs(periods - period_s) * 1e3
+    return {"commands": int(periods.size + 1), "period_error_p50_ms": float(np.percentile(err, 50)),
+            "period_error_p99_ms": float(np.percentile(err, 99)), "period_error_max_ms": float(err.max()),
+            "late_periods_gt_1ms": int((err > 1.0).sum()),
+            "missed_periods": int(np.maximum(np.round(periods / period_s) - 1, 0).sum())}
+
+
 def run_legged(args: argparse.Namespace) -> int:
     """``lowrl bench loop --legged``: see add_arguments and docs/policy_node.md."""
     import tempfile
@@ -586,14 +598,17 @@ def run_legged(args: argparse.Namespace) -> int:
         time.sleep(3.0)  # start-up and discovery, not counted
         if floor.poll() is not None:
             raise RuntimeError(f"the floor process exited: {floor.stderr.read()[-2000:]}")
+        _periods(cmd_sub)  # drop the start-up
         cpu, rss, groups = _cpu_percent(floor, seconds)
-        results["floor"] = {"cpu_percent": cpu, "rss_mb": rss, "thread_cpu_percent": groups}
+        # Its command periods: this machine's timer and rclpy jitter with no policy work, the idle p99's floor.
+        results["floor"] = {"cpu_percent": cpu, "rss_mb": rss, "thread_cpu_percent": groups,
+                            **_period_stats(_periods(cmd_sub))}
         floor.send_signal(2)
         try:
             floor.wait(10)
         except subprocess.TimeoutExpired:
             floor.kill()
-        _periods(cmd_sub)  # its commands are not the policy node's
+        _periods(cmd_sub)  # what it sent while stopping is not the policy node's
         phases = {"idle": (), "burners": (), "burners_rt": ("-p", "rt_priority:=80", "-p", f"rt_cpus:={node_cpu}")}
         for name, extra in phases.items():
             if name.startswith("burners"):
@@ -607,15 +622,8 @@ def run_legged(args: argparse.Namespace) -> int:
             _periods(cmd_sub)  # drop the warm-up
             sent0 = pub.sent
             cpu, rss, groups = _cpu_percent(proc, seconds)
-            periods = _periods(cmd_sub)
-            err = np.abs(periods - 0.02) * 1e3
-            results[name] = {
-                "cpu_percent": cpu, "rss_mb": rss, "thread_cpu_percent": groups, "commands": int(periods.size + 1),
-                "joint_states_sent": pub.sent - sent0,
-                "period_error_p50_ms": float(np.percentile(err, 50)),
-                "period_error_p99_ms": float(np.percentile(err, 99)),
-                "period_error_max_ms": float(err.max()), "late_periods_gt_1ms": int((err > 1.0).sum()),
-                "missed_periods": int(np.maximum(np.round(periods / 0.02) - 1, 0).sum())}
+            results[name] = {"cpu_percent": cpu, "rss_mb": rss, "thread_cpu_percent": groups,
+                             "joint_states_sent": pub.sent - sent0, **_period_stats(_periods(cmd_sub))}
             proc.send_signal(2)
             try:
                 proc.wait(15)
@@ -671,7 +679,8 @@ def run_legged(args: argparse.Namespace) -> int:
           "the middleware's `dds.*` threads (receiving the 1 kHz joint states), executor+other = the rest (the "
           "executor: stats, diagnostics, parameters).\n"
           "The floor: a process with the same subscriptions and a 50 Hz thread that takes each topic (raw) and "
-          "publishes one command, nothing else; the policy node's own work is what it costs above that: "
+          "publishes one command, nothing else (its period error is this machine's timer and rclpy jitter with no "
+          "policy work); the policy node's own work is what it costs above that: "
           f"{idle['cpu_percent'] - results['floor']['cpu_percent']:.1f} % of a core.\n"
           + (f"The floor alone ({floor_cpu:.1f} %) is above the {CPU_TARGET_PERCENT:g} % target: no rclpy node "
              "that subscribes to these topics meets it on this machine.\n" if floor_cpu > CPU_TARGET_PERCENT else "")
