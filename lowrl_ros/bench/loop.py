@@ -580,7 +580,7 @@ def run_legged(args: argparse.Namespace) -> int:
         # 1. The baseline: a bare rclpy subscriber to the same 1 kHz JointState (a Python callback each).
         sent_start = pub.sent
         bare = spawn([sys.executable, "-c", BARE_SUBSCRIBER, "/bench_robot/joint_states"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3.0)  # start-up and discovery, not counted
         sent0 = pub.sent
         cpu, rss, _ = _cpu_percent(bare, seconds)
@@ -593,8 +593,8 @@ def run_legged(args: argparse.Namespace) -> int:
                                       "received_fraction": received / max(1, pub.sent - sent_start)}
         # 2. The floor: what taking these topics and publishing a command at 50 Hz costs, with no policy work.
         floor = spawn([sys.executable, "-c", FLOOR, command_topic,
-                                  json.dumps([[t.topic, t.msg_type, t.qos] for t in spec.topics])],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                       json.dumps([[t.topic, t.msg_type, t.qos] for t in spec.topics])],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(3.0)  # start-up and discovery, not counted
         if floor.poll() is not None:
             raise RuntimeError(f"the floor process exited: {floor.stderr.read()[-2000:]}")
