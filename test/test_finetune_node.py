@@ -350,7 +350,9 @@ def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit,
 
         proc = start_node(kit_dir, tmp_path)
         robot.diags.clear()
-        assert spin_until(ex, lambda: robot.value(LOG_NAME, "resumed") >= 0, 60.0)
+        # Only the new process can say resumed > 0: the killed one's last diagnostics (resumed 0) may still sit in
+        # this subscription's queue, unspun since the kill, and come in after the clear.
+        assert spin_until(ex, lambda: robot.value(LOG_NAME, "resumed") > 0, 60.0), robot.diags
         assert robot.value(LOG_NAME, "resumed") == len(batch)  # the whole log came back into the buffer
         assert robot.value(LOG_NAME, "rebuilt_from_wal") >= 1
         assert wait_for_match(ex, robot.cmd, 10.0)

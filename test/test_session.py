@@ -165,11 +165,11 @@ def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_pa
     text = (tmp_path / "demo.out").read_text()
     assert out.returncode == 0, text[-3000:]
     data = read_session(session)
-    per_version = {v: r for v, r in version_returns(data).items() if len(r) >= 3}
+    returns = version_returns(data)
+    per_version = {v: r for v, r in returns.items() if len(r) >= 3}
     sim = np.mean(per_version[1])
     tuned = {v: float(np.mean(r)) for v, r in per_version.items() if v > 1}
     assert tuned, f"no fine-tuned version ran 3 whole episodes:\n{text[-3000:]}"
-    returns = version_returns(data)
     assert max(returns[1]) < -400.0, f"the sim policy swung up on the gapped robot: {returns[1]}"
     swung = {v: max(r) for v, r in returns.items() if v > 1 and max(r) > -400.0}
     assert swung, f"no fine-tuned version swung the pendulum up: sim {sim:.1f}, fine-tuned {tuned}\n{text[-3000:]}"
