@@ -227,6 +227,50 @@ def test_hold_holds_the_measured_pose_not_the_last_command_or_zero():
     np.testing.assert_allclose(ctl.deactivate(), [0.2, 0.9, -1.2])  # deactivate holds it too
 
 
+def test_hold_keeps_the_pose_measured_when_the_safe_period_began_even_as_the_joint_sags():
+    """A position loop under load sags below its command: holding each tick's measurement would let the
+    command follow the sag down (a folding leg). The pose is measured once per safe period."""
+    ctl, clock, policy, estop = controller({"offset": "default_pose"}, {"soft_start_s": 0})
+    ctl.activate()
+    ctl.set_measured(np.array(POSE))
+    ctl.observe(OBS)
+    assert ctl.step().source == "policy"
+    estop.update(True, clock())
+    entry = np.array([0.1, 0.5, -1.0])
+    ctl.set_measured(entry)
+    for k in range(1, 20):
+        result = ctl.step()
+        assert result.source == "safe"
+        np.testing.assert_allclose(result.action, entry)  # not the sagging measurement below
+        ctl.set_measured(entry - 0.01 * k)
+    np.testing.assert_allclose(ctl.deactivate(), entry)  # deactivate in the same safe period holds it too
+    # A new safe period measures afresh: released, the policy runs, then the watchdog trips.
+    ctl.activate()
+    estop.update(False, clock())
+    estop.reset()
+    ctl.observe(OBS)
+    assert ctl.step().source == "policy"
+    ctl.set_measured(np.array([0.3, 0.3, -0.3]))
+    clock.advance(6.0)  # the watchdog (5 s)
+    result = ctl.step()
+    assert result.source == "safe" and result.reason.startswith("watchdog")
+    np.testing.assert_allclose(result.action, [0.3, 0.3, -0.3])
+
+
+def test_hold_follows_the_measurement_while_a_reset_is_under_way():
+    ctl, clock, policy, _ = controller({"offset": "default_pose"}, {"soft_start_s": 0})
+    ctl.activate()
+    ctl.set_measured(np.array(POSE))
+    ctl.observe(OBS)
+    assert ctl.step().source == "policy"
+    ctl.hold_until_ready("reset requested")
+    for pose in ([0.1, 0.2, 0.3], [0.0, 0.8, -1.5]):  # the reset moves the robot to its start pose
+        ctl.set_measured(np.array(pose))
+        result = ctl.step()
+        assert result.source == "safe"
+        np.testing.assert_allclose(result.action, pose)
+
+
 def test_rate_limit_applies_to_what_goes_out_by_the_elapsed_time():
     ctl, clock, policy, _ = controller({"rate_limit": 1.0}, {"soft_start_s": 0}, interface="velocity")
     ctl.activate()

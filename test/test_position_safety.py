@@ -59,12 +59,13 @@ def robot_file(path, *, output=None, safety=None, interface="position"):
 
 class PositionRobot:
     """A position-controlled robot as one node: JointState out (50 Hz), position commands in, a servo
-    moving each joint towards its command at ``speed`` rad/s (``servo = False`` holds it still)."""
+    moving each joint towards its command at ``speed`` rad/s (``servo = False`` holds it still). ``droop``
+    (rad) is a load's steady-state error: the servo settles that far below its command."""
 
     def __init__(self, context, *, trajectory: bool = False, speed: float = 1.0) -> None:
         self.node = Node("position_robot", context=context)
         self.q = dict(START)
-        self.speed, self.servo, self.publishing = speed, True, False
+        self.speed, self.servo, self.publishing, self.droop = speed, True, False, 0.0
         self.command: dict[str, float] | None = None
         self.commands: list[dict[str, float]] = []
         self.trajectories: list = []
@@ -99,7 +100,7 @@ class PositionRobot:
         if self.servo and self.command is not None:
             step = self.speed * self.dt
             for j, target in self.command.items():
-                self.q[j] += float(np.clip(target - self.q[j], -step, step))
+                self.q[j] += float(np.clip(target - self.droop - self.q[j], -step, step))
         if self.publishing:  # its own order, plus a joint the policy does not use
             names = ["knee", "wrist", "ankle", "hip"]
             self.js_pub.publish(JointState(name=names, position=[self.q.get(n, 0.0) for n in names],
@@ -175,6 +176,12 @@ def test_estop_latches_hold_of_the_measured_pose_until_reset_and_is_diagnosed(ri
     np.testing.assert_allclose(held, robot.pose(), atol=1e-6)
     assert np.abs(held - target()).max() > 0.05 and np.abs(held).max() > 0.1
     assert spin_until(executor, lambda: robot.has_diag("lowrl/policy/estop", 2, "e-stop latched by estop"))
+    # A load makes the joints settle 4 mrad below their command: the hold stays where it was measured,
+    # it does not follow the sag down (25 ticks of it would be 0.1 rad).
+    robot.droop = 0.004
+    spin_for(executor, 0.5)
+    np.testing.assert_allclose(robot.last(), held, atol=1e-9)
+    np.testing.assert_allclose(robot.pose(), held - 0.004, atol=1e-6)
     # A reset while the e-stop still reads true is refused; a swap and tier changes keep the latch.
     robot.reset.publish(Empty())
     other = policy(tmp_path / "q.onnx", y=[-0.5, -0.5, -0.5], version=2)

@@ -526,7 +526,7 @@ class PolicyNode(LifecycleNode):
         with self._lock:
             self._destroy_control_timer()
             # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
-            # On a position interface it holds the newest measured pose (None: never measured, send nothing).
+            # On a position interface it holds the measured pose (None: never measured, send nothing).
             self._update_measured()
             action = self.controller.deactivate()
             if action is not None:

@@ -25,8 +25,9 @@ Without a robot file every action is clamped to the policy contract's limits. Wi
 ``ActionProcessor``, core/runtime/actions.py) the policy's output is post-processed (scale, offset,
 joint limits), soft start is timed (``safety.soft_start_s``) and blends from the MEASURED pose on a
 position interface (from the last command after a swap or a safe period), the rate limit applies
-to what goes out, and the safe action is the interface's (``hold``: the last measured joint
-positions; ``None`` while they are unknown, so nothing goes out).
+to what goes out, and the safe action is the interface's (``hold``: the joint positions measured
+when the safe period began, held for all of it, or followed while a reset is under way; ``None``
+while they are unknown, so nothing goes out).
 """
 from __future__ import annotations
 
@@ -315,6 +316,7 @@ class PolicyController:
         self._soft_step = 0
         self._observed = False  # a good observation came since activation
         self._measured: np.ndarray | None = None  # measured joint positions (policy order), robot file only
+        self._held: np.ndarray | None = None  # robot file, hold: the pose held since this safe period began
         self._last_out: np.ndarray | None = None  # the last command that went out (robot file: rate limit)
         self._last_out_time = 0.0
         self._last_source = NOTHING
@@ -373,7 +375,7 @@ class PolicyController:
         self.active = True
         self._obs, self._obs_time, self._obs_error = None, None, ""
         self._observed = False  # nothing goes out before the first good observation of this activation
-        self._last_out, self._last_source = None, NOTHING
+        self._last_out, self._last_source, self._held = None, NOTHING, None
         self._start_soft()
 
     def deactivate(self) -> np.ndarray | None:
@@ -491,7 +493,13 @@ class PolicyController:
             # The MEASURED pose, not the last command: after a fall or a stall the two differ, and
             # commanding the old target would pull the joints back at full gain. Not clamped:
             # clamping a pose measured outside the limits would move the joint.
-            return None if self._measured is None else self._measured.copy()
+            # Measured once, when the safe period begins, and held for all of it: commanding each tick's
+            # newest measurement would let a joint that sags under load (a position loop's steady-state
+            # error) pull its own command down after it, and with the measurement's delay the command
+            # chases the joint. While a reset is under way the robot is moved on purpose: the hold follows.
+            if self._held is None or self.waiting_ready:
+                self._held = None if self._measured is None else self._measured.copy()
+            return None if self._held is None else self._held.copy()
         if safe == "default_pose":
             return self.actions.clamp(self.actions.default_pose)
         return np.zeros(self.action_dim)
@@ -528,6 +536,8 @@ class PolicyController:
         self.ticks += 1
         result = self._choose(now)
         self._last_source = result.source
+        if result.source != "safe":
+            self._held = None  # the next safe period measures the pose it holds afresh
         if result.source == NOTHING:
             return result  # nothing goes out: no deadline to meet, nothing to hold or limit from
         self._last_action = result.action
