@@ -36,6 +36,7 @@ def status(assessment, name):
     ({"ambient_c": 90.0}, "below temperature_limit_c"),
     ({"policy_rss_limit_mb": float("nan")}, "finite number"),
     ({"cpu_load_limit_pct": 120.0}, "percent"),
+    ({"cpu_load_window_s": -0.5}, "smooths out single ticks"),
 ])
 def test_bad_config_says_how_to_fix(bad, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):

@@ -138,6 +138,34 @@ def test_cpu_load_agrees_with_psutil_under_load():
     assert ours == pytest.approx(theirs, abs=10.0)
 
 
+def test_cpu_load_window_is_not_reset_by_one_idle_tick_and_still_follows_the_load(tmp_path):
+    """20 ticks per sample (2 cores at 10 ms, near 10 Hz): one idle tick reads 95 % per sample, 98.75 % over a
+    0.5 s window (4 samples of 0.125 s, exact in binary so the window holds exactly 4)."""
+    from lowrl_ros.core.budget.probes import CpuLoadProbe
+
+    stat, clock = tmp_path / "stat", [0.0]
+    busy = idle = 0
+
+    def tick(b: int, i: int) -> None:
+        nonlocal busy, idle
+        busy, idle = busy + b, idle + i
+        stat.write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+        clock[0] += 0.125
+
+    tick(0, 0)
+    clock[0] = 0.0
+    per_sample = CpuLoadProbe(stat, clock=lambda: clock[0])
+    windowed = CpuLoadProbe(stat, window_s=0.5, clock=lambda: clock[0])
+    loads = []
+    for b, i in [(20, 0)] * 6 + [(19, 1)] + [(20, 0)] * 6 + [(4, 16)] * 6:  # a full load, one idle tick, then idle
+        tick(b, i)
+        loads.append((per_sample.read().value, windowed.read().value))
+    assert loads[6][0] == pytest.approx(95.0) and loads[6][1] == pytest.approx(79 / 80 * 100)
+    assert all(w >= 97.0 for _, w in loads[:13])  # a 97 % limit sees the load without a break
+    assert loads[14][1] == pytest.approx((2 * 20 + 2 * 4) / 80 * 100)  # the last 0.5 s only
+    assert loads[-1] == (pytest.approx(20.0), pytest.approx(20.0))  # the window has moved on: idle again
+
+
 def test_missing_process_is_stale_not_an_error():
     r = ProcessRssProbe(name="no_such_process_lowrl").read()
     assert r.value is None and "no process named" in r.detail

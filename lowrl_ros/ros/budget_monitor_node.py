@@ -47,7 +47,7 @@ DIAG_PREFIX = "lowrl/budget"
 
 # Changing these rebuilds the probes (rates are read by the sampler at every sample).
 _PROBE_FIELDS = {"process_names", "temperature_source", "temperature_file", "ambient_c", "thermal_rise_c",
-                 "thermal_time_constant_s"}
+                 "thermal_time_constant_s", "cpu_load_window_s"}
 
 
 

@@ -130,6 +130,9 @@ class BudgetConfig:
                                          range=(0.0, 1.0), live=True)
     cpu_load_limit_pct: float = config_field(95.0, "hard limit on system CPU load in percent; 0 = off",
                                              range=(0.0, 100.0), live=True)
+    cpu_load_window_s: float = config_field(0.0, "CPU load over the last this many seconds at each sample "
+                                                 "(0: since the previous sample); smooths out single 10 ms ticks",
+                                            range=(0.0, 60.0), live=True)
 
     def __post_init__(self) -> None:
         # Lists arrive from YAML/ROS; store tuples so the config stays hashable and frozen.
@@ -177,6 +180,8 @@ class BudgetConfig:
         self._check_range("thermal_time_constant_s", 0.1, 3600.0, "0.1..3600 s")
         self._check_range("throttle_limit", 0.0, 1.0, "a fraction 0..1 of max frequency capped; 0 switches it off")
         self._check_range("cpu_load_limit_pct", 0.0, 100.0, "percent 0..100; 0 switches it off")
+        self._check_range("cpu_load_window_s", 0.0, 60.0, "0..60 s; 0 measures since the previous sample, 0.5 "
+                                                         "smooths out single ticks at 10 Hz")
 
     def _check_range(self, name: str, low: float, high: float, hint: str) -> None:
         value = getattr(self, name)

@@ -18,6 +18,8 @@ Temperature sources (``BudgetConfig.temperature_source``):
 """
 from __future__ import annotations
 
+import collections
+
 import math
 import os
 import time
@@ -192,16 +194,30 @@ class AvailableMemoryProbe:
 
 
 class CpuLoadProbe:
-    """System-wide CPU load in percent since the previous call.
+    """System-wide CPU load in percent since the previous call, or over the last ``window_s`` seconds.
 
     On Linux, the first line of /proc/stat through a kept fd, with psutil's definition (busy = all
     but idle and iowait; guest time is already inside user and nice); elsewhere psutil.cpu_percent.
+    The kernel counts in 10 ms ticks: on 2 cores a 0.1 s interval holds 20 of them, so one idle (or
+    iowait) tick in a fully loaded interval reads 95 %. ``window_s`` (Linux) averages over a longer
+    interval that still ends now, so a limit near 100 % is not reset by a single tick.
+
+    Args:
+        stat: /proc/stat (tests point it elsewhere).
+        window_s: 0: since the previous call; otherwise from the oldest earlier reading at most this
+            old (or the previous one, if it is older) to now.
+        clock: monotonic seconds.
     """
 
-    def __init__(self, stat: Path = Path("/proc/stat")) -> None:
+    def __init__(self, stat: Path = Path("/proc/stat"), window_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._stat = _ProcFile(str(stat)) if stat.exists() else None
+        self.window_s, self._clock = float(window_s), clock
         # prime: the first call has no interval to average over
         self._last = self._times() if self._stat is not None else psutil.cpu_percent(interval=None)
+        self._history: collections.deque = collections.deque()  # (time, (busy, total)) of earlier reads
+        if self._stat is not None:
+            self._history.append((self._clock(), self._last))
 
     def _times(self) -> tuple[int, int]:
         fields = [int(x) for x in self._stat.read().split(b"\n", 1)[0].split()[1:9]]
@@ -211,8 +227,17 @@ class CpuLoadProbe:
     def read(self) -> Reading:
         if self._stat is None:
             return Reading(psutil.cpu_percent(interval=None), "psutil")
-        (busy0, total0), (busy1, total1) = self._last, self._times()
+        now, (busy1, total1) = self._clock(), self._times()
+        if self.window_s > 0:
+            # The base: the oldest reading at most window_s old (the previous one if all are older).
+            while len(self._history) > 1 and now - self._history[0][0] > self.window_s:
+                self._history.popleft()
+            busy0, total0 = self._history[0][1]
+        else:
+            busy0, total0 = self._last
+            self._history.clear()
         self._last = (busy1, total1)
+        self._history.append((now, self._last))
         if total1 <= total0:
             return Reading(0.0, "/proc/stat")
         return Reading(min(max(100.0 * (busy1 - busy0) / (total1 - total0), 0.0), 100.0), "/proc/stat")
@@ -479,7 +504,7 @@ class ProbeSet:
     def __init__(self, config: BudgetConfig, policy_pid: Callable[[], int | None],
                  sysfs_root: Path = Path("/sys"), clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.load = CpuLoadProbe()
+        self.load = CpuLoadProbe(window_s=config.cpu_load_window_s)
         self.probes: dict[str, object] = {
             "policy_rss": ProcessRssProbe(pid=policy_pid),
             "memory_available": AvailableMemoryProbe(),
