@@ -150,6 +150,27 @@ def test_an_episode_counts_only_when_its_version_ran_all_of_it():
     assert judge.finished == [(3, -5.0), (3, -1.0)]
 
 
+def test_numbered_transitions_count_whole_episodes_from_the_robots_first_or_after_a_rejoin():
+    def steps(version, n, reward=1.0):
+        return [Transition(np.zeros(2), np.zeros(1), reward, np.zeros(2), False, i == n - 1, version, 0.0)
+                for i in range(n)]
+
+    def feed(judge, first_index, transitions):
+        return [judge.add(first_index + i, t) for i, t in enumerate(transitions)]
+
+    judge = EpisodeJudge()
+    assert feed(judge, 0, steps(3, 4))[-1] == (3, 4.0)  # index 0: the robot's first transition, an episode start
+    late = EpisodeJudge()
+    assert feed(late, 7, steps(3, 2) + steps(3, 4)) == [None] * 5 + [(3, 4.0)]  # joined mid-episode: not counted
+    assert late.lost == 0
+    ended = feed(judge, 5, steps(3, 4))  # indices 4 lost: the episode with the gap does not count
+    assert ended[-1] is None and judge.lost == 1
+    feed(judge, 9, steps(3, 2)[:1])  # an episode under way ...
+    judge.rejoin()  # ... when the stream breaks off (a restart): it, and the one heard next, do not count
+    assert feed(judge, 40, steps(3, 1) + steps(3, 3)) == [None, None, None, (3, 3.0)] and judge.lost == 1  # as before
+    assert judge.finished == [(3, 4.0), (3, 3.0)]
+
+
 # ---- gate and diagnostics (pure) --------------------------------------------------------------
 def test_the_learn_gate_checks_switch_pause_tier_memory_then_data_in_that_order():
     full, lite = ComputeTier.FULL, ComputeTier.parse(1)

@@ -53,10 +53,10 @@ def base_stream():
 def test_identifies_after_enough_episodes_and_releases_the_base_with_the_biases_folded(base_stream, tmp_path):
     indices, ts = base_stream
     learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
-    # The stream begins at an episode start here, but the learner cannot know: it skips the first episode.
-    assert learner.receive(indices[:-12], ts[:-12]) == [] and not learner.can_learn()
-    assert learner.step() == []
-    learner.receive(indices[-12:], ts[-12:])
+    # The stream begins at index 0, the robot's first transition: its first episode is whole and counts.
+    assert learner.receive(indices[:-24], ts[:-24]) == [] and not learner.can_learn()
+    assert learner.step() == [] and len(learner._episodes) == SETTINGS.episodes - 1
+    learner.receive(indices[-24:], ts[-24:])
     assert learner.can_learn()
     (bundle_path,) = learner.step()
     assert bundle_path == tmp_path / "releases" / "v000002.lowrl" and learner.state == "judging"
@@ -112,6 +112,80 @@ def test_an_episode_with_a_lost_transition_is_not_replayed(base_stream, tmp_path
     learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
     holed = [i for i in range(len(ts)) if i != 30]  # one transition of the third episode lost in transit
     learner.receive([indices[i] for i in holed], [ts[i] for i in holed])
-    assert len(learner._episodes) == SETTINGS.episodes - 1 and not learner.can_learn()
+    assert len(learner._episodes) == SETTINGS.episodes  # 7 sent, the holed one left out
     assert all(len(e) == 12 for e in learner._episodes)
+    assert not any(e[0].obs is ts[24].obs for e in learner._episodes)
+    assert len(learner.judge.finished) == SETTINGS.episodes and learner.judge.lost == 1
+    learner.close()
+
+
+def test_a_stream_joined_mid_way_skips_its_first_episode(base_stream, tmp_path):
+    indices, ts = base_stream
+    learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    learner.receive([i + 500 for i in indices[6:]], ts[6:])  # heard from the middle of the first episode
+    assert len(learner._episodes) == SETTINGS.episodes and learner._episodes[0][0].obs is ts[12].obs
+    assert len(learner.judge.finished) == SETTINGS.episodes and learner.judge.lost == 0
+    learner.close()
+
+
+def test_a_restart_while_recording_resumes_the_episodes_from_the_log(base_stream, tmp_path):
+    indices, ts = base_stream
+    first = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    first.receive(indices[:54], ts[:54])  # 4 whole episodes and half of the fifth, then the process dies
+    first.writer.sync()  # (what a crash leaves: the WAL; the new process repairs it)
+    again = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    assert again.resumed == 54 and len(again._episodes) == 4 and again.state == "recording"
+    assert again.last_decision == "recording: 4/6 episodes of v1"
+    # The robot went on meanwhile: it comes back mid-episode (index 70), which is not used.
+    again.receive(indices[70:], ts[70:])
+    assert len(again._episodes) == 4 + 1 and not again.can_learn()  # the sixth and seventh: one whole
+    more = list(range(indices[-1] + 1, indices[-1] + 1 + 12))
+    again.receive(more, ts[12:24])
+    (bundle_path,) = again.step()
+    assert load_bundle(bundle_path).version == 2 and again.state == "judging"
+    again.close()
+    assert len(read_log(again.work_dir / "transitions")[0]) == 54 + len(ts) - 70 + 12  # nothing lost
+
+
+@pytest.mark.parametrize("judged_before", [False, True])
+def test_a_restart_while_judging_keeps_the_release_and_judges(base_stream, tmp_path, judged_before):
+    indices, ts = base_stream
+    first = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    first.receive(indices, ts)
+    first.step()
+    n = 12 * SETTINGS.judge_episodes
+    worse = _retagged(ts[:n], 2, 0.5)  # v2 returns 6 a episode, the base 12
+    start = indices[-1] + 1
+    if judged_before:  # the judge's episodes were on disk when the process died, before its decision
+        for t in worse:
+            first.writer.append(t)
+    else:
+        first.receive(list(range(start, start + 12)), worse[:12])
+    first.writer.sync()
+    again = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
+    assert again.released[0] == 2 and again.new_version == 2
+    assert again._returns(1) == [12.0] * (SETTINGS.episodes + 1)
+    if judged_before:  # decided while resuming; the release goes out through the next step()
+        assert again.state == "rolled_back" and again.released == [2, 3]
+        assert again.step() == [tmp_path / "releases" / "v000003.lowrl"] and again.step() == []
+    else:
+        assert again.state == "judging" and again.released == [2]
+        assert again._returns(2) == [6.0]
+        # Back mid-episode (not used), then one more whole episode: judged, rolled back.
+        assert again.receive(list(range(start + 20, start + 24)), worse[20:24]) == []
+        out = again.receive(list(range(start + 24, start + 36)), _retagged(ts[:12], 2, 0.5))
+        assert out == [tmp_path / "releases" / "v000003.lowrl"] and again.state == "rolled_back"
+    status = json.loads((again.work_dir / "sysid" / "status.json").read_text())
+    assert status["released"] == [2, 3] and status["state"] == "rolled_back"
+    again.close()
+
+
+def test_a_status_of_another_base_version_is_not_resumed(base_stream, tmp_path):
+    work = tmp_path / "work" / "sysid"
+    work.mkdir(parents=True)
+    (work / "status.json").write_text(json.dumps({"state": "kept", "released": [8], "base_version": 7}))
+    lines: list[str] = []
+    learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS, log=lines.append)
+    assert learner.state == "recording" and learner.released == [] and learner.new_version == 2
+    assert any("base v7" in line for line in lines)
     learner.close()

@@ -159,9 +159,10 @@ def test_sysid_mode_identifies_from_streamed_transitions_and_streams_the_correct
     with pytest.raises(ValueError, match="offboard_method 'nope'"):
         build(watch_dir=str(tmp_path / "r0"), key_file=str(key_file), offboard_method="nope")
     indices, ts = _transitions(1, 4, 12)
-    node = build(watch_dir=str(tmp_path / "releases"), key_file=str(key_file), offboard_method="sysid",
-                 base_policy_path=str(ARTIFACT), finetune_work_dir=str(tmp_path / "offboard"),
-                 **{"sysid.episodes": 3, "sysid.window": 10, "sysid.iterations": 1})
+    params = dict(watch_dir=str(tmp_path / "releases"), key_file=str(key_file), offboard_method="sysid",
+                  base_policy_path=str(ARTIFACT), finetune_work_dir=str(tmp_path / "offboard"),
+                  **{"sysid.episodes": 3, "sysid.window": 10, "sysid.iterations": 1})
+    node = build(**params)
     pub = robot.node.create_publisher(Float64MultiArray, "lowrl/transitions", 200)
     assert wait_for_match(executor, pub)
     for start in range(0, len(ts), 12):  # one message per episode, as the robot's batches
@@ -170,4 +171,12 @@ def test_sysid_mode_identifies_from_streamed_transitions_and_streams_the_correct
     header, _ = decode_bundle(robot.bundles[-1], KEY)
     assert header.version == 2 and node.learner.state == "judging"
     assert node.learner.received == len(ts) and node.bad_transitions == 0
+    assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/finetune", 0, "released v2"))
+    # The trainer node restarts with the same work dir: it is still judging v2, every transition read back.
+    executor.remove_node(node)
+    node.destroy_node()
+    robot.diags.clear()
+    again = build(**params)
+    assert again.learner.state == "judging" and again.learner.released == [2]
+    assert again.learner.resumed == len(ts) and again.learner._returns(1) == [12.0] * 4
     assert spin_until(executor, lambda: robot.has_diag("lowrl/trainer/finetune", 0, "released v2"))

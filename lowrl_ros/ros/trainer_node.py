@@ -26,7 +26,8 @@ a rollback. FineTuneConfig fields are parameters named ``finetune.<field>``.
 Off-board identification (``offboard_method: sysid``, the legged example robot; no kit, no torch): the
 same transitions identify the robot's gap (lowrl_ros/core/finetune/offboard_sysid.py), and the base
 (``base_policy_path``) is released with the identified sensor biases folded in as the next version,
-judged against the base over whole episodes and rolled back if worse; ``sysid.<field>`` parameters.
+judged against the base over whole episodes and rolled back if worse; ``sysid.<field>`` parameters;
+a restart with the same ``finetune_work_dir`` resumes it too.
 Without a kit this node imports no torch: it streams files that `lowrl train`/`lowrl compress` produced.
 """
 from __future__ import annotations
@@ -154,7 +155,8 @@ class TrainerNode(Node):
         self._start_worker((legged.OBS_DIM, len(legged.JOINTS)))
         self.get_logger().info(f"off-board identification (sysid): transitions from "
                                f"{self.get_parameter('transitions_topic').value}; after {settings.episodes} episodes "
-                               f"of v{self.learner.base_version}, the corrected version goes into {config.watch_dir}")
+                               f"of v{self.learner.base_version}, the corrected version goes into {config.watch_dir}; "
+                               f"{self.learner.resumed} transitions resumed from disk ({self.learner.state})")
 
     def _start_worker(self, dims: tuple[int, int]) -> None:
         self._kit_dims = dims
@@ -285,7 +287,8 @@ class TrainerNode(Node):
             lr = self.learner
             level = (Level.ERROR if self.learner_error or lr.paused_reason
                      else Level.WARN if lr.judge.lost else Level.OK)
-            values = {"received": lr.received, "lost": lr.judge.lost, "bad_messages": self.bad_transitions,
+            values = {"received": lr.received, "resumed": lr.resumed, "lost": lr.judge.lost,
+                      "bad_messages": self.bad_transitions,
                       "released": ",".join(map(str, lr.released))}
             if hasattr(lr, "tuner"):  # the kit's learner (sysid has no updates, versions are its releases)
                 values.update(updates=lr.tuner.updates, current=lr.tuner.tracker.current, best=lr.tuner.tracker.best)

@@ -5,8 +5,8 @@ trainer_node runs this with ``offboard_method: sysid`` (finetune_node on the rob
 offboard`` streams the transitions, with the robot file's rewards and episode ends). No ROS here.
 
 1. **Record**: every transition received goes to ``work_dir/transitions`` (nothing is lost) and into
-   memory; the first episode is skipped unless the stream began at its start (its first observation
-   is not the at-rest start the sensor identification reads).
+   memory; the first episode is skipped unless the stream began at its start, index 0 (a partial
+   episode's first observation is not the at-rest start the sensor identification reads).
 2. **Identify** (lowrl_ros.core.sim.sysid), once ``episodes`` whole episodes of the base version are in:
    the sensor biases in closed form, the physics by replay.
 3. **Correct**: the identified sensor biases folded into the base artifact's ``obs_offset`` (instant; the
@@ -15,6 +15,11 @@ offboard`` streams the transitions, with the robot file's rewards and episode en
    ``scripts/train_legged.py sysid`` runs it on the same transition log, docs/finetune.md.)
 4. **Judge**: the next ``judge_episodes`` whole episodes of the new version against the base's; worse by
    more than ``margin`` (return) rolls back: the base is released again as the next version.
+
+A restart in the same ``work_dir`` resumes: the state and the versions released come back from
+``sysid/status.json``, the base episodes and every episode's return from the transition log (a
+session that was judging judges at once if its episodes are in). The stream is then rejoined
+mid-episode, so the episode under way is not used.
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ from typing import Callable
 import numpy as np
 
 from lowrl_ros.core.config import field
-from lowrl_ros.core.finetune.transition_log import Transition, TransitionLogConfig, TransitionLogWriter
+from lowrl_ros.core.finetune.transition_log import (Transition, TransitionLogConfig, TransitionLogWriter,
+                                                    read_log)
 from lowrl_ros.core.finetune.versions import EpisodeJudge
 from lowrl_ros.core.runtime.bundle import save_bundle
 
@@ -90,6 +96,8 @@ class OffboardSysid:
         self._seen_start = False  # an episode start has been seen (the stream may begin mid-episode)
         self._next_index: int | None = None
         self.new_version = self.base_version + 1
+        self._pending: list[Path] = []  # released while resuming, returned by the next step()
+        self.resumed = self._resume()
 
     def can_learn(self) -> bool:
         """Whether :meth:`step` has work (identification is due)."""
@@ -101,26 +109,82 @@ class OffboardSysid:
         for index, t in zip(indices, transitions):
             self.writer.append(t)
             self.received += 1
-            if self._next_index is not None and index != self._next_index:
-                self._current, self._seen_start = [], False  # a lost transition: the replay needs every step
-            self._next_index = index + 1
-            if self._seen_start:
-                self._current.append(t)
-            if t.terminated or t.truncated:
-                if (self.state == "recording" and self._seen_start and self._current
-                        and all(x.policy_version == self.base_version for x in self._current)):
-                    self._episodes.append(self._current)
-                self._current, self._seen_start = [], True
-            ended = self.judge.add(index, t)
-            if ended is not None:
+            if self._take(index, t):
                 released += self._judge()
+        self._say_recording()
+        return released
+
+    def _take(self, index: int, t: Transition) -> bool:
+        """Count one numbered transition: the base version's whole episodes (while recording) and every
+        episode's return. True when it ended an episode that counts (the judge may be due)."""
+        if self._next_index is None and index == 0:
+            self._seen_start = True  # the robot's first transition begins its first episode
+        if self._next_index is not None and index != self._next_index:
+            self._current, self._seen_start = [], False  # a lost transition: the replay needs every step
+        self._next_index = index + 1
+        if self._seen_start:
+            self._current.append(t)
+        if t.terminated or t.truncated:
+            if (self.state == "recording" and self._seen_start and self._current
+                    and all(x.policy_version == self.base_version for x in self._current)):
+                self._episodes.append(self._current)
+            self._current, self._seen_start = [], True
+        return self.judge.add(index, t) is not None
+
+    def _say_recording(self) -> None:
         if self.state == "recording":
             self.last_decision = (f"recording: {min(len(self._episodes), self.settings.episodes)}/"
                                   f"{self.settings.episodes} episodes of v{self.base_version}")
-        return released
+
+    def _resume(self) -> int:
+        """A restart in this work_dir: the state from sysid/status.json, the episodes from the transition log;
+        returns how many transitions were read back."""
+        status = self._read_status()
+        if status:
+            self.state, self.last_decision = str(status["state"]), str(status.get("decision", ""))
+            self.released, self.identified = [int(v) for v in status["released"]], dict(status.get("identified", {}))
+            self.new_version = self.released[0] if self.released else self.new_version
+        batch, report = read_log(self.work_dir / "transitions")
+        for problem in report.problems:
+            self._log(f"resuming: {problem}")
+        for i in range(len(batch)):
+            self._take(i, Transition(batch.obs[i], batch.action[i], float(batch.reward[i]), batch.next_obs[i],
+                                     bool(batch.terminated[i]), bool(batch.truncated[i]),
+                                     int(batch.policy_version[i]), float(batch.stamp[i])))
+        # The stream comes back mid-episode, after transitions lost while this process was down.
+        self._current, self._seen_start, self._next_index = [], False, None
+        self.judge.rejoin()
+        if status or len(batch):
+            self._say_recording()
+            self._log(f"resumed from {self.work_dir}: {len(batch)} transitions on disk, "
+                      f"{len(self._episodes)} whole episodes of v{self.base_version}; {self.last_decision}")
+        if self.state == "judging":
+            self._pending = self._judge()  # its episodes may all be in already
+        return len(batch)
+
+    def _read_status(self) -> dict:
+        """sysid/status.json of this base version, {} when there is none (or it is unreadable: said)."""
+        path = self.work_dir / "sysid" / STATUS_JSON
+        if not path.is_file():
+            return {}
+        try:
+            status = json.loads(path.read_text())
+            if not isinstance(status, dict) or not {"state", "released", "base_version"} <= status.keys():
+                raise ValueError("not a sysid status")
+        except (OSError, ValueError) as exc:
+            self._log(f"not resuming the state in {path}: {exc}; recording afresh")
+            return {}
+        if status["base_version"] != self.base_version:
+            self._log(f"not resuming {path}: it is of base v{status['base_version']}, this session's is "
+                      f"v{self.base_version}; recording afresh")
+            return {}
+        return status
 
     def step(self, _max_updates: int = 0) -> list[Path]:
         """Identify and release when due (seconds to minutes of CPU: the trainer node's worker thread)."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            return pending
         if not self.can_learn():
             return []
         self.state = "identifying"
