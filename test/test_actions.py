@@ -192,6 +192,16 @@ def controller(action=None, safety=None, interface="position", **config):
 OBS = np.zeros(2)
 
 
+def running(action=None, safety=None, **config):
+    """controller(), activated, the pose measured at POSE, observed, and the policy run once."""
+    ctl, clock, policy, estop = controller(action, safety, **config)
+    ctl.activate()
+    ctl.set_measured(np.array(POSE))
+    ctl.observe(OBS)
+    assert ctl.step().source == "policy"
+    return ctl, clock, policy, estop
+
+
 def test_position_nothing_before_observation_and_measured_pose_then_soft_start_from_the_measured_pose():
     ctl, clock, policy, _ = controller({"offset": "default_pose"}, {"soft_start_s": 1.0})
     ctl.activate()
@@ -230,11 +240,7 @@ def test_hold_holds_the_measured_pose_not_the_last_command_or_zero():
 def test_hold_keeps_the_pose_measured_when_the_safe_period_began_even_as_the_joint_sags():
     """A position loop under load sags below its command: holding each tick's measurement would let the
     command follow the sag down (a folding leg). The pose is measured once per safe period."""
-    ctl, clock, policy, estop = controller({"offset": "default_pose"}, {"soft_start_s": 0})
-    ctl.activate()
-    ctl.set_measured(np.array(POSE))
-    ctl.observe(OBS)
-    assert ctl.step().source == "policy"
+    ctl, clock, policy, estop = running({"offset": "default_pose"}, {"soft_start_s": 0})
     estop.update(True, clock())
     entry = np.array([0.1, 0.5, -1.0])
     ctl.set_measured(entry)
@@ -258,11 +264,7 @@ def test_hold_keeps_the_pose_measured_when_the_safe_period_began_even_as_the_joi
 
 
 def test_hold_follows_the_measurement_while_a_reset_is_under_way():
-    ctl, clock, policy, _ = controller({"offset": "default_pose"}, {"soft_start_s": 0})
-    ctl.activate()
-    ctl.set_measured(np.array(POSE))
-    ctl.observe(OBS)
-    assert ctl.step().source == "policy"
+    ctl, clock, policy, _ = running({"offset": "default_pose"}, {"soft_start_s": 0})
     ctl.hold_until_ready("reset requested")
     for pose in ([0.1, 0.2, 0.3], [0.0, 0.8, -1.5]):  # the reset moves the robot to its start pose
         ctl.set_measured(np.array(pose))
@@ -295,11 +297,7 @@ def test_position_without_soft_start_the_first_command_is_rate_limited_from_the_
 
 
 def test_estop_latches_the_safe_action_until_a_reset_across_swaps_and_tiers():
-    ctl, clock, policy, estop = controller({"offset": "default_pose"}, {"soft_start_s": 0.5})
-    ctl.activate()
-    ctl.set_measured(np.array(POSE))
-    ctl.observe(OBS)
-    assert ctl.step().source == "policy"
+    ctl, clock, policy, estop = running({"offset": "default_pose"}, {"soft_start_s": 0.5})
     assert estop.status().level == Level.OK
     assert estop.update(True, clock())
     ctl.set_measured(np.array([0.1, 0.1, 0.1]))
