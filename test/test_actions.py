@@ -264,13 +264,19 @@ def test_hold_keeps_the_pose_measured_when_the_safe_period_began_even_as_the_joi
 
 
 def test_hold_follows_the_measurement_while_a_reset_is_under_way():
-    ctl, clock, policy, _ = running({"offset": "default_pose"}, {"soft_start_s": 0})
+    ctl, clock, policy, estop = running({"offset": "default_pose"}, {"soft_start_s": 0})
     ctl.hold_until_ready("reset requested")
     for pose in ([0.1, 0.2, 0.3], [0.0, 0.8, -1.5]):  # the reset moves the robot to its start pose
         ctl.set_measured(np.array(pose))
         result = ctl.step()
         assert result.source == "safe"
         np.testing.assert_allclose(result.action, pose)
+    estop.update(True, clock())  # an e-stop during the reset: the pose it found is held, no longer followed
+    for pose in ([0.2, 0.2, 0.2], [0.3, 0.3, 0.3]):
+        ctl.set_measured(np.array(pose))
+        result = ctl.step()
+        assert "e-stop" in result.reason
+        np.testing.assert_allclose(result.action, [0.0, 0.8, -1.5])
 
 
 def test_rate_limit_applies_to_what_goes_out_by_the_elapsed_time():

@@ -19,7 +19,6 @@ Temperature sources (``BudgetConfig.temperature_source``):
 from __future__ import annotations
 
 import collections
-
 import math
 import os
 import time

@@ -497,12 +497,16 @@ class PolicyController:
             # newest measurement would let a joint that sags under load (a position loop's steady-state
             # error) pull its own command down after it, and with the measurement's delay the command
             # chases the joint. While a reset is under way the robot is moved on purpose: the hold follows.
-            if self._held is None or self.waiting_ready:
+            if self._held is None or self._resetting():
                 self._held = None if self._measured is None else self._measured.copy()
             return None if self._held is None else self._held.copy()
         if safe == "default_pose":
             return self.actions.clamp(self.actions.default_pose)
         return np.zeros(self.action_dim)
+
+    def _resetting(self) -> bool:
+        """The safe action goes out because an episode reset is under way (and for no reason before it)."""
+        return bool(self.waiting_ready) and self.active and not (self.estop is not None and self.estop.latched)
 
     def output_period_s(self) -> float:
         """fixed_rate: seconds between outputs in the tier now applied.
