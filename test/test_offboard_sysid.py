@@ -180,7 +180,7 @@ def test_a_restart_while_judging_keeps_the_release_and_judges(base_stream, tmp_p
     again.close()
 
 
-def test_a_status_of_another_base_version_is_not_resumed(base_stream, tmp_path):
+def test_a_status_of_another_base_version_is_not_resumed(tmp_path):
     work = tmp_path / "work" / "sysid"
     work.mkdir(parents=True)
     (work / "status.json").write_text(json.dumps({"state": "kept", "released": [8], "base_version": 7}))

@@ -212,11 +212,12 @@ class CpuLoadProbe:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._stat = _ProcFile(str(stat)) if stat.exists() else None
         self.window_s, self._clock = float(window_s), clock
-        # prime: the first call has no interval to average over
-        self._last = self._times() if self._stat is not None else psutil.cpu_percent(interval=None)
         self._history: collections.deque = collections.deque()  # (time, (busy, total)) of earlier reads
+        # prime: the first call has no interval to average over
         if self._stat is not None:
-            self._history.append((self._clock(), self._last))
+            self._history.append((self._clock(), self._times()))
+        else:
+            psutil.cpu_percent(interval=None)
 
     def _times(self) -> tuple[int, int]:
         fields = [int(x) for x in self._stat.read().split(b"\n", 1)[0].split()[1:9]]
@@ -227,16 +228,11 @@ class CpuLoadProbe:
         if self._stat is None:
             return Reading(psutil.cpu_percent(interval=None), "psutil")
         now, (busy1, total1) = self._clock(), self._times()
-        if self.window_s > 0:
-            # The base: the oldest reading at most window_s old (the previous one if all are older).
-            while len(self._history) > 1 and now - self._history[0][0] > self.window_s:
-                self._history.popleft()
-            busy0, total0 = self._history[0][1]
-        else:
-            busy0, total0 = self._last
-            self._history.clear()
-        self._last = (busy1, total1)
-        self._history.append((now, self._last))
+        # The base: the oldest earlier reading at most window_s old, else the previous one (window 0: always).
+        while len(self._history) > 1 and now - self._history[0][0] > self.window_s:
+            self._history.popleft()
+        busy0, total0 = self._history[0][1]
+        self._history.append((now, (busy1, total1)))
         if total1 <= total0:
             return Reading(0.0, "/proc/stat")
         return Reading(min(max(100.0 * (busy1 - busy0) / (total1 - total0), 0.0), 100.0), "/proc/stat")

@@ -255,7 +255,6 @@ class EpisodeJudge:
     lost: int = 0  # transitions missing from the stream (gaps in the index)
     finished: list[tuple[int, float]] = field(default_factory=list)  # (version, return) of each that counted
     _open: bool = False  # an episode is under way (add(): the next transition does not start one)
-    _joined_late: bool = False  # add(): the stream was joined after its start (the episode under way is partial)
 
     def rejoin(self) -> None:
         """The stream is heard again after a break of unknown length (a restart): the episode under way,
@@ -295,8 +294,7 @@ class EpisodeJudge:
 
         The first transition heard (or the first after :meth:`rejoin`) may come mid-episode: its episode
         counts only if the index is 0, the robot's first transition, which begins its first episode."""
-        if self.expected_index is None and index != 0:
-            self.expected_index, self._joined_late = index, True
+        joined_late = self.expected_index is None and index != 0
         gap = self.expected_index is not None and index != self.expected_index
         if gap and index > self.expected_index:
             self.lost += index - self.expected_index
@@ -305,9 +303,8 @@ class EpisodeJudge:
             self.begin(t.policy_version, t.obs)
         elif t.policy_version != self.version:
             self.spoil()  # a swap inside the episode
-        if gap or self._joined_late:
+        if gap or joined_late:
             self.spoil()  # a gap (or a repeat), or joined mid-stream: this episode is not judged
-            self._joined_late = False
         self.total += t.reward
         if not (t.terminated or t.truncated):
             return None
