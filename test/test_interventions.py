@@ -18,6 +18,7 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, UInt8
 
 from lowrl_ros.core.finetune.transition_log import read_log
+from lowrl_ros.core.runtime.step_row import decode_step, row_label
 from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.finetune_node import FineTuneNode
@@ -86,25 +87,28 @@ def test_step_message_layout_and_an_intervention_replaces_the_action(ros_context
     try:
         # The 5th step or later that acted on a fresh observation (on a starved machine an early one may be
         # the safe action, its observation stale: NaN).
-        assert spin_until(ex, lambda: len(op.steps) >= 5 and op.steps[-1][1][1] == 0.0, 15.0), op.steps[-3:]
+        rows = lambda: [decode_step(d, 3, 1) for _, d in op.steps]  # noqa: E731
+        assert spin_until(ex, lambda: len(op.steps) >= 5 and not rows()[-1].safe, 15.0), op.steps[-3:]
         label, data = op.steps[-1]
-        assert label == "stamp:1;safe:1;intervention:1;estop:1;obs:3;policy_action:1;action:1;command:1"
-        assert data.size == 10 and data[1:4].tolist() == [0.0, 0.0, 0.0]
-        assert abs(data[0] - time.time()) < 5.0
-        assert data[4] ** 2 + data[5] ** 2 == pytest.approx(1.0, abs=1e-5)  # cos θ, sin θ as the policy saw them
-        assert data[7] == data[8] == data[9]  # no intervention: executed = the policy's own = the command
+        assert label == row_label(3, 1)
+        row = decode_step(data, 3, 1)
+        assert (row.safe, row.intervention, row.estop) == (False, False, False)
+        assert row.policy_version >= 1
+        assert abs(row.stamp - time.time()) < 5.0
+        assert row.obs[0] ** 2 + row.obs[1] ** 2 == pytest.approx(1.0, abs=1e-5)  # cos θ, sin θ as the policy saw
+        assert row.policy_action[0] == row.action[0] == row.command[0]  # no intervention: own = executed = command
         op.hold(ex, 1.0)
-        held = [d for _, d in op.steps if d[2] == 1.0]
+        held = [r for r in rows() if r.intervention]
         assert len(held) >= 5, "the teleop action never replaced the policy's"
-        for d in held:
-            assert d[8] == TELEOP and d[9] == TELEOP and np.isfinite(d[7])  # executed/command; own kept
-        assert any(d[7] != TELEOP for d in held)
+        for r in held:
+            assert r.action[0] == TELEOP and r.command[0] == TELEOP and np.isfinite(r.policy_action[0])  # own kept
+        assert any(r.policy_action[0] != TELEOP for r in held)
         assert spin_until(ex, lambda: (Level.WARN, "intervention active") in
                           [(int.from_bytes(lv, "little") if isinstance(lv, bytes) else lv, m)
                            for lv, m in op.intervention_levels()], 2.0), op.intervention_levels()[-3:]
         n = len(op.steps)
         spin_for(ex, 0.5)  # no teleop for longer than teleop_timeout_s: the policy again
-        assert op.steps[-1][1][2] == 0.0 and len(op.steps) > n
+        assert not rows()[-1].intervention and len(op.steps) > n
         assert policy.controller.interventions >= len(held)
     finally:
         ex.shutdown()
@@ -161,7 +165,7 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
     assert len(ends) >= 3 and np.all(np.diff(ends) == 15) and not batch.terminated.any()
     assert sim.resets == tuner.resets_requested >= len(ends)
     # The policy node held the safe action from each reset request until the sim robot reported ready.
-    assert sum(d[1] for _, d in op.steps) >= len(ends) - 1
+    assert sum(decode_step(d, 3, 1).safe for _, d in op.steps) >= len(ends) - 1
     # Within an episode the steps chain (a safe tick, e.g. an observation late on this loaded machine, breaks
     # the chain: no transition spans it); never across an end: the next episode starts from the reset state.
     inner = np.setdiff1d(np.arange(len(batch) - 1), ends)

@@ -65,6 +65,7 @@ from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Roll
 from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
 from lowrl_ros.core.finetune.versions import EpisodeJudge
 from lowrl_ros.core.finetune.wire import column_names, encode_transitions
+from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.finetune.transition_log import (Transition, TransitionAssembler, TransitionLogConfig,
@@ -361,18 +362,18 @@ class FineTuneNode(Node):
         self._record(self.assembler.observation(obs, sent, self.running_version, time.monotonic()))
 
     def _on_step(self, msg: Float64MultiArray, info) -> None:
-        """robot_file: one policy-node tick (layout: ros/policy_node.py STEP_HEADER)."""
-        n, m = self.obs_dim, self.action_dim
-        data = np.asarray(msg.data, dtype=np.float64)
-        if data.size != 4 + n + 3 * m:
-            self._bad(f"{self._get('step_topic')} has {data.size} values; this kit needs {4 + n + 3 * m} "
-                      f"(4 + {n} obs + 3 x {m} actions): the policy node runs another policy or robot file")
+        """robot_file: one policy-node tick (the step row: core/runtime/step_row.py)."""
+        try:
+            row = step_row.decode_step(msg.data, self.obs_dim, self.action_dim)
+        except step_row.StepRowError as exc:
+            self._bad(f"{self._get('step_topic')}: {exc}")
             return
         self.received["step"] += 1
+        if row.policy_version:
+            self.running_version = row.policy_version
         sent = _sent(info)
-        safe, interv = bool(data[1]), bool(data[2])
-        obs, action, command = data[4:4 + n], data[4 + n + m:4 + n + 2 * m], data[4 + n + 2 * m:]
-        usable = not safe and np.isfinite(obs).all() and np.isfinite(action).all()
+        interv, obs, action, command, usable = row.intervention, row.obs, row.action, row.command, row.usable
+        m = self.action_dim
         if interv:
             self.interventions += 1
         if self.computed_reward:

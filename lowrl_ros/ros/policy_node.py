@@ -25,7 +25,7 @@ good observation and, on a position interface, the measured joint positions (fro
 
 With a robot file the node also publishes what the policy saw and did on ``step_topic``
 (``/lowrl/policy/step``, std_msgs/Float64MultiArray, one per policy or safe tick; layout in
-:data:`STEP_HEADER` and docs/policy_node.md, "The step topic"), for the fine-tuner. ``teleop_topic``
+:mod:`lowrl_ros.core.runtime.step_row` and docs/CONTRACTS.md, "The step topic"), for the fine-tuner. ``teleop_topic``
 (Float64MultiArray, the policy's action units and order) replaces the policy's output while its
 messages are newer than ``teleop_timeout_s``: a human intervention (HIL-SERL), diagnosed as
 ``lowrl/policy/intervention`` and flagged in the step message. With ``ready_topic`` set, a reset
@@ -65,6 +65,7 @@ from std_msgs.msg import (Bool, Empty, Float32MultiArray, Float64, Float64MultiA
                           UInt8, UInt8MultiArray)
 
 from lowrl_ros.core.config import LIVE, field, require
+from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
 from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, EStopLatch, PolicyController, TickSchedule,
@@ -93,10 +94,6 @@ ENGINES = ("auto", "ort", "numpy")
 ROBOT_TIMINGS = ("contract", "parameters")
 REALTIME_STATUS = "lowrl/policy/realtime"
 INTERVENTION_STATUS = "lowrl/policy/intervention"
-# The step message: these 4 values, then obs[n], policy_action[m] (the policy's own output, NaN when it
-# did not run), action[m] (what was executed, policy units: the teleop action in an intervention, NaN on
-# a safe tick), command[m] (what went out, robot units, the policy's joint order).
-STEP_HEADER = ("stamp", "safe", "intervention", "estop")
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
 LIVE_CONTROL = tuple(f.name for f in dataclasses.fields(ControlConfig) if f.metadata[LIVE])
 # ReceiverConfig as parameters: keep is keep_bundles; the engine is this node's; probe_count is fixed.
@@ -263,7 +260,6 @@ class PolicyNode(LifecycleNode):
         self._step_pub = None
         self._step: Listened | None = None
         self._latency: Listened | None = None
-        self._step_buf: np.ndarray | None = None  # self._step_out.values: filled in place per tick
         self._intervening = False
         self._measured_names: Any = None  # _measured's cache: the names tuple and its joints' indices
         self._measured_index: np.ndarray | None = None
@@ -442,39 +438,26 @@ class PolicyNode(LifecycleNode):
                                                           stride=len(STATS_FIELDS))]
 
     def _create_step_publisher(self) -> None:
-        """The step message, allocated once: each tick writes into its data in place."""
+        """The step message (core/runtime/step_row.py), allocated once: each tick writes into its data in place."""
         n, m = self.controller.obs_dim, self.controller.action_dim
-        size = len(STEP_HEADER) + n + 3 * m
-        label = ";".join([f"{h}:1" for h in STEP_HEADER] + [f"obs:{n}", f"policy_action:{m}", f"action:{m}",
-                                                             f"command:{m}"])
+        size = step_row.row_size(n, m)
         self._step = Listened(self, Float64MultiArray, self._get("step_topic"), RECORD)
         self._step_pub = self._step.publisher
-        self._step_out = ArrayOut(self._step_pub, [MultiArrayDimension(label=label, size=size, stride=size)], size)
-        self._step_buf = self._step_out.values
+        dim = MultiArrayDimension(label=step_row.row_label(n, m), size=size, stride=size)
+        self._step_out = ArrayOut(self._step_pub, [dim], size)
         self._lifecycle_pubs.append(self._step_pub)
 
     def _publish_step(self, result, action: np.ndarray) -> None:
-        """What the policy saw and did this tick (policy or safe ticks; see STEP_HEADER)."""
-        c, buf = self.controller, self._step_buf
-        n, m = c.obs_dim, c.action_dim
-        obs = c.observation
+        """What the policy saw and did this tick (policy or safe ticks; the step row)."""
+        c = self.controller
         policy = result is not None and result.source == "policy"
-        buf[0] = time.time()
-        buf[1] = 0.0 if policy else 1.0
-        buf[2] = 1.0 if policy and result.intervention else 0.0
-        buf[3] = 1.0 if self._estop_latch is not None and self._estop_latch.latched else 0.0
-        k = 4
-        if obs is not None and obs.size == n:
-            buf[k:k + n] = obs
-        else:
-            buf[k:k + n] = np.nan
-        k += n
-        if policy and result.own_action is not None:
-            buf[k:k + m] = result.own_action
-            buf[k + m:k + 2 * m] = result.policy_action
-        else:
-            buf[k:k + 2 * m] = np.nan
-        buf[k + 2 * m:k + 3 * m] = action
+        step_row.encode_step(self._step_out.values, stamp=time.time(), safe=not policy,
+                             intervention=policy and result.intervention,
+                             estop=self._estop_latch is not None and self._estop_latch.latched,
+                             policy_version=c.bundle.version, obs=c.observation,
+                             policy_action=result.own_action if policy else None,
+                             action=result.policy_action if policy and result.own_action is not None else None,
+                             command=action)
         self._step_out.publish()
 
     @_locked
