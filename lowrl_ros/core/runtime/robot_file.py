@@ -108,3 +108,68 @@ def load_robot_file(path: str | Path) -> RobotFile:
     except yaml.YAMLError as exc:
         raise RobotFileError(f"{p}: not valid YAML: {' '.join(str(exc).split())}") from exc
     return parse_robot_file(data, str(p))
+
+
+# The legacy observation parameters (obs_fields '<joint>.<field>') as robot-file terms.
+_LEGACY_FIELDS: dict[str, dict[str, Any]] = {
+    "position": {"term": "joint_position"},
+    "cos_position": {"term": "joint_position", "function": "cos"},
+    "sin_position": {"term": "joint_position", "function": "sin"},
+    "velocity": {"term": "joint_velocity"},
+    "effort": {"term": "joint_effort"},
+}
+
+
+def legacy_robot_file(obs_fields: tuple[str, ...], obs_offset: tuple[float, ...] = (),
+                      obs_scale: tuple[float, ...] = (), extra_obs_dim: int = 0, *, input: str = "joint_states",
+                      obs_dim: int = 0, joint_states_topic: str = "joint_states",
+                      observation_topic: str = "lowrl/observation",
+                      extra_observation_topic: str = "lowrl/extra_observation") -> dict[str, Any]:
+    """The robot file (as a dict) that describes what the old observation parameters did.
+
+    ``input: joint_states`` with ``obs_fields`` becomes one joint term per entry (offset and scale
+    kept), and ``extra_obs_dim`` an ``array`` term on the extra topic; ``input: observation`` becomes one
+    ``array`` term of ``obs_dim`` values on the observation topic. The nodes build their robot I/O from
+    it, so there is one input path; :func:`robot_file_yaml` writes it for a user to keep.
+    """
+    if input == "observation":
+        if obs_dim < 1:
+            raise RobotFileError("input: observation needs the policy's observation size")
+        return {"joints": [], "observation": [{"term": "array", "topic": observation_topic, "size": int(obs_dim)}]}
+    if input != "joint_states":
+        raise RobotFileError(f"input {input!r} is unknown: joint_states or observation (better: a robot_file)")
+    if not obs_fields:
+        raise RobotFileError("obs_fields is empty: give a robot_file (docs/robot_file.md), e.g. "
+                             "config/robots/pendulum.yaml")
+    joints: list[str] = []
+    terms: list[dict[str, Any]] = []
+    for i, entry in enumerate(obs_fields):
+        joint, _, kind = str(entry).rpartition(".")
+        if not joint or kind not in _LEGACY_FIELDS:
+            raise RobotFileError(f"obs_fields entry {entry!r} is not '<joint>.<field>' with field one of "
+                                 f"{', '.join(_LEGACY_FIELDS)}")
+        if joint not in joints:
+            joints.append(joint)
+        term = {**_LEGACY_FIELDS[kind], "joints": [joint], "topic": joint_states_topic}
+        if obs_offset and obs_offset[i] != 0.0:
+            term["offset"] = float(obs_offset[i])
+        if obs_scale and obs_scale[i] != 1.0:
+            term["scale"] = float(obs_scale[i])
+        terms.append(term)
+    if extra_obs_dim:
+        terms.append({"term": "array", "topic": extra_observation_topic, "size": int(extra_obs_dim)})
+    return {"joints": joints, "observation": terms}
+
+
+def robot_file_yaml(data: dict[str, Any]) -> str:
+    """A robot file dict as the YAML a user would write (flow style per term, one term a line)."""
+    import yaml
+
+    lines = [f"joints: [{', '.join(data.get('joints', []))}]"]
+    for key in ("default_pose",):
+        if key in data:
+            lines.append(f"{key}: {yaml.safe_dump(data[key], default_flow_style=True).strip()}")
+    lines.append("observation:")
+    for term in data["observation"]:
+        lines.append("  - " + yaml.safe_dump(term, default_flow_style=True, sort_keys=False, width=1000).strip())
+    return "\n".join(lines) + "\n"
