@@ -1,6 +1,7 @@
-"""Shared test set-up: DDS stays on this machine, on a private domain per test session; the `ros` and
-`slow` markers (registered in setup.cfg), applied from the fixtures a test uses and kept out of the
-import when a `-m` expression leaves a whole module out."""
+"""Shared test set-up: DDS stays on this machine, on a private domain per test session; the project's
+markers (registered in setup.cfg: `ros`, `slow`, and the tiers `integration` and `realtime`, see
+test/README.md), applied from the fixtures a test uses and kept out of the import when a `-m` expression
+leaves a whole module out; and the default tier's time limit per test (``LOWRL_TEST_LIMIT_S``)."""
 from __future__ import annotations
 
 import ast
@@ -22,7 +23,7 @@ else:
 import pytest  # noqa: E402
 
 # The project's own markers (setup.cfg registers them; --strict-markers refuses any other name).
-MARKERS = ("ros", "slow")
+MARKERS = ("ros", "slow", "integration", "realtime")
 # A test that takes one of these fixtures gets the marker, wherever it lives: a node test cannot
 # forget its `ros` mark, nor a test built on the tiny training run its `slow` one.
 FIXTURE_MARKS = {"ros_context": "ros", "tiny_kit": "slow"}
@@ -80,6 +81,31 @@ def pytest_ignore_collect(collection_path: Path, config):
             if expr.evaluate(lambda name, /, **kwargs: not kwargs and name in present):
                 return None
     return True
+
+
+def time_limit() -> float:
+    """The default tier's limit on each test phase, in seconds (0: none); `make test` sets 10."""
+    try:
+        return max(0.0, float(os.environ.get("LOWRL_TEST_LIMIT_S", "0") or 0))
+    except ValueError:
+        raise pytest.UsageError(f"LOWRL_TEST_LIMIT_S={os.environ['LOWRL_TEST_LIMIT_S']!r} is not a number "
+                                "of seconds") from None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Fail a passing test whose setup or call ran over the time limit (as Isaac Lab's per-test budgets).
+
+    A test over the default tier's limit belongs in the `integration` or `realtime` tier, or must get
+    faster: the default tier stays under 5 minutes on 2 cores (test/README.md)."""
+    outcome = yield
+    report = outcome.get_result()
+    limit = time_limit()
+    if limit and report.when in ("setup", "call") and report.passed and report.duration > limit:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid}: {report.when} took {report.duration:.1f} s, over the default tier's "
+                           f"{limit:g} s per test: make it faster, or mark it integration or realtime "
+                           "(test/README.md, 'Tiers')")
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def test_each_learner_fine_tunes_over_ros_at_full_tier_only(kit_name, algorithm,
     tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
         "kit_path": str(kit_dirs[kit_name]), "work_dir": str(tmp_path / "ft"), "base_policy_path": str(base),
         "obs_fields": FIELDS, "algorithm": algorithm, "nice": NICE, "min_transitions": 64, "batch_size": 32,
-        "version_every_updates": 40, "eval_episodes": 1, "rollback_margin": 1e6, "prior_size": 2000,
+        "version_every_updates": 20, "eval_episodes": 1, "rollback_margin": 1e6, "prior_size": 2000,
         "diagnostics_period_s": 0.2}.items()])
     tier = Node("tier", context=ros_context)
     tier_pub = tier.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
@@ -72,9 +72,10 @@ def test_each_learner_fine_tunes_over_ros_at_full_tier_only(kit_name, algorithm,
             rec = t.tracker.versions.get(2)
             return rec is not None and rec.status != "candidate" and len(rec.returns) >= 1
 
-        assert spin_until(ex, judged_v2, timeout=60), (t.updates, tuner.state, tuner.last_decision, tuner.recorded)
+        # Wall clock: rlpd made 33 updates in 60 s once in CI (a loaded 2-core machine); 20 updates and 180 s leave room.
+        assert spin_until(ex, judged_v2, timeout=180), (t.updates, tuner.state, tuner.last_decision, tuner.recorded)
         assert policy.active_policy_path.endswith("versions/v000002.onnx")
-        assert t.weights_finite() and t.updates >= 40
+        assert t.weights_finite() and t.updates >= 20
         # A lower tier stops the learner within a slice (one slice of rlpd can take seconds on a loaded machine).
         tier_pub.publish(UInt8(data=int(ComputeTier.LITE)))
         assert spin_until(ex, lambda: tuner.state == WAITING_FOR_FULL_TIER, timeout=15), tuner.state
