@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from stable_baselines3 import SAC
 
-    from lowrl_ros.core.compress.sb3 import import_sb3
+    from lowrl_ros.core.importers.sb3 import import_sb3
     from lowrl_ros.core.runtime.engines import load_artifact
     from lowrl_ros.core.runtime.bundle import load_bundle, save_bundle
 

@@ -102,7 +102,7 @@ def export(args: argparse.Namespace) -> int:
     """The PPO checkpoint through `lowrl import`'s SB3 importer, named with the robot file's entries."""
     import dataclasses
 
-    from lowrl_ros.core.compress.importing import ImportOptions, load_source, write_imported
+    from lowrl_ros.core.importers.registry import ImportOptions, load_source, write_imported
 
     imported = load_source(args.checkpoint, "sb3", ImportOptions(control_period_s=args.period))
     imported.contract = dataclasses.replace(

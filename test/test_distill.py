@@ -97,7 +97,7 @@ def test_teacher_sources_run_dir_sb3_zip_and_clear_errors(tmp_path):
     assert t.kind == "run" and t.contract.obs_dim == 3
     with pytest.raises(ValueError, match="no such file"):
         d.load_teacher(tmp_path / "missing.onnx")
-    sb3 = pytest.importorskip("stable_baselines3")
+    import stable_baselines3 as sb3
     model = sb3.SAC("MlpPolicy", "Pendulum-v1", policy_kwargs={"net_arch": [16, 16]}, device="cpu", seed=0)
     model.save(tmp_path / "sac.zip")
     t = d.load_teacher(tmp_path / "sac.zip", env_id="Pendulum-v1")

@@ -126,7 +126,6 @@ def test_unknown_engine(tmp_path):
 
 def test_bench_inference_smoke(tmp_path):
     """The benchmark runs end to end on a tiny budget and writes rows with same-run ratios."""
-    pytest.importorskip("stable_baselines3")
     import json
 
     from lowrl_ros.cli import main as lowrl_main

@@ -11,16 +11,13 @@ import json
 import pickle
 import zipfile
 
+import gymnasium as gym
 import numpy as np
-import pytest
+import stable_baselines3 as sb3
+import torch
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-gym = pytest.importorskip("gymnasium")
-sb3 = pytest.importorskip("stable_baselines3")
-torch = pytest.importorskip("torch")
-
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
-
-from lowrl_ros.cli import main as lowrl_main  # noqa: E402
+from lowrl_ros.cli import main as lowrl_main
 
 
 class SpacesEnv(gym.Env):

@@ -16,8 +16,8 @@ import torch
 import yaml
 
 from lowrl_ros.cli import main as lowrl_main
-from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, load_source, write_imported
-from lowrl_ros.core.compress.onnx_import import parse_sidecar
+from lowrl_ros.core.importers.contract import parse_sidecar
+from lowrl_ros.core.importers.registry import ImportOptions, ImportRefused, load_source, write_imported
 from lowrl_ros.core.runtime.artifact import reference_action
 from lowrl_ros.core.runtime.engines import load_artifact
 

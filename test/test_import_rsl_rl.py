@@ -17,7 +17,7 @@ from rsl_vecenv import train_pendulum
 from tensordict import TensorDict
 
 from lowrl_ros.cli import main as lowrl_main
-from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, detect_kind, load_source
+from lowrl_ros.core.importers.registry import ImportOptions, ImportRefused, detect_kind, load_source
 from lowrl_ros.core.runtime.artifact import reference_action
 from lowrl_ros.core.runtime.engines import load_artifact
 from lowrl_ros.core.sim.evaluate import evaluate

@@ -51,6 +51,19 @@ wire.decode_transitions(wire.encode_transitions([tr], 0), 2, 1)
 k = v.VersionTracker(1, 10.0); k.add(v.VersionRecord(1, None, 'a.onnx')); k.on_episode(1, -1.0)
 s.finetune_status(s.FineTuneFacts(state=s.learn_gate(s.LearnGate(), '', True)))
 """
+# `lowrl import` of a plain ONNX MLP with its sidecar: the graph walk and the contract need no torch.
+IMPORT_ONNX = """
+import numpy as np, tempfile, onnx, pathlib
+from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
+from lowrl_ros.core.importers.registry import ImportOptions, load_source
+w = MlpWeights([(np.ones((4, 3), np.float32), np.zeros(4, np.float32)),
+                (np.ones((1, 4), np.float32), np.zeros(1, np.float32))])
+src = pathlib.Path(tempfile.mkdtemp()) / 'plain.onnx'
+m = onnx.load(str(save_artifact(src, w, PolicyContract(['a', 'b', 'c'], ['u'], [-1], [1]))))
+del m.metadata_props[:]; onnx.save(m, str(src))  # a plain ONNX, not a lowrl artifact
+src.with_suffix('.yaml').write_text('observations: [a, b, c]\\nactions: [u]\\n')
+assert load_source(src, None, ImportOptions()).contract.obs_names == ('a', 'b', 'c')
+"""
 
 # (case id, modules imported, code run after the imports, modules that must stay out of sys.modules)
 CASES = [
@@ -71,6 +84,8 @@ CASES = [
                               "lowrl_ros.core.compress.export_c", "lowrl_ros.core.sim.evaluate",
                               "lowrl_ros.core.train.actorq_worker", "lowrl_ros.commands.eval",
                               "lowrl_ros.commands.profile", "lowrl_ros.commands.export_c"], "", ("torch",)),
+    ("importers, torch-free", ["lowrl_ros.core.importers." + m for m in ("registry", "contract", "onnx", "isaaclab")]
+     + ["lowrl_ros.commands.import_policy"], IMPORT_ONNX, ("torch",)),
 ]
 
 
@@ -111,7 +126,8 @@ CORE_ALLOWED = {
     "train": {"types", "config", "runtime"},
     "sim": {"types", "config", "runtime"},
     "finetune": {"types", "config", "runtime", "train", "sim"},  # sim: off-board identification (offboard_sysid)
-    "compress": {"types", "config", "runtime", "train", "sim"},
+    "compress": {"types", "config", "runtime", "train", "sim", "importers"},  # importers: the SB3 teacher
+    "importers": {"runtime"},
 }
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)
     "ros": {"core", "ros"},

@@ -1,4 +1,4 @@
-"""SB3 import (core/compress/sb3.py): PPO, A2C, SAC, TD3, DDPG actors made here with real SB3 vs their artifacts.
+"""SB3 import (core/importers/sb3.py): PPO, A2C, SAC, TD3, DDPG actors made here with real SB3 vs their artifacts.
 
 The reference is SB3 itself: ``model.predict(obs, deterministic=True)`` on 1,000 random observations.
 Models are built at test time (random weights, widened so the actions reach and pass the limits);
@@ -9,21 +9,19 @@ from __future__ import annotations
 import functools
 import pickle
 
+import gymnasium as gym
 import numpy as np
 import pytest
+import stable_baselines3 as sb3
+import torch
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-gym = pytest.importorskip("gymnasium")
-sb3 = pytest.importorskip("stable_baselines3")
-torch = pytest.importorskip("torch")
-
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
-
-from lowrl_ros.cli import main as lowrl_main  # noqa: E402
-from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, load_source, write_imported  # noqa: E402
-from lowrl_ros.core.compress.sb3 import detect_algo, import_sb3, load_sb3  # noqa: E402
-from lowrl_ros.core.runtime.artifact import load_weights, reference_action  # noqa: E402
-from lowrl_ros.core.runtime.engines import load_artifact  # noqa: E402
-from lowrl_ros.core.sim.evaluate import evaluate  # noqa: E402
+from lowrl_ros.cli import main as lowrl_main
+from lowrl_ros.core.importers.registry import ImportOptions, ImportRefused, load_source, write_imported
+from lowrl_ros.core.importers.sb3 import detect_algo, import_sb3, load_sb3
+from lowrl_ros.core.runtime.artifact import load_weights, reference_action
+from lowrl_ros.core.runtime.engines import load_artifact
+from lowrl_ros.core.sim.evaluate import evaluate
 
 N_OBS = 1000
 FP32_TOL = 1e-5  # of the action range (issue 17 §4)

@@ -14,7 +14,7 @@ import yaml
 from rsl_rl.modules import EmpiricalNormalization
 
 from lowrl_ros.cli import main as lowrl_main
-from lowrl_ros.core.compress.importing import ImportOptions, ImportRefused, detect_kind, load_source, write_imported
+from lowrl_ros.core.importers.registry import ImportOptions, ImportRefused, detect_kind, load_source, write_imported
 from lowrl_ros.core.runtime.artifact import reference_action
 from lowrl_ros.core.runtime.engines import load_artifact
 

@@ -229,7 +229,6 @@ def test_deactivate_and_shutdown_hold_the_measured_pose(rig):
 
 
 def test_joint_trajectory_output_in_the_controller_order(rig):
-    pytest.importorskip("trajectory_msgs.msg", reason="ros-trajectory-msgs (requirements.txt) is not installed")
     build, executor = rig
     order = ["knee", "ankle", "hip"]
     node, robot = build(trajectory=True, speed=100.0, control_period_s=0.02,

@@ -145,7 +145,6 @@ def test_presets_are_valid_configs():
 
 
 def test_cli_train_report_and_export(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     from lowrl_ros.cli import main
     from lowrl_ros.core.runtime.engines import load_artifact
 

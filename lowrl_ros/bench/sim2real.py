@@ -338,7 +338,7 @@ def legged_oracle(seed: int, gap, args: argparse.Namespace) -> Path:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from lowrl_ros.core.compress.importing import ImportOptions, load_source, write_imported
+    from lowrl_ros.core.importers.registry import ImportOptions, load_source, write_imported
     from lowrl_ros.core.sim import legged
 
     steps = args.oracle_steps or 200_000

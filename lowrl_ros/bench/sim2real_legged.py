@@ -70,7 +70,7 @@ def ppo_in_sim(gap, steps: int, seed: int, out: Path, ppo_zip: Path, env_kwargs:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from lowrl_ros.core.compress.importing import ImportOptions, load_source, write_imported
+    from lowrl_ros.core.importers.registry import ImportOptions, load_source, write_imported
     from lowrl_ros.core.sim import legged
 
     torch.set_num_threads(1)  # ~one core: the machine is shared

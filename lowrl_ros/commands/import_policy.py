@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lowrl_ros.core.compress.importing import IMPORTERS, ImportOptions, ImportRefused, load_source, write_imported
+from lowrl_ros.core.importers.registry import IMPORTERS, ImportOptions, ImportRefused, load_source, write_imported
 from lowrl_ros.core.runtime.artifact import ArtifactError
 from lowrl_ros.core.runtime.engines import load_artifact
 

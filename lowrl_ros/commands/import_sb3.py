@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from lowrl_ros.commands import import_policy
-from lowrl_ros.core.compress.importing import ImportRefused
+from lowrl_ros.core.importers.registry import ImportRefused
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     prog = "lowrl import-sb3"
     if args.algo != "auto":
-        from lowrl_ros.core.compress.sb3 import detect_algo
+        from lowrl_ros.core.importers.sb3 import detect_algo
 
         try:
             found = detect_algo(args.model)

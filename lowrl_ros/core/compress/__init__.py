@@ -1,3 +1,3 @@
-"""OFF-BOARD: distillation, int8 quantization, release gates, C export and the Stable-Baselines3
-importer. torch only in teacher, sb3 and distill; quantize and release stay torch-free
-(docs/architecture.md)."""
+"""OFF-BOARD: distillation, int8 quantization, release gates and C export. torch only in teacher and
+distill; quantize and release stay torch-free (docs/architecture.md). Importers of other frameworks'
+policies live in core/importers."""

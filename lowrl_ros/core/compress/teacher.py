@@ -105,7 +105,7 @@ def load_teacher(source: str | Path, env_id: str | None = None) -> Teacher:
         raise ValueError(f"teacher {path}: no such file or directory; give an artifact (.onnx), a run directory "
                          "or an SB3 model zip")
     if path.suffix == ".zip":
-        from lowrl_ros.core.compress.sb3 import load_sb3_model, sb3_actor, sb3_actor_module, sb3_contract
+        from lowrl_ros.core.importers.sb3 import load_sb3_model, sb3_actor, sb3_actor_module, sb3_contract
 
         model, algo = load_sb3_model(path)
         weights = sb3_actor(model, algo)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrl_ros.core.compress.importing import Imported, ImportOptions, ImportRefused
-from lowrl_ros.core.compress.onnx_import import Affine, build_contract, sidecar_for
+from lowrl_ros.core.importers.contract import Affine, build_contract, sidecar_for
+from lowrl_ros.core.importers.registry import Imported, ImportOptions, ImportRefused
 from lowrl_ros.core.runtime import activations
 from lowrl_ros.core.runtime.artifact import MlpWeights
 

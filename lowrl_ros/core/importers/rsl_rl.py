@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from lowrl_ros.core.compress.importing import Imported, ImportOptions, ImportRefused
-from lowrl_ros.core.compress.onnx_import import Affine, build_contract, isaaclab_sidecar, parse_sidecar, sidecar_for
+from lowrl_ros.core.importers.contract import Affine, build_contract, sidecar_for
+from lowrl_ros.core.importers.isaaclab import lenient_yaml_loader, run_sidecar
+from lowrl_ros.core.importers.registry import Imported, ImportOptions, ImportRefused
 from lowrl_ros.core.runtime import activations
 from lowrl_ros.core.runtime.artifact import MlpWeights
 
@@ -49,25 +50,12 @@ def _agent_cfg(source: Path) -> tuple[dict | None, Path | None]:
     for path in (source.parent / "params" / "agent.yaml", source.parent / "agent.yaml"):
         if path.is_file():
             try:
-                cfg = yaml.load(path.read_text(), Loader=_lenient_loader())  # noqa: S506 - a SafeLoader subclass
+                cfg = yaml.load(path.read_text(), Loader=lenient_yaml_loader())  # noqa: S506 - a SafeLoader subclass
             except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 raise ImportRefused(f"{path}: not a readable YAML file; fix or remove it, or give --activation") \
                     from None
             return (cfg if isinstance(cfg, dict) else None), path
     return None, None
-
-
-def _lenient_loader():
-    import yaml
-
-    class _Loader(yaml.SafeLoader):
-        """Isaac Lab's dump writes python tags for tuples: read them as lists."""
-
-    def _seq(loader, suffix, node):  # noqa: ARG001
-        return loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else loader.construct_scalar(node)
-
-    _Loader.add_multi_constructor("tag:yaml.org,2002:python/", _seq)
-    return _Loader
 
 
 def _load_checkpoint(source: Path) -> dict:
@@ -212,10 +200,9 @@ def load_rsl_rl(source: Path, options: ImportOptions) -> Imported:
     sidecar = sidecar_for(source, options, required=False)
     if sidecar is None and (source.parent / "params" / "env.yaml").is_file():
         # an Isaac Lab run directory: its env config gives names, action scale/offset and period
-        doc = isaaclab_sidecar(source.parent, weights.input_dim, weights.output_dim, notes)
-        sidecar = parse_sidecar(doc, str(source.parent))
-        notes.append("contract from the Isaac Lab run directory (params/env.yaml"
-                     f"{', IO_descriptors.yaml' if doc['provenance']['isaaclab_io_descriptors'] == 'true' else ''})")
+        sidecar = run_sidecar(source.parent, weights.input_dim, weights.output_dim, notes)
+        io = ", IO_descriptors.yaml" if sidecar.provenance["isaaclab_io_descriptors"] == "true" else ""
+        notes.append(f"contract from the Isaac Lab run directory (params/env.yaml{io})")
     contract = build_contract(n_obs=weights.input_dim, n_act=weights.output_dim, graph_pre=pre, sidecar=sidecar,
                               options=options, source=source, kind="rsl_rl", notes=notes,
                               provenance={"rsl_rl_layout": layout, "activation": hidden})

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from lowrl_ros.core.compress.importing import Imported, ImportOptions, ImportRefused
+from lowrl_ros.core.importers.registry import Imported, ImportOptions, ImportRefused
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, prune_by_magnitude, save_artifact
 
 # The policy module recorded in the zip -> the algorithm (PPO and A2C share ActorCriticPolicy; TD3 and
@@ -413,7 +413,7 @@ _ALGO_NOTES = {
 
 
 def load_sb3(source: Path, options: ImportOptions) -> Imported:
-    """The importer of an SB3 zip (the ``sb3`` entry of importing.IMPORTERS): the actor, contract and notes.
+    """The importer of an SB3 zip (the ``sb3`` entry of registry.IMPORTERS): the actor, contract and notes.
 
     Control period: ``options.control_period_s``, else the ``options.env_id`` environment's ``dt``,
     else 0.02 s. ``options.vecnormalize`` folds that VecNormalize's observation statistics in.

@@ -1,6 +1,7 @@
-"""What every policy importer returns and how it is written (off-board; see docs/import.md).
+"""Which importer takes which source, what every importer returns, and how it is written (off-board;
+docs/import.md). `lowrl import` dispatches through :func:`load_source`.
 
-An importer (``sb3``, ``rsl_rl``, ``onnx_import``, ``torchscript``) reads a policy another framework
+An importer (``sb3``, ``rsl_rl``, ``onnx``, ``isaaclab``, ``torchscript``) reads a policy another framework
 trained and returns an :class:`Imported`: the actor as :class:`MlpWeights` and its I/O contract,
 with the deterministic path of the source framework folded in (observation normalisation and clip,
 action scale, offset and limits). Anything it cannot represent exactly it refuses with
@@ -71,11 +72,11 @@ class ImportOptions:
 # kind -> (module, function): function(source: Path, options: ImportOptions) -> Imported.
 # Modules are imported only for the kind asked for (each needs its own framework: SB3, torch, onnx).
 IMPORTERS: dict[str, tuple[str, str]] = {
-    "sb3": ("lowrl_ros.core.compress.sb3", "load_sb3"),
-    "rsl_rl": ("lowrl_ros.core.compress.rsl_rl", "load_rsl_rl"),
-    "onnx": ("lowrl_ros.core.compress.onnx_import", "load_onnx"),
-    "isaaclab": ("lowrl_ros.core.compress.onnx_import", "load_isaaclab_run"),
-    "torchscript": ("lowrl_ros.core.compress.torchscript", "load_torchscript"),
+    "sb3": ("lowrl_ros.core.importers.sb3", "load_sb3"),
+    "rsl_rl": ("lowrl_ros.core.importers.rsl_rl", "load_rsl_rl"),
+    "onnx": ("lowrl_ros.core.importers.onnx", "load_onnx"),
+    "isaaclab": ("lowrl_ros.core.importers.onnx", "load_isaaclab_run"),
+    "torchscript": ("lowrl_ros.core.importers.torchscript", "load_torchscript"),
 }
 
 
