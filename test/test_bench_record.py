@@ -92,6 +92,18 @@ def test_the_index_lists_every_json_and_marks_what_an_old_one_lacks(tmp_path):
     assert rows["[somewhere/else.json](somewhere/else.json)"]["bench"] == "—"
 
 
+def test_each_benchmark_owns_its_headline_rule():
+    """The rule lives in the benchmark's module (train/<part>: train.<part>_headline); record only looks it up."""
+    from lowrl_ros.bench import budget, train
+
+    assert record.headline_rule("budget") is budget.headline
+    assert record.headline_rule("train/speed") is train.speed_headline
+    assert [b for b in record.LAYOUT if record.headline_rule(b) is None] == ["train/kernels"]
+    assert record.headline_rule("nope") is None and record.derive_headline("nope", {"x": 1}) == record.NONE
+    assert record.derive_headline("budget", {"cpu": {"monitor_10hz_minus_idle_pct": 0.123}}) == \
+        "monitor at 10 Hz: 0.12 % of a core above idle"
+
+
 def test_setting_names_are_the_flags_off_their_defaults():
     import argparse
 

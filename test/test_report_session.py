@@ -11,8 +11,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from std_msgs.msg import UInt8
 
-from lowrl_ros.core.finetune import episode_log
-from lowrl_ros.core.sim import session_report as sr
+from lowrl_ros.core.session import files, report
 from lowrl_ros.ros.finetune_node import FineTuneNode
 from lowrl_ros.ros.recorder_node import Recorder
 from lowrl_ros.ros.sim_robot_node import SimRobotNode
@@ -21,10 +20,6 @@ from test_interventions import Operator, policy_node, robot_file
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 EPISODE_STEPS = 20
-
-
-def test_the_report_names_the_fine_tuners_log_as_it_writes_it():
-    assert (sr.EPISODE_TERMS_CSV, sr.TERM_PREFIX) == (episode_log.EPISODE_TERMS_CSV, episode_log.TERM_PREFIX)
 
 
 def test_report_from_a_real_session_shows_terms_interventions_versions_tiers_latency(ros_context, tiny_kit,
@@ -65,13 +60,13 @@ def test_report_from_a_real_session_shows_terms_interventions_versions_tiers_lat
         for n in nodes:
             n.destroy_node()
         recorder.close()
-    data = sr.read_session(session)
+    data = files.read_session(session)
     assert data.term_names == ["pendulum", "joint_effort"]
     et = data.episode_terms
     assert np.all(et["steps"] <= EPISODE_STEPS) and et["interventions"].sum() >= 5
     assert np.allclose(et["return"], et["term.pendulum"] + et["term.joint_effort"], rtol=1e-4, atol=1e-3)
     assert set(et["version"].astype(int)) >= {1, 2} and set(et["end"]) == {"truncated"}
-    md = sr.write_session_report(session)
+    md = report.write_session_report(session)
     text = md.read_text()
     section = text.split("## Reward terms and interventions")[1].split("##")[0]
     assert "| episodes | n | return | pendulum | joint_effort | interventions |" in section
@@ -79,4 +74,4 @@ def test_report_from_a_real_session_shows_terms_interventions_versions_tiers_lat
     assert f"interventions (teleoperated steps): {int(et['interventions'].sum())} " in section
     assert "v2 (parent v1" in text  # the versions from finetune/versions.json
     assert "Compute tiers seen: full" in text and "Inference latency over" in text
-    assert (session / sr.REPORT_PNG).stat().st_size > 10_000
+    assert (session / files.REPORT_PNG).stat().st_size > 10_000

@@ -19,7 +19,9 @@ import pytest
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
-from lowrl_ros.core.sim.session_report import read_session, version_returns, write_session_report  # noqa: E402
+from lowrl_ros.core.session.analysis import version_returns  # noqa: E402
+from lowrl_ros.core.session.files import read_session  # noqa: E402
+from lowrl_ros.core.session.report import write_session_report  # noqa: E402
 from lowrl_ros.ros.budget_monitor_node import BudgetMonitorNode  # noqa: E402
 from lowrl_ros.ros.finetune_node import FineTuneNode  # noqa: E402
 from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
@@ -156,7 +158,7 @@ def test_demo_session_fine_tuning_improves_the_return_on_the_gapped_robot(tmp_pa
 
     import numpy as np
 
-    from lowrl_ros.core.sim.session_report import swap_windows
+    from lowrl_ros.core.session.analysis import swap_windows
 
     session = tmp_path / "session"
     out = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "demo", "--seconds", "150", "--quiet",
@@ -199,7 +201,7 @@ def test_demo_load_phase_steps_the_tier_down_and_back_and_pauses_the_fine_tuner(
     import psutil
 
     from lowrl_ros.core.runtime.tiers import ComputeTier
-    from lowrl_ros.core.sim.session_report import load_outcome
+    from lowrl_ros.core.session.analysis import load_outcome
 
     session = tmp_path / "session"
     proc = subprocess.Popen([sys.executable, "-m", "lowrl_ros.cli", "demo", "--seconds", "45", "--load-at", "18",

@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from lowrl_ros.core.sim.session_report import (
+from lowrl_ros.core.session.analysis import swap_windows, version_returns
+from lowrl_ros.core.session.files import (
     EPISODE_FIELDS, EPISODES_CSV, LATENCY_CSV, LATENCY_FIELDS, POLICY_STATS_CSV, STATS_CSV_FIELDS, SWAP_FIELDS,
-    SWAPS_CSV, TIER_FIELDS, TIERS_CSV, CsvLog, is_session_dir, read_session, summarize, swap_windows,
-    version_returns, write_session_info, write_session_report,
+    SWAPS_CSV, TIER_FIELDS, TIERS_CSV, CsvLog, is_session_dir, read_session, write_session_info,
 )
+from lowrl_ros.core.session.report import summarize, write_session_report
 
 
 def make_session(d, *, latency: bool = True):
@@ -105,7 +106,7 @@ def test_csv_log_rejects_wrong_row_length(tmp_path):
 def make_load_session(d):
     """A recorded 60 s session: a CPU load at 20..30 s; the tier (published and applied) decimated from 21 to
     35 s; misses only while the load runs on the full tier; the fine-tuner paused 21..36 s; per-process CPU."""
-    from lowrl_ros.core.sim.session_report import (
+    from lowrl_ros.core.session.files import (
         BUDGET_CSV, BUDGET_FIELDS, LEARNER_CSV, LEARNER_FIELDS, PROCESS_CPU_CSV, PROCESS_CPU_FIELDS,
     )
 
@@ -156,7 +157,7 @@ def make_load_session(d):
 
 def test_report_shows_the_load_phase_tiers_misses_and_the_fine_tuners_pause(tmp_path):
     from lowrl_ros.core.runtime.tiers import ComputeTier
-    from lowrl_ros.core.sim.session_report import learner_seconds, load_outcome, process_cpu_by_tier, tier_costs
+    from lowrl_ros.core.session.analysis import learner_seconds, load_outcome, process_cpu_by_tier, tier_costs
 
     make_load_session(tmp_path)
     data = read_session(tmp_path)
@@ -201,13 +202,6 @@ def test_report_says_when_the_monitor_did_not_act(tmp_path):
     (tmp_path / "t.csv").replace(tmp_path / TIERS_CSV)
     text = summarize(read_session(tmp_path))
     assert "budget monitor: did **not** step the tier down during the load" in text
-
-
-def test_learner_state_names_match_the_fine_tuners():
-    from lowrl_ros.core.finetune import status
-    from lowrl_ros.core.sim import session_report as sr
-
-    assert (sr.LEARNING, sr.WAITING_FOR_FULL_TIER) == (status.LEARNING, status.WAITING_FOR_FULL_TIER)
 
 
 def test_report_shows_the_trainer_nodes_identification_and_decision(tmp_path):

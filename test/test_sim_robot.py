@@ -112,7 +112,7 @@ def test_lockstep_node_steps_once_per_command_and_logs_episodes(ros_context, tmp
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64, Float64MultiArray
 
-    from lowrl_ros.core.sim.session_report import read_session
+    from lowrl_ros.core.session.files import read_session
     from lowrl_ros.ros.qos import CONTROL, STATS
     from lowrl_ros.ros.sim_robot_node import SimRobotNode
     from rosutil import spin_until

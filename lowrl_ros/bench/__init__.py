@@ -1,4 +1,5 @@
-"""`lowrl bench NAME`: each benchmark is lowrl_ros/bench/NAME.py with add_arguments and run.
+"""`lowrl bench NAME`: each benchmark is lowrl_ros/bench/NAME.py with add_arguments, run and headline (the
+one line of its results that the index shows; record.headline_rule looks it up).
 
 Results go to bench_results/ as JSON and markdown (layout and index: lowrl_ros/bench/record.py), with the
 exact command and the machine, and

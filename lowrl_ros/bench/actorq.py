@@ -178,6 +178,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"ActorQConfig.{f.name} (default {value})")
 
 
+def headline(r: dict) -> str | None:
+    """The bench_results headline: int8 actors against fp32 (env steps/s, bytes per broadcast), per worker count."""
+    tail = "_ratios_first_pair"
+    pairs = {k[:-len(tail)]: v for k, v in r.get("train", {}).items() if k.endswith(tail)}
+    return "; ".join(f"{w}: int8 actors {p['env_steps_per_s_int8_over_fp32']:.2f}x the env steps/s of fp32, "
+                     f"{p['bytes_per_broadcast_fp32_over_int8']:.1f}x fewer bytes per broadcast"
+                     for w, p in pairs.items())
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
 

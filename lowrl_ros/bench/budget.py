@@ -492,6 +492,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(numpy MLP work per tick), or auto: both (policy_node only where present)")
 
 
+def headline(r: dict) -> str:
+    """The bench_results headline: what the monitor costs at 10 Hz above an idle machine."""
+    return f"monitor at 10 Hz: {r['cpu']['monitor_10hz_minus_idle_pct']:.2f} % of a core above idle"
+
+
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
 

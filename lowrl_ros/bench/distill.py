@@ -76,6 +76,17 @@ def quantization_analysis(student, teacher, env_id: str, seed: int) -> dict[str,
     return out
 
 
+def headline(r: dict) -> str:
+    """The bench_results headline: per environment, the smallest student that keeps the return target."""
+    out = []
+    for env_id, e in r.items():
+        kept = [s for s in e["students"].values() if s.get("meets_return_target")]
+        best = min(kept, key=lambda s: s["artifact_bytes"]) if kept else None
+        out.append(f"{env_id}: " + (f"{best['spec']} keeps {100 * best['kept']:.1f} % at {best['smaller_x']:.1f}x "
+                                    "smaller" if best else "no student meets the return target"))
+    return "; ".join(out)
+
+
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
     from lowrl_ros.core.compress.distill import DistillConfig, distill, load_teacher

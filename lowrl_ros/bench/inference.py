@@ -331,6 +331,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results root (default bench_results/); the result goes to <root>/inference/seed<N>.*")
 
 
+def headline(r: dict) -> str:
+    """The bench_results headline: the targets, each met or not."""
+    return "; ".join(t.lstrip("- ") for t in r["targets"])
+
+
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
 

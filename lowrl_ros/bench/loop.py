@@ -188,6 +188,14 @@ def _markdown(results: dict, args: argparse.Namespace, png: Path | None) -> str:
         + (f"\n![round trips]({png.name})\n" if png else ""))
 
 
+def headline(r: dict) -> str:
+    """The bench_results headline: round-trip p99 and resident memory against the torch node
+    (a --legged result has neither and writes its own headline)."""
+    lo, to = r["lowrl"], r["torch"]
+    return (f"round trip p99 {lo['rtt_p99_ms']:.2f} ms (torch node {to['rtt_p99_ms']:.2f} ms), RSS "
+            f"{lo['rss_mb_max']:.0f} MB (torch {to['rss_mb_max']:.0f} MB)")
+
+
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
 
@@ -689,10 +697,10 @@ def run_legged(args: argparse.Namespace) -> int:
           "(below 100 %: it could not keep up, and dropped samples cost it nothing).\n"
           "Targets (idle): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in results["targets_met"].items())
           + "\n")
-    headline = (f"legged 1 kHz joint states, 50 Hz policy: node {idle['cpu_percent']:.1f} % of a core (bare "
-                f"subscriber {bare_r['cpu_percent']:.1f} %), period p99 error {idle['period_error_p99_ms']:.2f} ms, "
-                f"RSS {idle['rss_mb']:.0f} MB")
-    path = record.write_result("loop", results, md, name="legged", headline=headline, root=args.out)
+    line = (f"legged 1 kHz joint states, 50 Hz policy: node {idle['cpu_percent']:.1f} % of a core (bare "
+            f"subscriber {bare_r['cpu_percent']:.1f} %), period p99 error {idle['period_error_p99_ms']:.2f} ms, "
+            f"RSS {idle['rss_mb']:.0f} MB")
+    path = record.write_result("loop", results, md, name="legged", headline=line, root=args.out)
     print(md)
     print(f"results: {path}")
     return 0

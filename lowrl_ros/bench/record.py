@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import hashlib
+import importlib
 import json
-import math
 import os
 import platform
 import re
@@ -175,7 +175,7 @@ def write_result(bench: str, results: dict[str, Any], md: str, *, setting: str |
     command = command or command_line()
     check_free(stem, command)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    headline = headline or derive_headline(bench, results, name)
+    headline = headline or derive_headline(bench, results)
     meta = {"benchmark": bench, "setting": setting, "env": None if env is None else env_name(env), "seed": seed,
             "date": stamp, "command": command, "machine": machine(), "headline": headline}
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -281,86 +281,26 @@ def parse_path(rel: Path) -> dict[str, Any]:
     return out
 
 
-def derive_headline(bench: str, results: dict[str, Any], name: str = "result") -> str:
-    """One line of the result's main figures, read from the results alone (NONE where no rule applies)."""
+def headline_rule(bench: str) -> Callable[[dict], str | None] | None:
+    """The benchmark's own headline rule, kept next to the code that makes its results: ``headline(results)`` in
+    lowrl_ros/bench/<bench>.py, or ``<part>_headline(results)`` in lowrl_ros/bench/train.py for train/<part>
+    (None: a benchmark without one). Looked up by name, so this module imports no benchmark (they import it)."""
+    if bench not in LAYOUT:
+        return None
+    module, _, part = bench.partition("/")
+    return getattr(importlib.import_module(f"lowrl_ros.bench.{module}"), f"{part}_headline" if part else "headline",
+                   None)
+
+
+def derive_headline(bench: str, results: dict[str, Any]) -> str:
+    """One line of the result's main figures, read from the results alone by the benchmark's own rule
+    (NONE where it has none, or where the results lack what the rule reads)."""
+    rule = headline_rule(bench)
     try:
-        text = _HEADLINES.get(bench, lambda r, n: None)(results, name)
+        text = rule(results) if rule else None
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
         text = None
     return text or NONE
-
-
-def _mujoco_headline(r: dict, name: str) -> str | None:
-    out = []
-    for key, e in r.items():
-        if not isinstance(e, dict) or "/" not in key:
-            continue
-        if "ratio_of_means" in e:  # a --part seeds summary
-            lo, hi = e["ratio_interval"]
-            out.append(f"{key}: {100 * e['ratio_of_means']:.1f} % of dense over {e['n']} seeds "
-                       f"(95 % interval {100 * lo:.1f}–{100 * hi:.1f} %)")
-        elif not key.endswith("/dense") and "percent_of_dense" in e:
-            pct = e["percent_of_dense"]
-            dense = r.get(key.split("/")[0] + "/dense", {}).get("score")
-            out.append(f"{key}: {pct:.1f} % of dense ({e['score']:.1f} vs {dense:.1f})" if dense is not None
-                       and not math.isnan(pct) else f"{key}: score {e['score']:.1f}")
-    return "; ".join(out)
-
-
-def _speed_headline(r: dict, name: str) -> str:
-    return "ours dense / SB3 (default threads) per gradient step: " + ", ".join(
-        f"{a} {r[a]['ratio_dense_vs_sb3_default']:.2f}x" for a in ("sac", "td3") if a in r)
-
-
-def _pendulum_headline(r: dict, name: str) -> str:
-    s = r["summary"]
-    return "env steps to -200 vs SB3 SAC: " + ", ".join(
-        f"{k} {v['steps_vs_sb3']:.2f}x ({v['reached']})" for k, v in s.items()
-        if "steps_vs_sb3" in v and k != "sb3_sac")
-
-
-def _sim2real_headline(r: dict, name: str) -> str:
-    return "gap recovered (mean over seeds): " + ", ".join(
-        f"{k[:-len('_recovered_pct_mean')]} {v:.0f} %" for k, v in r.items() if k.endswith("_recovered_pct_mean"))
-
-
-def _budget_headline(r: dict, name: str) -> str:
-    return f"monitor at 10 Hz: {r['cpu']['monitor_10hz_minus_idle_pct']:.2f} % of a core above idle"
-
-
-def _inference_headline(r: dict, name: str) -> str:
-    return "; ".join(t.lstrip("- ") for t in r["targets"])
-
-
-def _distill_headline(r: dict, name: str) -> str:
-    out = []
-    for env_id, e in r.items():
-        kept = [s for s in e["students"].values() if s.get("meets_return_target")]
-        best = min(kept, key=lambda s: s["artifact_bytes"]) if kept else None
-        out.append(f"{env_id}: " + (f"{best['spec']} keeps {100 * best['kept']:.1f} % at {best['smaller_x']:.1f}x "
-                                    "smaller" if best else "no student meets the return target"))
-    return "; ".join(out)
-
-
-def _loop_headline(r: dict, name: str) -> str:
-    lo, to = r["lowrl"], r["torch"]
-    return (f"round trip p99 {lo['rtt_p99_ms']:.2f} ms (torch node {to['rtt_p99_ms']:.2f} ms), RSS "
-            f"{lo['rss_mb_max']:.0f} MB (torch {to['rss_mb_max']:.0f} MB)")
-
-
-def _actorq_headline(r: dict, name: str) -> str | None:
-    tail = "_ratios_first_pair"
-    pairs = {k[:-len(tail)]: v for k, v in r.get("train", {}).items() if k.endswith(tail)}
-    return "; ".join(f"{w}: int8 actors {p['env_steps_per_s_int8_over_fp32']:.2f}x the env steps/s of fp32, "
-                     f"{p['bytes_per_broadcast_fp32_over_int8']:.1f}x fewer bytes per broadcast"
-                     for w, p in pairs.items())
-
-
-_HEADLINES: dict[str, Callable[[dict, str], str | None]] = {
-    "train/mujoco": _mujoco_headline, "train/speed": _speed_headline, "train/pendulum": _pendulum_headline,
-    "sim2real": _sim2real_headline, "budget": _budget_headline, "inference": _inference_headline,
-    "distill": _distill_headline, "loop": _loop_headline, "actorq": _actorq_headline,
-}
 
 
 def _cell(value: Any) -> str:
@@ -394,7 +334,7 @@ def index_rows(root: Path | None = None) -> list[dict[str, str]]:
         bench = where["bench"] or meta.get("benchmark")
         m = meta.get("machine") or {}
         results = meta.get("results") if isinstance(meta.get("results"), dict) else {}
-        headline = meta.get("headline") or derive_headline(bench or "", results, rel.stem)
+        headline = meta.get("headline") or derive_headline(bench or "", results)
         rows.append({
             "archive": where["archive"] or "", "bench": _cell(bench), "setting": _cell(where["setting"]),
             "env": _cell(where["env"]), "seeds": _cell(_seeds(meta, where)), "date": _cell(meta.get("date")),

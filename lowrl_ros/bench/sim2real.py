@@ -501,6 +501,12 @@ def _steps_to_half_gap(episodes: list, before: float, sim: float, window: int) -
     return None
 
 
+def headline(r: dict) -> str:
+    """The bench_results headline: the share of the reality gap each method recovers, mean over seeds."""
+    return "gap recovered (mean over seeds): " + ", ".join(
+        f"{k[:-len('_recovered_pct_mean')]} {v:.0f} %" for k, v in r.items() if k.endswith("_recovered_pct_mean"))
+
+
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
 

@@ -154,6 +154,12 @@ def _speed(args) -> tuple[dict, str]:
 
 
 # --- pendulum -----------------------------------------------------------------------------------
+def speed_headline(r: dict) -> str:
+    """The train/speed headline: our dense gradient step against SB3's, per algorithm."""
+    return "ours dense / SB3 (default threads) per gradient step: " + ", ".join(
+        f"{a} {r[a]['ratio_dense_vs_sb3_default']:.2f}x" for a in ("sac", "td3") if a in r)
+
+
 def _eval_sb3(model, env_id: str, seed: int, episodes: int) -> float:
     env = _quiet_env(env_id)
     returns = []
@@ -251,6 +257,14 @@ def _pendulum(args) -> tuple[dict, str]:
 
 
 # --- mujoco -------------------------------------------------------------------------------------
+def pendulum_headline(r: dict) -> str:
+    """The train/pendulum headline: env steps to -200 against SB3 SAC, per preset."""
+    s = r["summary"]
+    return "env steps to -200 vs SB3 SAC: " + ", ".join(
+        f"{k} {v['steps_vs_sb3']:.2f}x ({v['reached']})" for k, v in s.items()
+        if "steps_vs_sb3" in v and k != "sb3_sac")
+
+
 def _mujoco_run(args, env_id: str, variant: str, sparse_set: dict):
     """The TrainConfig and run directory of one (env, variant) run at the bench's scaled schedule."""
     from lowrl_ros.core.train.config import TrainConfig
@@ -355,6 +369,25 @@ def _mujoco_markdown(results: dict, args: argparse.Namespace) -> str:
         lines.append("\nSome rows reuse a finished run of the same config from the runs directory "
                      "(wall s is that run's own).")
     return "\n".join(lines)
+
+
+def mujoco_headline(r: dict) -> str | None:
+    """The train/mujoco headline: each sparse variant's score as a percent of dense (a --part seeds summary: the
+    ratio of means over the seeds with its 95 % interval)."""
+    out = []
+    for key, e in r.items():
+        if not isinstance(e, dict) or "/" not in key:
+            continue
+        if "ratio_of_means" in e:  # a --part seeds summary
+            lo, hi = e["ratio_interval"]
+            out.append(f"{key}: {100 * e['ratio_of_means']:.1f} % of dense over {e['n']} seeds "
+                       f"(95 % interval {100 * lo:.1f}–{100 * hi:.1f} %)")
+        elif not key.endswith("/dense") and "percent_of_dense" in e:
+            pct = e["percent_of_dense"]
+            dense = r.get(key.split("/")[0] + "/dense", {}).get("score")
+            out.append(f"{key}: {pct:.1f} % of dense ({e['score']:.1f} vs {dense:.1f})" if dense is not None
+                       and not math.isnan(pct) else f"{key}: score {e['score']:.1f}")
+    return "; ".join(out)
 
 
 def _result_envs(results: dict) -> list[str]:

@@ -7,7 +7,7 @@ session) and, when a fine-tune kit is given (``--kit``, with ``--policy`` its ac
 fine-tuner; each its own process, talking over DDS, for ``--seconds``. A recorder node in this process
 (lowrl_ros/ros/recorder_node.py) listens to the episode returns, the per-inference latency, the
 policy node's stats and the compute tier, and writes them into the session directory beside the sim
-robot's episodes.csv; at the end the session report (lowrl_ros/core/sim/session_report.py) is written there and its
+robot's episodes.csv; at the end the session report (lowrl_ros/core/session/report.py) is written there and its
 summary printed. Nothing in the summary is computed anywhere but from those messages and files.
 
 By default the robot starts with the shipped sim policy models/pendulum_rlx2/actor_int8.onnx (RLx2
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lowrl_ros.launcher import Launcher, LaunchError, package_share, parse_launch, PACKAGE
-from lowrl_ros.core.sim.session_report import LoadPhase
+from lowrl_ros.core.session.files import PROCESS_CPU_CSV, PROCESS_CPU_FIELDS, CsvLog, LoadPhase, write_session_info
 
 if TYPE_CHECKING:
     from lowrl_ros.ros.recorder_node import Recorder
@@ -163,8 +163,6 @@ class ProcessCpu:
     into the session's process_cpu.csv: what the fine-tuner's pause and the cheaper tier really saved."""
 
     def __init__(self, session: Path, period_s: float = 1.0) -> None:
-        from lowrl_ros.core.sim.session_report import CsvLog, PROCESS_CPU_CSV, PROCESS_CPU_FIELDS
-
         self._log = CsvLog(session / PROCESS_CPU_CSV, PROCESS_CPU_FIELDS)
         self._procs: dict[str, object] = {}
         self._period_s = period_s
@@ -359,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
         limit = f"as configured (the machine was {busy:.0f} % busy before the session)"
     make_session_key(session / "bundle.key")
     (session / "releases").mkdir(exist_ok=True)  # the trainer node streams what is released here
-    from lowrl_ros.core.sim.session_report import write_session_info, write_session_report
+    from lowrl_ros.core.session.report import write_session_report
 
     policy = dict(next(n for n in nodes if n.executable == "policy_node").params)["policy_path"]
     started_unix = time.time()  # t=0 of the session: the load phase and the report count from here

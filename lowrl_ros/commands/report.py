@@ -2,7 +2,7 @@
 
 A training run (progress.csv and sparsity.csv, written by `lowrl train`): learning curves and
 per-layer sparsity as a PNG; several runs are drawn on the same axes so variants can be compared
-at a glance. A sim-to-real session directory (lowrl_ros.core.sim.session_report.is_session_dir):
+at a glance. A sim-to-real session directory (lowrl_ros.core.session.files.is_session_dir):
 return over time of the sim policy and the fine-tuned versions, versions, tiers, the load phase
 with the fine-tuner's pause, CPU per process, misses and latency per tier (lowrl demo's "Adaptive
 compute"), as a PNG and a markdown summary that is also printed.
@@ -84,7 +84,7 @@ def draw(run_dirs: list[Path], out: Path) -> Path:
 
 
 def _session_report(session_dir: Path) -> int:
-    from lowrl_ros.core.sim.session_report import write_session_report
+    from lowrl_ros.core.session.report import write_session_report
 
     try:
         md = write_session_report(session_dir)
@@ -98,7 +98,7 @@ def _session_report(session_dir: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.run_dirs]
-    from lowrl_ros.core.sim.session_report import is_session_dir
+    from lowrl_ros.core.session.files import is_session_dir
 
     if len(dirs) == 1 and is_session_dir(dirs[0]):
         return _session_report(dirs[0])

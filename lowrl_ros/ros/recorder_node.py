@@ -1,7 +1,7 @@
 """The demo's recorder: a node in `lowrl demo`'s own process that listens to what the session summary
 reports (episode returns, per-inference latency, the policy node's stats and version, the compute tier,
 the budget monitor's CPU-load and miss-rate signals, the fine-tuner's learner state) and appends it to
-the session directory's CSV logs (lowrl_ros/core/sim/session_report.py reads them).
+the session directory's CSV logs (lowrl_ros/core/session/files.py names and reads them).
 It spins its own executor on a thread, in a context of its own, so the demo's main thread only waits.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, Float64MultiArray, UInt8
 
-from lowrl_ros.core.sim import session_report as sr
+from lowrl_ros.core.session import files as sr
 from lowrl_ros.ros.diagnostics import POLICY_STATUS
 from lowrl_ros.ros.qos import LATCHED, STATS
 
@@ -38,7 +38,7 @@ class Recorder:
         self.stats: list[float] | None = None
         self.tiers: list[int] = []  # from the budget monitor, when the launch file runs one
         self._logs: dict[str, object] = {}
-        if session_dir is not None:  # the session report's inputs (lowrl_ros/core/sim/session_report.py)
+        if session_dir is not None:  # the session report's inputs (lowrl_ros/core/session/files.py)
             self._logs = {"latency": sr.CsvLog(session_dir / sr.LATENCY_CSV, sr.LATENCY_FIELDS),
                           "stats": sr.CsvLog(session_dir / sr.POLICY_STATS_CSV, sr.STATS_CSV_FIELDS),
                           "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS),

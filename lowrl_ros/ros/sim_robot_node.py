@@ -53,7 +53,7 @@ from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray
 
 from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
-from lowrl_ros.core.sim.session_report import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
+from lowrl_ros.core.session.files import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
 from lowrl_ros.core.sim.legged import LeggedSim
 from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig
 from lowrl_ros.ros import diagnostics as diag

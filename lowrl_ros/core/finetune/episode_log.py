@@ -5,7 +5,7 @@ end it appends one row here: when (unix s), the episode's index, how it ended (`
 its return, its steps, how many of them a person teleoperated (interventions), the policy version running
 at its end, and the sum of each reward term over the episode (``term.<name>`` columns, weighted, in the
 robot file's order). In a sim-to-real session the work_dir is ``SESSION_DIR/finetune``, and the session report
-(core/sim/session_report.py) plots the terms and interventions over time from it. Each row is flushed at
+(core/session/report.py) plots the terms and interventions over time from it. Each row is flushed at
 once, so a killed node keeps its rows.
 """
 from __future__ import annotations
