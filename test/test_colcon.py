@@ -84,6 +84,7 @@ def test_package_xml_names_the_rosdep_keys_the_readme_installs():
     assert {"rclpy", "std_msgs", "sensor_msgs", "diagnostic_msgs", "lifecycle_msgs", "launch_ros",
             "python3-numpy", "python3-psutil", "python3-yaml", "python3-onnxruntime-pip"} <= deps
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## On a robot with ROS 2"):readme.index("## The policy node")]
+    start = readme.index("## On a robot with ROS 2")
+    section = readme[start:readme.index("\n## ", start)]  # up to the next section
     for key in ("python3-numpy", "python3-psutil", "python3-yaml", "python3-onnxruntime-pip", "PIP_CONSTRAINT"):
         assert key in section, key

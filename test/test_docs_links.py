@@ -1,4 +1,4 @@
-"""Every relative link in README.md, docs/ and bench_results/**/HISTORY.md points at a file that exists,
+"""Every relative link in README.md, docs/, test/README.md and bench_results/**/HISTORY.md points at a file that exists,
 and every #anchor at a heading of that file (GitHub's heading slugs)."""
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def broken_links(pages: list[Path]) -> list[str]:
 
 def pages() -> list[Path]:
     docs = sorted((ROOT / "docs").glob("*.md"))
-    return [ROOT / "README.md", *docs, *sorted(ROOT.glob("bench_results/**/HISTORY.md"))]
+    return [ROOT / "README.md", *docs, ROOT / "test" / "README.md", *sorted(ROOT.glob("bench_results/**/HISTORY.md"))]
 
 
 def test_every_docs_link_resolves():
