@@ -75,5 +75,6 @@ def test_the_guards_catch_a_missing_module_and_a_wrong_table():
     lines = ["lowrl_ros/", "  core/", "    runtime/", "      a.py  b.py   text c.py", "  ros/", "    n.py"]
     assert documented_modules(lines) == {"lowrl_ros/core/runtime/a.py", "lowrl_ros/core/runtime/b.py",
                                          "lowrl_ros/core/runtime/c.py", "lowrl_ros/ros/n.py"}
-    doc = "## Import rules\n| `core/runtime` | robot | types, config, sim | x |\n| `core/types.py` | both | nothing | n |\n"
+    doc = ("## Import rules\n| `core/runtime` | robot | types, config, sim | x |\n"
+           "| `core/types.py` | both | nothing | n |\n")
     assert doc_import_table(doc) == {"runtime": {"types", "config", "sim"}, "types": set()}

@@ -72,7 +72,7 @@ def test_each_learner_fine_tunes_over_ros_at_full_tier_only(kit_name, algorithm,
             rec = t.tracker.versions.get(2)
             return rec is not None and rec.status != "candidate" and len(rec.returns) >= 1
 
-        # Wall clock: rlpd made 33 updates in 60 s once in CI (a loaded 2-core machine); 20 updates and 180 s leave room.
+        # Wall clock: rlpd made 33 updates in 60 s once in CI (a loaded 2-core machine): 20 updates, 180 s.
         assert spin_until(ex, judged_v2, timeout=180), (t.updates, tuner.state, tuner.last_decision, tuner.recorded)
         assert policy.active_policy_path.endswith("versions/v000002.onnx")
         assert t.weights_finite() and t.updates >= 20
