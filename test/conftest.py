@@ -1,6 +1,6 @@
 """Shared test set-up: DDS stays on this machine, on a private domain per test session; the project's
-markers (registered in setup.cfg: `ros`, `slow`, and the tiers `integration` and `realtime`, see
-test/README.md), applied from the fixtures a test uses and kept out of the import when a `-m` expression
+markers (registered in setup.cfg: `ros`, and the tiers `integration` and `realtime`, see
+test/README.md and test/tiers.py), applied from the fixtures a test uses and kept out of the import when a `-m` expression
 leaves a whole module out; and the default tier's time limit per test (``LOWRL_TEST_LIMIT_S``)."""
 from __future__ import annotations
 
@@ -23,17 +23,22 @@ else:
 import pytest  # noqa: E402
 
 # The project's own markers (setup.cfg registers them; --strict-markers refuses any other name).
-MARKERS = ("ros", "slow", "integration", "realtime")
+MARKERS = ("ros", "integration", "realtime")
 # A test that takes one of these fixtures gets the marker, wherever it lives: a node test cannot
-# forget its `ros` mark, nor a test built on the tiny training run its `slow` one.
-FIXTURE_MARKS = {"ros_context": "ros", "tiny_kit": "slow"}
+# forget its `ros` mark.
+FIXTURE_MARKS = {"ros_context": "ros"}
 
 
 def pytest_collection_modifyitems(config, items):
+    from tiers import tier_of  # test/tiers.py: the one table of which test runs in which tier
+
     for item in items:
         for fixture, mark in FIXTURE_MARKS.items():
             if fixture in item.fixturenames and item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
+        tier = tier_of(item.nodeid)
+        if tier is not None and item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
 
 
 def module_marks(path: Path) -> set[str]:

@@ -176,7 +176,6 @@ def test_a_late_subscriber_gets_the_current_tier_at_once(rig, ros_context):
         late.node.destroy_node()
 
 
-@pytest.mark.slow
 def test_the_policy_node_started_and_restarted_applies_the_current_tier_at_once(rig):
     """The project's policy_node (a real process) learns the tier from the latched topic alone."""
     # Both are committed: a missing one is a broken checkout, not a reason to skip.
@@ -215,7 +214,6 @@ def test_live_parameters_validated_by_the_config_and_applied(rig):
     assert spin_until(executor, lambda: len(ear.tiers) > n)
 
 
-@pytest.mark.slow
 def test_bad_config_at_start_is_a_clear_error(ros_context):
     with pytest.raises(ValueError, match="temperature_file"):
         monitor_node(ros_context, temperature_source="file")
@@ -246,7 +244,6 @@ def _misses_during(executor, ear, seconds: float) -> float:
     return ear.stats[2] - m0
 
 
-@pytest.mark.slow
 def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_dwell(ros_context):
     """Real processes: a policy-shaped process, the monitor, and two burners on the policy's core.
 
@@ -329,7 +326,6 @@ def test_cpu_burners_escalate_the_policy_misses_stop_and_it_recovers_after_the_d
         executor.shutdown()
 
 
-@pytest.mark.slow
 def test_a_launcher_rename_gives_one_monitor_node_and_stats_remaps_apply(ros_context):
     """`ros2 launch` passes `-r __node:=NAME`; the stats reader helper must not take that name."""
     executor = SingleThreadedExecutor(context=ros_context)

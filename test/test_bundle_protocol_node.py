@@ -274,7 +274,6 @@ def _loop_until(loop: Loop, predicate, timeout: float) -> bool:
     return bool(predicate())
 
 
-@pytest.mark.slow
 def test_trainer_restarted_mid_stream(rig, tmp_path, key_file):
     node, robot, loop = rig
     releases = tmp_path / "releases"

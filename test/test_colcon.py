@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # one colcon build: ~10 s here
 
 ROOT = Path(__file__).resolve().parent.parent
 

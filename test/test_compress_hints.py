@@ -18,7 +18,6 @@ import pytest
 from lowrl_ros.cli import main
 from lowrl_ros.core.runtime.artifact import MlpWeights, load_weights, save_artifact
 
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = str(ROOT / "models/pendulum_sac_int8.onnx")

@@ -146,7 +146,6 @@ def lowrl_env(tmp: Path, budget: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.slow
 def test_readme_pipeline_runs_as_written(tmp_path):
     """README's pipeline, verbatim, in a fresh directory; each step leaves what the next one reads."""
     work = tmp_path / "clone"
@@ -194,7 +193,6 @@ DOCS_BUDGET = ("distill.teacher_episodes=5 distill.bc_steps=500 distill.dagger_r
                "distill.qat_steps=200 distill.eval_episodes=3 release.eval_episodes=3")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("page", sorted(DOC_RUNS))
 def test_docs_blocks_run_as_written(page, tmp_path):
     work = tmp_path / "clone"
@@ -221,7 +219,6 @@ def test_docs_blocks_run_as_written(page, tmp_path):
         assert json.loads((work / "profile.json").read_text())["verdict"] in ("PASS", "WARN")
 
 
-@pytest.mark.slow
 def test_eval_prints_one_line_per_episode(tmp_path):
     """`lowrl eval` into a log: every episode of every tier on its own line (issue 20: no run-on line)."""
     proc = subprocess.run([sys.executable, "-m", "lowrl_ros.cli", "eval", str(ROOT / "models/pendulum_sac.lowrl"),

@@ -22,7 +22,7 @@ from lowrl_ros.ros.qos import LATCHED
 from lowrl_ros.ros.sim_robot_node import SimRobotNode
 from rosutil import PENDULUM_FIELDS as FIELDS, active_policy_node, spin_for, spin_until
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = pytest.mark.ros
 NICE = 7
 
 

@@ -59,7 +59,6 @@ def test_legged_sim_reset_puts_the_robot_back_and_says_ready(ros_context):
             n.destroy_node()
 
 
-@pytest.mark.slow
 def test_legged_finetuner_computes_the_robot_files_reward_from_the_state_estimate(ros_context, tmp_path):
     from lowrl_ros.core.finetune.kit import write_kit_from_artifact
 

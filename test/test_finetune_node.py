@@ -27,7 +27,7 @@ from fakes import FakeRobot, theta
 from rosutil import PENDULUM_FIELDS, active_policy_node, spin_for, spin_until, wait_for_match
 
 # Every test here spins real nodes and learns from a real (tiny) training run.
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = pytest.mark.ros
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = PENDULUM_FIELDS

@@ -22,7 +22,6 @@ from lowrl_ros.core.runtime.artifact import reference_action
 from lowrl_ros.core.runtime.engines import load_artifact
 from lowrl_ros.core.sim.evaluate import evaluate
 
-pytestmark = pytest.mark.slow  # a real (few-second) rsl_rl training run backs most tests
 
 PENDULUM_SIDECAR = {"observations": ["cos_theta", "sin_theta", "theta_dot"],
                     "actions": {"names": ["torque"], "low": -2.0, "high": 2.0}, "control_period_s": 0.05}

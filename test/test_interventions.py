@@ -116,7 +116,6 @@ def test_step_message_layout_and_an_intervention_replaces_the_action(ros_context
             n.destroy_node()
 
 
-@pytest.mark.slow
 def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ros_context, tiny_kit, tmp_path):
     kit_dir, base = tiny_kit
     robot = robot_file(tmp_path, reward={"terms": [{"term": "pendulum", "weight": 1.0},
@@ -174,7 +173,6 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
     assert not chained[ends[ends < len(batch) - 1]].any()
 
 
-@pytest.mark.slow
 def test_with_a_reward_topic_the_step_messages_pair_with_the_robots_reward(ros_context, tiny_kit, tmp_path):
     """No reward: section: the sim robot's /lowrl/reward is paired with the step messages as before, and
     the intervention flag still reaches the log."""

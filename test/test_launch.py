@@ -121,7 +121,6 @@ def test_cli_reports_unsupported_key_and_unknown_arg(tmp_path):
     assert out.returncode == 2 and "unknown launch argument(s) nope" in out.stderr
 
 
-@pytest.mark.slow
 def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tmp_path):
     log_dir = tmp_path / "logs"
     # The docs' example key_file:=~/.lowrl/bundle.key (the shell leaves a ~ after := alone; the node expands
@@ -182,7 +181,6 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
     assert ("budget_monitor", "/arm") in seen_nodes, seen_nodes  # the budget monitor is in the namespace too
 
 
-@pytest.mark.slow
 def test_launcher_exits_non_zero_when_a_node_dies(tmp_path):
     bad = write(tmp_path, "launch:\n- node:\n    pkg: lowrl_ros\n    exec: policy_node\n"
                           "    param:\n    - {name: policy_path, value: /nonexistent/p.onnx}\n")
@@ -192,7 +190,6 @@ def test_launcher_exits_non_zero_when_a_node_dies(tmp_path):
     assert "configure failed" in (tmp_path / "l" / "policy_node.log").read_text()
 
 
-@pytest.mark.slow
 def test_lowrl_demo_prints_figures_from_the_running_nodes(tmp_path):
     out = subprocess.run(LOWRL + ["demo", "--seconds", "7", "--quiet", "--log-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
@@ -233,7 +230,6 @@ def test_legged_session_launch_gives_the_fine_tuner_the_robot_file_and_the_sim_r
     assert (spec.obs_dim, kit["action_dim"]) == (kit["obs_dim"], 8)
 
 
-@pytest.mark.slow
 def test_lowrl_demo_runs_the_legged_session(tmp_path):
     """`lowrl demo --robot legged`: the legged robot walks under the policy node over DDS with the fine-tuner
     running (a fine-tuner that refused the kit or the robot file would stop the session)."""
@@ -247,7 +243,6 @@ def test_lowrl_demo_runs_the_legged_session(tmp_path):
     assert "robot: LeggedAnt with reality gap: mass_scale=1.4" in (tmp_path / "s/session_report.md").read_text()
 
 
-@pytest.mark.slow
 def test_bench_loop_smoke(tmp_path):
     out = subprocess.run(LOWRL + ["bench", "loop", "--seconds", "1", "--warmup", "0.5", "--segment", "0.5",
                                   "--out", str(tmp_path)], capture_output=True, text=True, timeout=180)
@@ -260,7 +255,6 @@ def test_bench_loop_smoke(tmp_path):
     assert results["lowrl"]["rss_mb_max"] > 0 and (tmp_path / "loop" / "result.png").is_file()
 
 
-@pytest.mark.slow
 def test_bench_loop_legged_smoke(tmp_path):
     """The 12-joint robot-file benchmark runs every phase and the node commands in each (the command
     topic comes from the shipped robot file's output section)."""

@@ -41,9 +41,10 @@ def test_the_core_selection_imports_no_rclpy():
 
 def test_an_unmarked_module_importing_rclpy_is_caught(tmp_path):
     """The twin: the same check on a copy of conftest.py, with one rclpy module marked and one not."""
-    shutil.copy(TEST_DIR / "conftest.py", tmp_path / "conftest.py")
+    for name in ("conftest.py", "tiers.py"):
+        shutil.copy(TEST_DIR / name, tmp_path / name)
     (tmp_path / "setup.cfg").write_text(
-        "[tool:pytest]\naddopts = --strict-markers\nmarkers =\n    ros: r\n    slow: s\n")
+        "[tool:pytest]\naddopts = --strict-markers\nmarkers =\n    ros: r\n    integration: i\n    realtime: t\n")
     node_test = "import pytest\nimport rclpy.node\n{mark}\n\ndef test_node():\n    assert rclpy.node\n"
     (tmp_path / "test_marked.py").write_text(node_test.format(mark="pytestmark = pytest.mark.ros"))
     assert collect_without_ros(str(tmp_path), cwd=tmp_path)["ros"] == []

@@ -18,7 +18,7 @@ from lowrl_ros.ros.sim_robot_node import SimRobotNode
 from rosutil import spin_until
 from test_interventions import Operator, policy_node, robot_file
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = pytest.mark.ros
 EPISODE_STEPS = 20
 
 

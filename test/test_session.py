@@ -27,7 +27,7 @@ from lowrl_ros.ros.finetune_node import FineTuneNode  # noqa: E402
 from lowrl_ros.ros.sim_robot_node import SimRobotNode  # noqa: E402
 from rosutil import PENDULUM_FIELDS as FIELDS, active_policy_node, spin_until  # noqa: E402
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = pytest.mark.ros
 
 
 @pytest.fixture(scope="module")

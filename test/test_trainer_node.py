@@ -62,7 +62,6 @@ def _run_node(*params: str, timeout: float = 60.0) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-@pytest.mark.slow
 def test_refuses_to_start_without_a_key(tmp_path):
     path = artifact(tmp_path / "v1.onnx", 1)
     proc = _run_node(f"bundle_path:={path}")
@@ -77,7 +76,6 @@ def test_refuses_to_start_without_a_key(tmp_path):
     assert proc.returncode == 1 and "chmod 600" in out, out
 
 
-@pytest.mark.slow
 def test_insecure_process_streams_unsigned_and_says_so_loudly(ros_context, tmp_path):
     path = artifact(tmp_path / "v1.onnx", 1)
     executor = SingleThreadedExecutor(context=ros_context)
@@ -145,7 +143,6 @@ def test_resends_on_request_a_bounded_number_of_times(rig, key_file, tmp_path):
     assert len(robot.bundles) == 3 and node.sender.robot_version == 5
 
 
-@pytest.mark.slow
 def test_sysid_mode_identifies_from_streamed_transitions_and_streams_the_corrected_version(rig, key_file, tmp_path):
     """offboard_method sysid: transitions of the gapped legged robot (real MuJoCo) arrive on the transitions
     topic as finetune_node learner:=offboard streams them; the trainer node identifies the gap and streams
