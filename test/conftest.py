@@ -1,7 +1,8 @@
 """Shared test set-up: DDS stays on this machine, on a private domain per test session; the project's
 markers (registered in setup.cfg: `ros`, and the tiers `integration` and `realtime`, see
 test/README.md and test/tiers.py), applied from the fixtures a test uses and the tier table, and kept
-out of the import when a `-m` expression leaves a whole module out; and the default tier's time limit per test (``LOWRL_TEST_LIMIT_S``)."""
+out of the import when a `-m` expression leaves a whole module out; and the default tier's time
+limit per test (``LOWRL_TEST_LIMIT_S``)."""
 from __future__ import annotations
 
 import ast
