@@ -279,13 +279,13 @@ def test_fixed_rate_loop_slows_down_below_lite_and_back(rig):
     assert wait_for_match(executor, tier_pub)
     robot.js_pub.publish(robot.joint_state())
     assert spin_until(executor, lambda: len(robot.commands) >= 5)
-    assert node._schedule.period_s == pytest.approx(0.01)
+    assert node._loop.period_s == pytest.approx(0.01)
     tier_pub.publish(UInt8(data=int(ComputeTier.SAFE)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.SAFE)
-    assert node._schedule.period_s == pytest.approx(0.05)  # the safe action's keep-alive
+    assert node._loop.period_s == pytest.approx(0.05)  # the safe action's keep-alive
     tier_pub.publish(UInt8(data=int(ComputeTier.DECIMATED)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.DECIMATED)
-    assert node._schedule.period_s == pytest.approx(0.04)
+    assert node._loop.period_s == pytest.approx(0.04)
     tier_pub.publish(UInt8(data=int(ComputeTier.SAFE)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.SAFE)
     n = len(robot.commands)
@@ -293,7 +293,7 @@ def test_fixed_rate_loop_slows_down_below_lite_and_back(rig):
     assert robot.commands[-1] == 0.0
     tier_pub.publish(UInt8(data=int(ComputeTier.FULL)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.FULL)
-    assert node._schedule.period_s == pytest.approx(0.01)
+    assert node._loop.period_s == pytest.approx(0.01)
 
 
 def test_invalid_live_parameter_is_rejected_with_a_reason(rig):

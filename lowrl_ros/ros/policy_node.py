@@ -33,7 +33,7 @@ request on ``reset_topic`` (std_msgs/Empty) holds the safe action until std_msgs
 on ``ready_topic`` (the robot stood up again).
 
 Threads: in ``fixed_rate`` mode (every robot file with ``robot_timing: contract``) the ticks run on
-the node's own control thread (:class:`ControlLoop`, OS name ``lowrl_control``, absolute deadlines,
+the node's own control thread (core/runtime/realtime.py :class:`ControlLoop`, OS name ``lowrl_control``, absolute deadlines,
 the ``rt_*`` settings); the executor thread serves parameters, stats, diagnostics and the low-rate
 topics; one lock (``PolicyNode._lock``) makes each tick and each such callback atomic with respect to
 the other. Event mode ticks on the executor thread, as each observation arrives.
@@ -68,13 +68,11 @@ from lowrl_ros.core.config import LIVE, field, require
 from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
-from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, EStopLatch, PolicyController, TickSchedule,
-                                            percentiles_us)
+from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, PolicyController, percentiles_us
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
-from lowrl_ros.core.runtime.realtime import (CONTROL_THREAD, RealtimeResult, apply_realtime, name_thread,
-                                             parse_cpus)
+from lowrl_ros.core.runtime.realtime import ControlLoop, RealtimeResult, apply_realtime, parse_cpus
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status
 from lowrl_ros.core.runtime.swap import PolicySwapper
@@ -156,65 +154,6 @@ def _locked(method):
     return run
 
 
-class ControlLoop:
-    """fixed_rate control on its own thread: one tick at each absolute deadline ``due + period``.
-
-    The deadline comes from the node's :class:`TickSchedule` (tick n due at ``t0 + n * period``), so
-    jitter never accumulates into drift; a tick that wakes more than a period late counts the periods it
-    skipped as deadline misses and keeps the schedule. The thread sleeps with ``time.sleep`` to the
-    deadline (clock_nanosleep on CLOCK_MONOTONIC, the clock of ``perf_counter``): measured here it costs
-    the thread about half the CPU of an Event wait per tick. Sleeps are cut at :data:`MAX_SLEEP_S`, so
-    :meth:`stop` and :meth:`wake` (a new schedule: tick at once) act within that even on a slow tier.
-    The RT settings (``rt_*``) are asked for this thread when it starts; the executor thread keeps normal
-    scheduling and serves parameters, diagnostics, stats and the low-rate topics.
-
-    Args:
-        tick: runs one tick under the node's lock; returns the next deadline (perf_counter seconds), or
-            None when there is nothing left to run (the node was released).
-        on_start: runs first on the new thread (the RT settings).
-        on_error: an exception that escaped ``tick`` (logged; the loop goes on at the next deadline).
-    """
-
-    MAX_SLEEP_S = 0.05
-
-    def __init__(self, name: str, tick, on_start, on_error) -> None:
-        self._tick, self._on_start, self._on_error = tick, on_start, on_error
-        # Plain flags: each is one attribute store/load (atomic under the GIL); the loop reads them between sleeps.
-        self._stopped = False
-        self._woken = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def wake(self) -> None:
-        """Tick at once (within MAX_SLEEP_S): the schedule was replaced (a new tier's period)."""
-        self._woken = True
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop after the tick in progress (if any); returns when the thread has ended."""
-        self._stopped = True
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        name_thread(CONTROL_THREAD)
-        self._on_start()
-        clock, sleep, longest = time.perf_counter, time.sleep, self.MAX_SLEEP_S
-        while not self._stopped:
-            self._woken = False
-            try:
-                deadline = self._tick()
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one tick
-                self._on_error(exc)
-                deadline = clock() + 0.01
-            if deadline is None:  # the node was released under us
-                return
-            while not (self._stopped or self._woken):
-                remaining = deadline - clock()
-                if remaining <= 0:
-                    break
-                sleep(remaining if remaining < longest else longest)
-
-
 class PolicyNode(LifecycleNode):
     """The on-robot policy runner. See the module docstring and docs/policy_node.md."""
 
@@ -249,7 +188,6 @@ class PolicyNode(LifecycleNode):
         self._subs: list = []
         self._timers: list = []
         self._control_timer = None
-        self._schedule: TickSchedule | None = None
         self._input_reports = InputErrorReports()
         self.robot = None  # the loaded RobotFile (core/runtime/robot_file.py), robot_file set
         self.robot_inputs: RobotInputs | None = None
@@ -489,9 +427,7 @@ class PolicyNode(LifecycleNode):
             if self._builder is not None:
                 self._builder.reset()  # no sample or history from before this activation
             fixed_rate = self.controller.config.mode == "fixed_rate"
-            if fixed_rate:
-                self._start_fixed_rate()
-            else:
+            if not fixed_rate:
                 # Event mode acts on observations, on the executor thread: the RT settings go to it, and this
                 # timer only notices when the observations stop (watchdog).
                 self._apply_realtime()
@@ -499,8 +435,8 @@ class PolicyNode(LifecycleNode):
                                                         self._on_watchdog_tick)
         result = super().on_activate(state)  # enables the lifecycle publishers
         if fixed_rate:  # after the publishers are enabled: its first tick may publish at once
-            self._loop = ControlLoop(f"{self.get_name()}_control", self._loop_tick, self._apply_realtime,
-                                     self._loop_error)
+            self._loop = ControlLoop(self.controller.output_period_s(), self._loop_tick, on_start=self._apply_realtime,
+                                     on_error=self._loop_error, name=f"{self.get_name()}_control").start()
         self.get_logger().info("activated")
         return result
 
@@ -533,15 +469,6 @@ class PolicyNode(LifecycleNode):
         loop, self._loop = self._loop, None
         if loop is not None:
             loop.stop()
-
-    def _loop_tick(self) -> float | None:
-        """One tick of the control thread; returns the next deadline (None: the node was released)."""
-        with self._lock:
-            schedule = self._schedule
-            if schedule is None or self.controller is None:
-                return None
-            due = self._on_control_tick()
-            return due + schedule.period_s
 
     def _loop_error(self, exc: Exception) -> None:
         self.get_logger().error(f"control tick failed: {type(exc).__name__}: {exc}", throttle_duration_sec=2.0)
@@ -629,22 +556,17 @@ class PolicyNode(LifecycleNode):
         except Exception as exc:  # noqa: BLE001 - never die on input
             self.controller.observe(None, str(exc))
 
-    def _on_control_tick(self) -> float:
-        """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted.
-        Returns that due time."""
-        due, skipped = self._schedule.tick(time.perf_counter())
-        self.controller.deadline_misses += skipped  # each skipped period is an output that never came
-        if self.robot_inputs is not None and self.controller.active:
-            self._observe_held(due, self._robot_observation)
-        self._tick_held(due)
-        return due
-
-    def _start_fixed_rate(self) -> None:
-        """(Re)start the schedule at the tier's output period (ControlConfig.output_period_s); a running
-        control thread takes it up at once (within ControlLoop.MAX_SLEEP_S)."""
-        self._schedule = TickSchedule(self.controller.output_period_s())
-        if self._loop is not None:
-            self._loop.wake()
+    def _loop_tick(self, due: float, skipped: int) -> bool:
+        """One tick of the control thread (fixed_rate): ``due`` is when it was due on the schedule, so lateness
+        is counted; each skipped period is an output that never came. False: the node was released."""
+        with self._lock:
+            if self.controller is None:
+                return False
+            self.controller.deadline_misses += skipped
+            if self.robot_inputs is not None and self.controller.active:
+                self._observe_held(due, self._robot_observation)
+            self._tick_held(due)
+            return True
 
     @_locked
     def _on_watchdog_tick(self) -> None:
@@ -755,9 +677,9 @@ class PolicyNode(LifecycleNode):
             return
         if line:
             self.get_logger().warning(line) if self.controller.tier > ComputeTier.FULL else self.get_logger().info(line)
-            if (self.controller.config.mode == "fixed_rate" and self.controller.active
-                    and self.controller.output_period_s() != self._schedule.period_s):
-                self._start_fixed_rate()
+            if (self._loop is not None and self.controller.active
+                    and self.controller.output_period_s() != self._loop.period_s):
+                self._loop.retime(self.controller.output_period_s())  # a running thread takes it up at once
                 self._tick(time.perf_counter())  # the new tier's first output now, not at the thread's next wake
             self._publish_status()
 

@@ -185,27 +185,6 @@ def percentiles_us(seconds: np.ndarray) -> tuple[float, float]:
     return out[0], out[1]
 
 
-class TickSchedule:
-    """The absolute schedule of a fixed-rate loop: tick n is due at ``start + n * period``.
-
-    The reference of a tick is when it was *due*, not when the timer callback happened to run, so
-    jitter never accumulates into drift (no sleep-after-compute), and periods the loop could not
-    serve at all (a stall longer than a period) are reported as skipped.
-    """
-
-    def __init__(self, period_s: float) -> None:
-        self.period_s = period_s
-        self._next_due: float | None = None
-
-    def tick(self, now: float) -> tuple[float, int]:
-        """Return (due time of this tick, number of whole periods skipped before it)."""
-        due = now if self._next_due is None else self._next_due
-        skipped = max(0, int((now - due) / self.period_s))
-        due += skipped * self.period_s
-        self._next_due = due + self.period_s
-        return due, skipped
-
-
 class EStopLatch:
     """An emergency stop that latches: once asserted, the safe action goes out until a reset.
 
