@@ -33,10 +33,10 @@ request on ``reset_topic`` (std_msgs/Empty) holds the safe action until std_msgs
 on ``ready_topic`` (the robot stood up again).
 
 Threads: in ``fixed_rate`` mode (every robot file with ``robot_timing: contract``) the ticks run on
-the node's own control thread (core/runtime/realtime.py :class:`ControlLoop`, OS name ``lowrl_control``, absolute deadlines,
-the ``rt_*`` settings); the executor thread serves parameters, stats, diagnostics and the low-rate
-topics; one lock (``PolicyNode._lock``) makes each tick and each such callback atomic with respect to
-the other. Event mode ticks on the executor thread, as each observation arrives.
+the node's own control thread (:class:`~lowrl_ros.core.runtime.realtime.ControlLoop`, OS name
+``lowrl_control``, absolute deadlines, the ``rt_*`` settings); the executor thread serves parameters,
+stats, diagnostics and the low-rate topics; one lock (``PolicyNode._lock``) makes each tick and each
+such callback atomic with respect to the other. Event mode ticks on the executor thread, as each observation arrives.
 
 The node declares, converts and wires; the decisions live in core:
 :class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
@@ -199,8 +199,6 @@ class PolicyNode(LifecycleNode):
         self._step: Listened | None = None
         self._latency: Listened | None = None
         self._intervening = False
-        self._measured_names: Any = None  # _measured's cache: the names tuple and its joints' indices
-        self._measured_index: np.ndarray | None = None
 
     @property
     def active_policy_path(self) -> str:
@@ -627,26 +625,11 @@ class PolicyNode(LifecycleNode):
 
     def _update_measured(self) -> None:
         """Hand the newest measured positions of the policy's joints to the controller (robot file)."""
-        if self.actions is None or self.controller is None:
+        if self.actions is None or self.controller is None or self._builder is None:
             return
-        if self._builder is not None:
-            sample = self._builder.joint_state()
-            if sample is not None:
-                self.controller.set_measured(self._measured(*sample))
-
-    def _measured(self, names, positions) -> np.ndarray | None:
-        """measured_positions with the name lookup done once per names tuple: the fast JointState parser
-        hands out one cached tuple per distinct name block, so a driver's steady messages hit the cache."""
-        if names is not self._measured_names:
-            index = {n: i for i, n in enumerate(names)}
-            wanted = self.actions.joints
-            self._measured_names = names
-            self._measured_index = (np.array([index[j] for j in wanted], dtype=np.intp)
-                                    if all(j in index for j in wanted) else None)
-        if self._measured_index is None or len(positions) < len(names):
-            return measured_positions(names, positions, self.actions.joints)  # its None, for its reasons
-        out = np.asarray(positions, dtype=np.float64)[self._measured_index]
-        return out if np.isfinite(out).all() else None
+        sample = self._builder.joint_state()
+        if sample is not None:
+            self.controller.set_measured(measured_positions(*sample, self.actions.joint_index))
 
     # ---- e-stop ----------------------------------------------------------------------------
     @_locked

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lowrl_ros.core.runtime.joints import JointIndex
 from lowrl_ros.core.runtime.obs_adapter import ObservationError
 from lowrl_ros.core.runtime.robot_file import RobotFile, RobotFileError
 from lowrl_ros.core.types import ContractLike
@@ -368,7 +369,8 @@ class ObservationBuilder:
     def __init__(self, spec: ObservationSpec) -> None:
         self.spec = spec
         self._samples: dict[str, tuple[Any, float]] = {}
-        self._index_cache: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
+        # Each joint term's joints in a JointState (JointIndex: cached per distinct name list).
+        self._joint_index = {t.index: JointIndex(t.joints) for t in spec.terms if t.source == "joint_state"}
         pose = dict(zip(spec.joints, spec.default_pose))
         self._poses = {t.index: np.array([pose[j] for j in t.joints]) for t in spec.terms if t.relative}
         self._histories = {t.index: deque(maxlen=t.history) for t in spec.terms if t.history > 1}
@@ -400,8 +402,8 @@ class ObservationBuilder:
         self._affine_all = (offset, scale) if bool((offset != 0).any() or (scale != 1).any()) else None
         self._clip_all = (lo, hi) if bool(np.isfinite(lo).any() or np.isfinite(hi).any()) else None
         self._ranges = {t.index: tuple(map(tuple, t.ranges.tolist())) for t in spec.terms if t.ranges is not None}
-        # The JointState names last seen per term, and their indices (a driver's steady messages reuse one tuple).
-        self._joint_names: dict[int, tuple[Any, np.ndarray, int]] = {}
+        # The index array last used per term and its largest entry (a driver's steady messages reuse one array).
+        self._joint_top: dict[int, tuple[np.ndarray, int]] = {}
 
     def reset(self) -> None:
         """Forget every sample, the histories and the last action (on activation)."""
@@ -512,13 +514,16 @@ class ObservationBuilder:
     def _joint_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
         names, position, velocity, effort = sample
         values = position if t.term == "joint_position" else velocity if t.term == "joint_velocity" else effort
-        seen = self._joint_names.get(t.index)
-        if seen is not None and seen[0] is names:  # the same names tuple as last tick: same indices
-            idx, top = seen[1], seen[2]
+        idx = self._joint_index[t.index].lookup(names)
+        if isinstance(idx, list):
+            raise ObservationError(f"{t.describe()}: joint {idx[0]!r} is not in the JointState (it has "
+                                   f"{', '.join(names) or 'no joints'}); check the robot file's joints")
+        seen = self._joint_top.get(t.index)
+        if seen is not None and seen[0] is idx:  # the same name list as last tick: the same indices
+            top = seen[1]
         else:
-            idx = self._indices(names, t)
             top = int(idx.max()) if idx.size else -1
-            self._joint_names[t.index] = (names, idx, top)
+            self._joint_top[t.index] = (idx, top)
         values = np.asarray(values, dtype=np.float64)
         if top >= values.size:
             field_name = t.term.split("_", 1)[1]
@@ -565,18 +570,3 @@ class ObservationBuilder:
         except ObservationError as exc:
             raise ObservationError(f"{t.describe()}: {exc}") from exc
         dst[0], dst[1], dst[2] = -a, -b, -c  # projected_gravity's values, without its array
-
-    def _indices(self, names: Sequence[str], t: TermSpec) -> np.ndarray:
-        """Where each of the term's joints is in this JointState (cached per distinct name list)."""
-        key = (t.index, tuple(names))
-        idx = self._index_cache.get(key)
-        if idx is None:
-            where = {n: i for i, n in enumerate(key[1])}
-            missing = [j for j in t.joints if j not in where]
-            if missing:
-                raise ObservationError(f"{t.describe()}: joint {missing[0]!r} is not in the JointState (it has "
-                                       f"{', '.join(names) or 'no joints'}); check the robot file's joints")
-            if len(self._index_cache) > 64:  # a driver changing its name list every message: do not grow
-                self._index_cache.clear()
-            idx = self._index_cache[key] = np.array([where[j] for j in t.joints], dtype=np.intp)
-        return idx
