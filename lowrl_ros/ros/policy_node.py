@@ -588,11 +588,8 @@ class PolicyNode(LifecycleNode):
             c.last_error_time = time.perf_counter()
             result = None
         action = c.safe_action() if result is None else result.action
-        if self._builder is not None:  # last_action: the policy's own output (contract units), else zeros
-            if result is not None and result.source == "policy":
-                self._builder.set_last_action(result.policy_action)
-            elif result is None or result.source != "hold":
-                self._builder.set_last_action(np.zeros(c.action_dim))
+        if self._builder is not None:
+            self._builder.after_step(result)  # the last_action rule
         if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
             self._publish_command(action)
             # Volatile topics: with no subscriber matched the message would be dropped anyway, so it is not

@@ -375,6 +375,8 @@ class ObservationBuilder:
         self._poses = {t.index: np.array([pose[j] for j in t.joints]) for t in spec.terms if t.relative}
         self._histories = {t.index: deque(maxlen=t.history) for t in spec.terms if t.history > 1}
         self._last_action: np.ndarray | None = None
+        # What last_action reads after a tick that put out no policy action (never written to: shared is safe).
+        self._no_action = np.zeros(next((t.size for t in spec.terms if t.source == "action"), 0))
         self._out = np.empty(spec.obs_dim)
         self._joint_topic = next((t.topic for t in spec.terms if t.source == "joint_state"), None)
         # One plan per term: (term, reader, where it writes, its history or None, affine, clip).
@@ -419,6 +421,19 @@ class ObservationBuilder:
     def set_last_action(self, action: np.ndarray) -> None:
         """The action the policy node put out this tick (the next observation's last_action)."""
         self._last_action = np.array(action, dtype=np.float64)  # a copy: a history may keep it
+
+    def after_step(self, result: Any) -> None:
+        """The last_action rule: which action the next observation's ``last_action`` term reads after a tick.
+
+        ``result`` is the tick's ``PolicyController.step`` result (None: the step failed). The policy ran:
+        its executed output (``policy_action``, contract units, the teleop's in an intervention); a held
+        tick (decimation): unchanged; anything else (safe action, nothing sent, a failed step): zeros.
+        """
+        source = None if result is None else result.source
+        if source == "policy":
+            self.set_last_action(result.policy_action)
+        elif source != "hold":
+            self._last_action = self._no_action
 
     def joint_state(self) -> tuple[Sequence[str], Any] | None:
         """(names, positions) of the newest JointState sample, whatever its age (the measured pose that
