@@ -1,50 +1,31 @@
 """policy_node: runs a compressed policy on the robot (rclpy LifecycleNode; never imports torch).
 
-configure: load the artifact/bundle and the config   activate: start control
-deactivate: publish the safe action and stop          cleanup/shutdown: release everything
+configure: load the artifact/bundle and the robot file   activate: start control
+deactivate: publish the safe action and stop              cleanup/shutdown: release everything
 
-In: with ``robot_file`` set, the robot file's observation topics (ros/robot_inputs.py: the newest
-sample of each taken at the control tick, at the contract's control period); otherwise
-``/joint_states`` (sensor_msgs/JointState, through the observation adapter) or
-``/lowrl/observation`` (std_msgs/Float32MultiArray); ``/lowrl/compute_tier`` (std_msgs/UInt8, latched);
-``/lowrl/policy_bundle`` (std_msgs/UInt8MultiArray, latched: signed bundles from the trainer node).
-Out: ``<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_command_controller),
-``/diagnostics``, ``/lowrl/policy/latency_us`` (per inference), ``/lowrl/policy/stats`` (10 Hz),
-``/lowrl/policy_bundle/status`` (std_msgs/String, JSON: accepted or the rejection code).
+In: the robot file's observation topics (ros/robot_inputs.py: the newest sample of each, taken at the
+tick). Every robot is read through a robot file: ``robot_file``, or without it the one the old
+``input``/``obs_fields``/``extra_obs_dim`` parameters describe (logged at configure as YAML to keep).
+Also ``/lowrl/compute_tier`` (UInt8, latched) and ``/lowrl/policy_bundle`` (signed bundles, latched).
+Out: the commands (``<controller_name>/commands`` Float64MultiArray, or by the robot file's ``output``),
+``/diagnostics``, ``/lowrl/policy/latency_us``, ``/lowrl/policy/stats`` (10 Hz), ``step_topic`` (what the
+policy saw and did: core/runtime/step_row.py, docs/CONTRACTS.md), ``<bundle_topic>/status``. Commands,
+latency, stats and steps go out on lifecycle publishers (rclpy keeps an inactive node silent); the safe
+action on deactivate/shutdown is published before they are deactivated. Robot file, e-stop, teleop and
+reset topics: docs/policy_node.md.
 
-Commands, latency and stats go out on lifecycle publishers: rclpy itself keeps an inactive node
-silent. The one exception is deliberate: the safe action on deactivate/shutdown is published
-before the publishers are deactivated.
+Timing (``robot_timing``, :class:`~lowrl_ros.core.runtime.control.ControlTiming`): ``contract`` runs
+fixed_rate at the policy contract's control period; ``parameters`` keeps ``mode``/``control_period_s``
+(a WARN when that is not the contract's rate). fixed_rate ticks run on the node's own thread
+(:class:`~lowrl_ros.core.runtime.realtime.ControlLoop`, OS name ``lowrl_control``, the ``rt_*``
+settings); event mode ticks on the executor thread as each trigger message arrives. One lock
+(``PolicyNode._lock``) makes each tick and each executor callback atomic with respect to the other.
 
-With a ``robot_file`` (docs/policy_node.md, "Robot file: actions, outputs, safety") the command is
-post-processed and goes out by interface (``ros/robot_outputs.py``: Float64MultiArray or
-JointTrajectory, in the controller's joint order by name); nothing is commanded before the first
-good observation and, on a position interface, the measured joint positions (from JointState);
-``hold`` holds the measured pose; an e-stop (std_msgs/Bool) latches the safe action until a reset
-(std_msgs/Empty), diagnosed as ``lowrl/policy/estop``.
-
-With a robot file the node also publishes what the policy saw and did on ``step_topic``
-(``/lowrl/policy/step``, std_msgs/Float64MultiArray, one per policy or safe tick; layout in
-:mod:`lowrl_ros.core.runtime.step_row` and docs/CONTRACTS.md, "The step topic"), for the fine-tuner. ``teleop_topic``
-(Float64MultiArray, the policy's action units and order) replaces the policy's output while its
-messages are newer than ``teleop_timeout_s``: a human intervention (HIL-SERL), diagnosed as
-``lowrl/policy/intervention`` and flagged in the step message. With ``ready_topic`` set, a reset
-request on ``reset_topic`` (std_msgs/Empty) holds the safe action until std_msgs/Bool true arrives
-on ``ready_topic`` (the robot stood up again).
-
-Threads: in ``fixed_rate`` mode (every robot file with ``robot_timing: contract``) the ticks run on
-the node's own control thread (:class:`~lowrl_ros.core.runtime.realtime.ControlLoop`, OS name
-``lowrl_control``, absolute deadlines, the ``rt_*`` settings); the executor thread serves parameters,
-stats, diagnostics and the low-rate topics; one lock (``PolicyNode._lock``) makes each tick and each
-such callback atomic with respect to the other. Event mode ticks on the executor thread, as each observation arrives.
-
-The node declares, converts and wires; the decisions live in core:
-:class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
-tiers), :class:`~lowrl_ros.core.runtime.swap.PolicySwapper` (hot swap of a ``policy_path`` or a
-streamed bundle on one worker thread, installed between ticks) and
-:func:`~lowrl_ros.core.runtime.status.policy_status` (levels and words of the diagnostics). Every
-exception at a callback boundary becomes the safe action and an ERROR diagnostic, so bad input
-never takes the node down.
+The node declares, converts and wires; the decisions live in core: ``PolicyController`` (safety,
+watchdog, soft start, decimation, tiers), ``PolicySwapper`` (hot swap on a worker thread, installed
+between ticks), ``ObservationBuilder`` (the observation, the last_action rule) and ``policy_status``
+/ ``robot_io_status`` (diagnostics). Every exception at a callback boundary becomes the safe action and
+an ERROR diagnostic, so bad input never takes the node down.
 """
 from __future__ import annotations
 
@@ -54,32 +35,30 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from sensor_msgs.msg import JointState
-from std_msgs.msg import (Bool, Empty, Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String,
-                          UInt8, UInt8MultiArray)
+from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray, MultiArrayDimension, String, UInt8, UInt8MultiArray
 
-from lowrl_ros.core.config import LIVE, field, require
+from lowrl_ros.core.config import LIVE
 from lowrl_ros.core.runtime import step_row
-from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
-from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, PolicyController, percentiles_us
-from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, ControlTiming, EStopLatch, PolicyController,
+                                            percentiles_us)
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationError
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
+from lowrl_ros.core.runtime.policy_settings import PolicyNodeSettings
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
 from lowrl_ros.core.runtime.realtime import ControlLoop, RealtimeResult, apply_realtime, parse_cpus
-from lowrl_ros.core.runtime.robot_file import load_robot_file
-from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status
+from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status, robot_io_status
 from lowrl_ros.core.runtime.swap import PolicySwapper
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
-from lowrl_ros.core.types import Level, StatusEntry
+from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
@@ -87,62 +66,11 @@ from lowrl_ros.ros.robot_inputs import RobotInputs
 from lowrl_ros.ros.robot_outputs import ArrayOut, CommandOutput, Listened, check_output, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
 
-INPUTS = ("joint_states", "observation")
-ENGINES = ("auto", "ort", "numpy")
-ROBOT_TIMINGS = ("contract", "parameters")
-REALTIME_STATUS = "lowrl/policy/realtime"
-INTERVENTION_STATUS = "lowrl/policy/intervention"
+__all__ = ["PolicyNode", "PolicyNodeSettings", "main"]
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
 LIVE_CONTROL = tuple(f.name for f in dataclasses.fields(ControlConfig) if f.metadata[LIVE])
 # ReceiverConfig as parameters: keep is keep_bundles; the engine is this node's; probe_count is fixed.
 _RECEIVER_PARAMS: dict[str, Any] = dict(skip=("probe_count", "engine"), names={"keep": "keep_bundles"})
-
-
-@dataclass(frozen=True)
-class PolicyNodeSettings:
-    """The policy node's own parameters (the core configs bring the rest)."""
-
-    policy_path: str = field("", "artifact (.onnx) or bundle (.lowrl); a change hot-swaps it", live=True)
-    engine: str = field("auto", "inference engine: " + " | ".join(ENGINES))
-    autostart: bool = field(True, "configure and activate at start (no lifecycle manager needed)")
-    input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
-    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState input")
-    observation_topic: str = field("lowrl/observation", "std_msgs/Float32MultiArray input")
-    extra_observation_topic: str = field("lowrl/extra_observation",
-                                         "Float32MultiArray appended to the joint observation")
-    controller_name: str = field("forward_command_controller", "commands go to <controller_name>/commands")
-    stats_rate_hz: float = field(10.0, "rate of /lowrl/policy/stats", range=(0.1, 100.0))
-    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
-    bundle_topic: str = field("lowrl/policy_bundle",
-                              "signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status")
-    key_file: str = field("", "HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted unless "
-                              "require_signature is false")
-    robot_file: str = field("", "robot YAML: observation terms, joints, actions (docs/policy_node.md); empty: "
-                                "obs_fields/extra_obs_dim and input as before")
-    robot_timing: str = field("contract", "with robot_file: contract (fixed_rate at the policy contract's control "
-                                          "period) | parameters (mode and control_period_s as set)")
-    rt_priority: int = field(0, "SCHED_FIFO priority of the control thread, 1..99 (0: normal scheduling); "
-                                "refused without rtprio/CAP_SYS_NICE: then a WARN and the node runs on",
-                             range=(0, 99))
-    # dynamic: `-p rt_cpus:=3` arrives as an integer, "2,3" as a string; parse_cpus reads both.
-    rt_cpus: str = field("", "CPUs for the control thread, e.g. '3' or '2-3' (empty: any)", dynamic=True)
-    rt_lock_memory: bool = field(False, "mlockall the process at activation (needs memlock rights)")
-    publish_step: bool = field(True, "with robot_file: publish what the policy saw and did on step_topic "
-                                     "(the fine-tuner reads it); without a robot file nothing is published")
-    step_topic: str = field("lowrl/policy/step", "Float64MultiArray per policy/safe tick: stamp, flags, obs, "
-                                                  "policy action, executed action, command")
-    teleop_topic: str = field("", "Float64MultiArray in the policy's action units and order that replaces the "
-                                  "policy's output while held (an intervention); empty: no teleop")
-    teleop_timeout_s: float = field(0.2, "a teleop message holds the override this long", range=(0.001, 10.0))
-    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: a reset request (episode end); used with ready_topic")
-    ready_topic: str = field("", "std_msgs/Bool: true = the robot is ready again after a reset; set: a reset holds "
-                                 "the safe action until then; empty: resets are not waited for")
-
-    def __post_init__(self) -> None:
-        for name, allowed in (("input", INPUTS), ("engine", ENGINES), ("robot_timing", ROBOT_TIMINGS)):
-            require(getattr(self, name) in allowed,
-                    f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
-        parse_cpus(self.rt_cpus)  # a bad CPU list fails here, with the fix
 
 
 def _locked(method):
@@ -179,9 +107,8 @@ class PolicyNode(LifecycleNode):
 
     def _clear_runtime(self) -> None:
         self.controller: PolicyController | None = None
-        self.adapter: ObservationAdapter | None = None
         self.swapper: PolicySwapper | None = None
-        self.actions: ActionProcessor | None = None  # the robot file's output side (None: no robot file)
+        self.actions: ActionProcessor | None = None  # the robot file's output side (None: the command parameters)
         self._output: CommandOutput | None = None
         self._lifecycle_pubs: list = []
         self._pubs: list = []
@@ -189,11 +116,9 @@ class PolicyNode(LifecycleNode):
         self._timers: list = []
         self._control_timer = None
         self._input_reports = InputErrorReports()
-        self.robot = None  # the loaded RobotFile (core/runtime/robot_file.py), robot_file set
         self.robot_inputs: RobotInputs | None = None
-        self._obs_spec: ObservationSpec | None = None
         self._builder: ObservationBuilder | None = None
-        self._timing: dict[str, Any] = {}  # ControlConfig overrides from robot_timing: contract
+        self._timing: ControlTiming | None = None  # robot_timing against the contract (its ControlConfig overrides)
         self._realtime: RealtimeResult | None = None
         self._step_pub = None
         self._step: Listened | None = None
@@ -210,10 +135,8 @@ class PolicyNode(LifecycleNode):
         return self.get_parameter(name).value
 
     def _control_config(self, overrides: dict[str, Any] | None = None) -> ControlConfig:
-        return config_from_params(self, ControlConfig, overrides={**self._timing, **(overrides or {})})
-
-    def _adapter_config(self) -> ObsAdapterConfig:
-        return config_from_params(self, ObsAdapterConfig, obs_fields=tuple(f for f in self._get("obs_fields") if f))
+        timing = self._timing.overrides if self._timing is not None else {}
+        return config_from_params(self, ControlConfig, overrides={**timing, **(overrides or {})})
 
     def _receiver_config(self) -> ReceiverConfig:
         return config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
@@ -250,57 +173,55 @@ class PolicyNode(LifecycleNode):
     # ---- lifecycle -------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
-            path = self._get("policy_path")
-            if not path:
+            if not self._get("policy_path"):
                 raise ValueError("policy_path is empty; set it to a .onnx artifact or .lowrl bundle "
                                  "(e.g. models/pendulum_sac_int8.onnx)")
             settings = config_from_params(self, PolicyNodeSettings)  # checks input and engine
             bundle = load_bundle(settings.policy_path, engine=settings.engine)
-            actions = None
-            if settings.robot_file:
-                self._configure_robot_file(settings, bundle.contract)
-                actions = ActionProcessor.from_robot_dict(self.robot.raw, bundle.contract)
+            contract = bundle.contract
+            fields = tuple(filter(None, self._get("obs_fields")))  # [""]: the typed empty default
+            legacy = settings.reads_obs_fields and config_from_params(self, ObsAdapterConfig, obs_fields=fields)
+            # One input path: always a robot file (without robot_file, the one the old parameters describe).
+            robot, legacy_yaml = settings.robot(legacy or None, contract.obs_dim, self._get("watchdog_timeout_s"))
+            spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
+            spec.check_against(contract, by_name=not legacy_yaml)
+            actions = ActionProcessor.from_robot_dict(robot.raw, contract) if settings.robot_file else None
+            if actions is not None:
                 check_output(actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
-            estop = self._estop_for(actions)
+            safety = actions.safety if actions is not None else None
+            estop = EStopLatch.keep(self._estop_latch, safety.estop_topic if safety else "",
+                                    safety.reset_topic if safety else "")
+            self._timing = ControlTiming.choose(settings.robot_timing, contract.control_period_s, self._get("mode"),
+                                                self._get("control_period_s"))
             config = self._control_config()
             controller = PolicyController(config, bundle, clock=time.perf_counter, actions=actions, estop=estop)
-            if not settings.robot_file and settings.input == "joint_states":  # a robot file replaces both
-                adapter = ObservationAdapter(self._adapter_config())
-                adapter.check_against(bundle.contract)
-                self.adapter = adapter
             receiver = self._make_receiver()
         except Exception as exc:  # noqa: BLE001 - any load failure must become a FAILURE, not a crash
             self.get_logger().error(f"configure failed: {exc}")
             self._publish_diag([diag.status(diag.POLICY_STATUS, Level.ERROR, f"configure failed: {exc}")])
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
-        self.controller = controller
-        self.actions, self._estop_latch = actions, estop
+        self.controller, self.actions, self._estop_latch = controller, actions, estop
+        self._builder = ObservationBuilder(spec)
+        log = self.get_logger()
+        if legacy_yaml:
+            log.info("no robot_file: the input/obs_fields/extra_obs_dim parameters are this robot file (save it and "
+                     f"set robot_file to keep it; docs/policy_node.md):\n{legacy_yaml}")
+        if self._timing.warning:
+            log.warning(self._timing.warning)
         if actions is not None:
-            self.get_logger().info(
-                f"robot file {settings.robot_file}: {actions.interface} interface, {actions.output.type} on "
-                f"{actions.output.topic}, safe action {actions.safety.safe_action}, soft start "
-                f"{actions.safety.soft_start_s:g} s (the safe_action, default_pose and soft_start_steps parameters "
-                "are not used)")
+            log.info(f"robot file {settings.robot_file}: {actions.interface} interface, {actions.output.type} on "
+                     f"{actions.output.topic}, safe action {actions.safety.safe_action}, soft start "
+                     f"{actions.safety.soft_start_s:g} s (the safe_action, default_pose and soft_start_steps "
+                     "parameters are not used)")
         engine = settings.engine
         self.swapper = PolicySwapper(controller, lambda path: load_bundle(path, engine=engine),
                                      active_path=settings.policy_path, receiver=receiver, reply=self._reply,
                                      log=self._log, on_reject=lambda _status: self._publish_status())
-        self._create_io()
-        self.get_logger().info(
-            f"configured: {settings.policy_path} v{bundle.version}, tiers {', '.join(bundle.policies)}, "
-            f"{controller.obs_dim} obs -> {controller.action_dim} actions, mode {config.mode}")
+        self._create_io(spec)
+        log.info(f"configured: {settings.policy_path} v{bundle.version}, tiers {', '.join(bundle.policies)}, "
+                 f"{controller.obs_dim} obs -> {controller.action_dim} actions, {self._timing.text}")
         return TransitionCallbackReturn.SUCCESS
-
-    def _configure_robot_file(self, settings: PolicyNodeSettings, contract) -> None:
-        """Load the robot file and check its observation against the policy (a mismatch fails configure)."""
-        robot = load_robot_file(settings.robot_file)
-        spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
-        spec.check_against(contract)
-        self.robot = robot
-        self._obs_spec, self._builder = spec, ObservationBuilder(spec)
-        if settings.robot_timing == "contract":  # the rate the policy was trained at, on a drift-free timer
-            self._timing = {"mode": "fixed_rate", "control_period_s": float(contract.control_period_s)}
 
     def _make_receiver(self) -> BundleReceiver:
         """The bundle receiver from the parameters; a key_file that is set but unusable fails configure."""
@@ -311,18 +232,7 @@ class PolicyNode(LifecycleNode):
             self.get_logger().warning(line)
         return BundleReceiver(config, key)
 
-    def _estop_for(self, actions: ActionProcessor | None) -> EStopLatch | None:
-        """The e-stop latch for this configuration: the one kept from before (still latched, if it was)
-        unless the e-stop topic changed; None without a robot file or with estop_topic ""."""
-        if actions is None or not actions.safety.estop_topic:
-            return None
-        old = self._estop_latch
-        if old is not None and old.topic == actions.safety.estop_topic:
-            old.reset_topic = actions.safety.reset_topic
-            return old
-        return EStopLatch(actions.safety.estop_topic, actions.safety.reset_topic)
-
-    def _create_io(self) -> None:
+    def _create_io(self, spec: ObservationSpec) -> None:
         # Lifecycle publishers: silent unless active, enforced by rclpy (activated by super().on_activate).
         if self.actions is not None:
             self._output = CommandOutput(self, self.actions, lambda: self.controller.output_period_s())
@@ -337,7 +247,7 @@ class PolicyNode(LifecycleNode):
         self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "lowrl/policy/stats", STATS)
         self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
         self.controller.override_timeout_s = self._get("teleop_timeout_s")
-        if self._obs_spec is not None and self._get("publish_step"):
+        if self._get("publish_step"):
             self._create_step_publisher()
         if self._get("teleop_topic"):
             self._subs.append(self.create_subscription(Float64MultiArray, self._get("teleop_topic"),
@@ -345,20 +255,9 @@ class PolicyNode(LifecycleNode):
         if self._get("ready_topic"):
             self._subs.append(self.create_subscription(Empty, self._get("reset_topic"), self._on_reset, STATUS))
             self._subs.append(self.create_subscription(Bool, self._get("ready_topic"), self._on_ready, LATCHED))
-        if self._obs_spec is not None:
-            event = self.controller.config.mode == "event"
-            self.robot_inputs = RobotInputs(self, self._obs_spec, self._builder,
-                                            trigger=(lambda t0: self._observe(t0, self._robot_observation))
-                                            if event else None)
-        elif self._get("input") == "joint_states":
-            self._subs.append(self.create_subscription(JointState, self._get("joint_states_topic"),
-                                                       self._on_joint_state, CONTROL))
-            if self.adapter.config.extra_obs_dim:
-                self._subs.append(self.create_subscription(Float32MultiArray, self._get("extra_observation_topic"),
-                                                           self._on_extra, CONTROL))
-        else:
-            self._subs.append(self.create_subscription(Float32MultiArray, self._get("observation_topic"),
-                                                       self._on_observation, CONTROL))
+        # Event mode: the trigger topic's messages call _observe, which acts at once; fixed_rate: the loop takes.
+        trigger = self._observe if self.controller.config.mode == "event" else None
+        self.robot_inputs = RobotInputs(self, spec, self._builder, trigger=trigger)
         self._subs.append(self.create_subscription(UInt8, "lowrl/compute_tier", self._on_tier, LATCHED))
         bundle_topic = self._get("bundle_topic")
         self._subs.append(self.create_subscription(UInt8MultiArray, bundle_topic, self._on_bundle, LATCHED))
@@ -422,8 +321,7 @@ class PolicyNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self._lock:
             self.controller.activate()
-            if self._builder is not None:
-                self._builder.reset()  # no sample or history from before this activation
+            self._builder.reset()  # no sample or history from before this activation
             fixed_rate = self.controller.config.mode == "fixed_rate"
             if not fixed_rate:
                 # Event mode acts on observations, on the executor thread: the RT settings go to it, and this
@@ -517,20 +415,12 @@ class PolicyNode(LifecycleNode):
 
     # ---- control path ----------------------------------------------------------------------
     @_locked
-    def _on_joint_state(self, msg: JointState) -> None:
-        self._observe(time.perf_counter(), self.adapter.from_joint_state,
-                      msg.name, msg.position, msg.velocity, msg.effort)
-
-    @_locked
-    def _on_observation(self, msg: Float32MultiArray) -> None:
-        self._observe(time.perf_counter(), from_array, msg.data, self.controller.obs_dim)
-
-    @_locked
-    def _observe(self, t0: float, convert, *args) -> None:
-        """Convert a message to an observation (a bad one becomes the reason for the safe action),
-        then act at once in event mode, with the message's arrival ``t0`` as the deadline reference."""
+    def _observe(self, t0: float) -> None:
+        """Take the newest sample of each robot topic and build the observation (a bad or stale one becomes
+        the reason for the safe action); in event mode act at once, the trigger's arrival ``t0`` the reference."""
         try:
-            self.controller.observe(convert(*args))
+            self.robot_inputs.take()
+            self.controller.observe(self._builder.build(time.perf_counter()))
         except ObservationError as exc:
             self.controller.observe(None, str(exc))
         except Exception as exc:  # noqa: BLE001 - never die on input
@@ -542,18 +432,6 @@ class PolicyNode(LifecycleNode):
     # an RLock acquire/release each, per tick).
     _observe_held = _observe.__wrapped__
 
-    def _robot_observation(self) -> np.ndarray:
-        """Robot file: take the newest sample of each topic, build the observation (a stale term raises)."""
-        self.robot_inputs.take()
-        return self._builder.build(time.perf_counter())
-
-    @_locked
-    def _on_extra(self, msg: Float32MultiArray) -> None:
-        try:
-            self.adapter.set_extra(msg.data)
-        except Exception as exc:  # noqa: BLE001 - never die on input
-            self.controller.observe(None, str(exc))
-
     def _loop_tick(self, due: float, skipped: int) -> bool:
         """One tick of the control thread (fixed_rate): ``due`` is when it was due on the schedule, so lateness
         is counted; each skipped period is an output that never came. False: the node was released."""
@@ -562,7 +440,7 @@ class PolicyNode(LifecycleNode):
                 return False
             self.controller.deadline_misses += skipped
             if self.robot_inputs is not None and self.controller.active:
-                self._observe_held(due, self._robot_observation)
+                self._observe_held(due)
             self._tick_held(due)
             return True
 
@@ -588,8 +466,7 @@ class PolicyNode(LifecycleNode):
             c.last_error_time = time.perf_counter()
             result = None
         action = c.safe_action() if result is None else result.action
-        if self._builder is not None:
-            self._builder.after_step(result)  # the last_action rule
+        self._builder.after_step(result)  # the last_action rule
         if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
             self._publish_command(action)
             # Volatile topics: with no subscriber matched the message would be dropped anyway, so it is not
@@ -622,7 +499,7 @@ class PolicyNode(LifecycleNode):
 
     def _update_measured(self) -> None:
         """Hand the newest measured positions of the policy's joints to the controller (robot file)."""
-        if self.actions is None or self.controller is None or self._builder is None:
+        if self.actions is None or self.controller is None:
             return
         sample = self._builder.joint_state()
         if sample is not None:
@@ -733,17 +610,10 @@ class PolicyNode(LifecycleNode):
                                 bundle_topic=self._get("bundle_topic"))
         entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
-        if self._estop_latch is not None:
-            entries.append(self._estop_latch.status())
-        if self._get("teleop_topic"):
-            held = c.override_held()
-            entries.append(StatusEntry(INTERVENTION_STATUS, Level.WARN if held else Level.OK,
-                                       "intervention active" if held else "no intervention",
-                                       {"teleop_topic": self._get("teleop_topic"),
-                                        "intervention_ticks": str(c.interventions)}))
+        entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
+                                   override_held=c.override_held(), interventions=c.interventions,
+                                   realtime=self._realtime)
         statuses = diag.from_entries(entries)
-        if self._realtime is not None:
-            statuses.append(diag.status(REALTIME_STATUS, self._realtime.level, self._realtime.text()))
         self._publish_diag(statuses)
 
 

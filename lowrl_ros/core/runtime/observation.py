@@ -322,8 +322,11 @@ class ObservationSpec:
                 out.extend(f"{t.name}[{label}]{suffix}" for label in t.labels)
         return out
 
-    def check_against(self, contract: ContractLike) -> None:
+    def check_against(self, contract: ContractLike, by_name: bool = True) -> None:
         """Raise ValueError naming the term that disagrees with the policy's contract.
+
+        ``by_name=False`` compares the sizes only (the robot file built from the old ``obs_fields``
+        parameters, which never compared names).
 
         The sizes must add up to the contract's observation size; where the contract names its
         observations (anything but the generic ``obs_<i>``), each entry's contract name must begin
@@ -340,6 +343,8 @@ class ObservationSpec:
             sizes = ", ".join(f"{t.term}={t.dim}" for t in self.terms)
             raise ValueError(f"{where}: the observation terms add up to {self.obs_dim} entries ({sizes}) but the "
                              f"policy reads {contract.obs_dim}; add, remove or resize terms to match the policy")
+        if not by_name:
+            return
         names = list(contract.obs_names)
         if all(_GENERIC_NAME.match(n) for n in names):
             return  # the policy does not name its observations: nothing more to compare
