@@ -359,7 +359,7 @@ def test_safe_action_reaches_the_robot_before_the_lifecycle_publishers_go_silent
     node.trigger_deactivate()
     assert spin_until(executor, lambda: len(robot.commands) > n)
     assert robot.commands[-1] == pytest.approx(0.25)
-    assert not node._cmd_pub.is_activated
+    assert not node._outputs.command.is_activated
     robot.js_pub.publish(robot.joint_state())
     assert not spin_until(executor, lambda: len(robot.commands) > n + 1, timeout=0.3)
     assert node.controller.ticks > 0  # the observation was handled: the publisher dropped the command

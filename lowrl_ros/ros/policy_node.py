@@ -37,13 +37,11 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray, MultiArrayDimension, String, UInt8, UInt8MultiArray
+from std_msgs.msg import Bool, Empty, Float64MultiArray, String, UInt8, UInt8MultiArray
 
 from lowrl_ros.core.config import LIVE
-from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
 from lowrl_ros.core.runtime.bundle import load_bundle
 from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, ControlTiming, EStopLatch, PolicyController,
@@ -51,7 +49,7 @@ from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, ControlTimin
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationError
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
 from lowrl_ros.core.runtime.policy_settings import PolicyNodeSettings
-from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
+from lowrl_ros.core.runtime.policy_stats import PolicyStats
 from lowrl_ros.core.runtime.realtime import ControlLoop, RealtimeResult, apply_realtime, parse_cpus
 from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status, robot_io_status
 from lowrl_ros.core.runtime.swap import PolicySwapper
@@ -61,9 +59,9 @@ from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
 from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
-from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATUS
 from lowrl_ros.ros.robot_inputs import RobotInputs
-from lowrl_ros.ros.robot_outputs import ArrayOut, CommandOutput, Listened, check_output, create_estop
+from lowrl_ros.ros.robot_outputs import PolicyOutputs, check_output, create_estop
 from lowrl_ros.ros.spinning import guarded, run_node
 
 __all__ = ["PolicyNode", "PolicyNodeSettings", "main"]
@@ -96,11 +94,9 @@ class PolicyNode(LifecycleNode):
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         # Outlives cleanup/configure: a latched e-stop stays latched until its reset, whatever else happens.
         self._estop_latch: EStopLatch | None = None
-        # The control thread (fixed_rate) and the executor's callbacks both touch the controller, the
-        # observation builder, the swapper and the publishers. One re-entrant lock makes each control tick
-        # and each executor callback that changes that state (parameters, tier, e-stop, teleop, reset,
-        # stats, status, lifecycle) atomic with respect to the other; the executor's callbacks are rare and
-        # short, so the control thread almost never waits for it (uncontended: ~0.1 us per acquire).
+        # The control thread (fixed_rate) and the executor's callbacks both touch the controller, the builder,
+        # the swapper and the publishers: one re-entrant lock makes each tick and each such callback atomic with
+        # respect to the other (the callbacks are rare and short; uncontended: ~0.1 us per acquire).
         self._lock = threading.RLock()
         self._loop: ControlLoop | None = None
         self._clear_runtime()
@@ -109,8 +105,7 @@ class PolicyNode(LifecycleNode):
         self.controller: PolicyController | None = None
         self.swapper: PolicySwapper | None = None
         self.actions: ActionProcessor | None = None  # the robot file's output side (None: the command parameters)
-        self._output: CommandOutput | None = None
-        self._lifecycle_pubs: list = []
+        self._outputs: PolicyOutputs | None = None
         self._pubs: list = []
         self._subs: list = []
         self._timers: list = []
@@ -120,9 +115,6 @@ class PolicyNode(LifecycleNode):
         self._builder: ObservationBuilder | None = None
         self._timing: ControlTiming | None = None  # robot_timing against the contract (its ControlConfig overrides)
         self._realtime: RealtimeResult | None = None
-        self._step_pub = None
-        self._step: Listened | None = None
-        self._latency: Listened | None = None
         self._intervening = False
 
     @property
@@ -163,9 +155,7 @@ class PolicyNode(LifecycleNode):
         if self.controller is not None and names & set(LIVE_CONTROL):
             self.controller.config = self._control_config()
             if "watchdog_timeout_s" in names and self.controller.active and self.controller.config.mode == "event":
-                self._destroy_control_timer()
-                self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2,
-                                                        self._on_watchdog_tick)
+                self._start_watchdog()
         path = next((p.value for p in params if p.name == "policy_path"), None)
         if path is not None and self.swapper is not None:
             self.swapper.request_path(path)
@@ -186,8 +176,7 @@ class PolicyNode(LifecycleNode):
             spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
             spec.check_against(contract, by_name=not legacy_yaml)
             actions = ActionProcessor.from_robot_dict(robot.raw, contract) if settings.robot_file else None
-            if actions is not None:
-                check_output(actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
+            check_output(actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
             safety = actions.safety if actions is not None else None
             estop = EStopLatch.keep(self._estop_latch, safety.estop_topic if safety else "",
                                     safety.reset_topic if safety else "")
@@ -210,10 +199,7 @@ class PolicyNode(LifecycleNode):
         if self._timing.warning:
             log.warning(self._timing.warning)
         if actions is not None:
-            log.info(f"robot file {settings.robot_file}: {actions.interface} interface, {actions.output.type} on "
-                     f"{actions.output.topic}, safe action {actions.safety.safe_action}, soft start "
-                     f"{actions.safety.soft_start_s:g} s (the safe_action, default_pose and soft_start_steps "
-                     "parameters are not used)")
+            log.info(f"robot file {settings.robot_file}: {actions.describe()}")
         engine = settings.engine
         self.swapper = PolicySwapper(controller, lambda path: load_bundle(path, engine=engine),
                                      active_path=settings.policy_path, receiver=receiver, reply=self._reply,
@@ -225,30 +211,19 @@ class PolicyNode(LifecycleNode):
 
     def _make_receiver(self) -> BundleReceiver:
         """The bundle receiver from the parameters; a key_file that is set but unusable fails configure."""
-        key_file = self._get("key_file")
-        config = self._receiver_config()
-        key = load_key(key_file) if key_file else None
+        config, key = self._receiver_config(), load_key(self._get("key_file")) if self._get("key_file") else None
         for line in config.warnings(key_loaded=key is not None, topic=self._get("bundle_topic")):
             self.get_logger().warning(line)
         return BundleReceiver(config, key)
 
     def _create_io(self, spec: ObservationSpec) -> None:
-        # Lifecycle publishers: silent unless active, enforced by rclpy (activated by super().on_activate).
+        c = self.controller
+        self._outputs = PolicyOutputs(self, self.actions, c.output_period_s, obs_dim=c.obs_dim, action_dim=c.action_dim,
+                                      controller_name=self._get("controller_name"),
+                                      step_topic=self._get("step_topic") if self._get("publish_step") else "")
         if self.actions is not None:
-            self._output = CommandOutput(self, self.actions, lambda: self.controller.output_period_s())
-            self._cmd_pub = self._output.publisher
             self._subs.extend(create_estop(self, self.actions, self._on_estop, self._on_estop_reset))
-        else:
-            cmd_topic = f"{self._get('controller_name').strip('/')}/commands"  # relative: under the namespace
-            self._cmd_pub = self.create_lifecycle_publisher(Float64MultiArray, cmd_topic, CONTROL)
-        # Per-tick volatile topics: their subscriber counts come from matched events (Listened), not an rclpy call.
-        self._latency = Listened(self, Float64, "lowrl/policy/latency_us", STATS)
-        self._latency_pub = self._latency.publisher
-        self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "lowrl/policy/stats", STATS)
-        self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
-        self.controller.override_timeout_s = self._get("teleop_timeout_s")
-        if self._get("publish_step"):
-            self._create_step_publisher()
+        c.override_timeout_s = self._get("teleop_timeout_s")
         if self._get("teleop_topic"):
             self._subs.append(self.create_subscription(Float64MultiArray, self._get("teleop_topic"),
                                                        self._on_teleop, CONTROL))
@@ -266,34 +241,6 @@ class PolicyNode(LifecycleNode):
         self._pubs = [self._bundle_status_pub]
         self._timers.append(self.create_timer(1.0 / self._get("stats_rate_hz"), guarded(self, self._publish_stats)))
         self._timers.append(self.create_timer(self._get("diagnostics_period_s"), guarded(self, self._on_diagnostics)))
-        self._cmd_msg = Float64MultiArray()
-        self._latency_msg = Float64()
-        self._stats_msg = Float64MultiArray()
-        self._stats_msg.layout.dim = [MultiArrayDimension(label=",".join(STATS_FIELDS), size=len(STATS_FIELDS),
-                                                          stride=len(STATS_FIELDS))]
-
-    def _create_step_publisher(self) -> None:
-        """The step message (core/runtime/step_row.py), allocated once: each tick writes into its data in place."""
-        n, m = self.controller.obs_dim, self.controller.action_dim
-        size = step_row.row_size(n, m)
-        self._step = Listened(self, Float64MultiArray, self._get("step_topic"), RECORD)
-        self._step_pub = self._step.publisher
-        dim = MultiArrayDimension(label=step_row.row_label(n, m), size=size, stride=size)
-        self._step_out = ArrayOut(self._step_pub, [dim], size)
-        self._lifecycle_pubs.append(self._step_pub)
-
-    def _publish_step(self, result, action: np.ndarray) -> None:
-        """What the policy saw and did this tick (policy or safe ticks; the step row)."""
-        c = self.controller
-        policy = result is not None and result.source == "policy"
-        step_row.encode_step(self._step_out.values, stamp=time.time(), safe=not policy,
-                             intervention=policy and result.intervention,
-                             estop=self._estop_latch is not None and self._estop_latch.latched,
-                             policy_version=c.bundle.version, obs=c.observation,
-                             policy_action=result.own_action if policy else None,
-                             action=result.policy_action if policy and result.own_action is not None else None,
-                             command=action)
-        self._step_out.publish()
 
     @_locked
     def _on_teleop(self, msg: Float64MultiArray) -> None:
@@ -327,8 +274,7 @@ class PolicyNode(LifecycleNode):
                 # Event mode acts on observations, on the executor thread: the RT settings go to it, and this
                 # timer only notices when the observations stop (watchdog).
                 self._apply_realtime()
-                self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2,
-                                                        self._on_watchdog_tick)
+                self._start_watchdog()
         result = super().on_activate(state)  # enables the lifecycle publishers
         if fixed_rate:  # after the publishers are enabled: its first tick may publish at once
             self._loop = ControlLoop(self.controller.output_period_s(), self._loop_tick, on_start=self._apply_realtime,
@@ -337,18 +283,21 @@ class PolicyNode(LifecycleNode):
         return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_loop()  # outside the lock: its last tick takes the lock
+        self._stop_control()  # outside the lock: its last tick takes the lock
         with self._lock:
-            self._destroy_control_timer()
-            # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
-            # On a position interface it holds the measured pose (None: never measured, send nothing).
-            self._update_measured()
-            action = self.controller.deactivate()
-            if action is not None:
-                self._publish_command(action)
-        self.get_logger().info("deactivated: " + ("safe action sent" if action is not None else
+            sent = self._send_safe_action()  # first: super().on_deactivate silences the lifecycle publishers
+        self.get_logger().info("deactivated: " + ("safe action sent" if sent else
                                                   "nothing sent (the joint positions were never measured)"))
         return super().on_deactivate(state)
+
+    def _send_safe_action(self) -> bool:
+        """Stop the controller and publish its safe action; on a position interface it holds the measured pose
+        (False: never measured, nothing sent)."""
+        self._update_measured()
+        action = self.controller.deactivate()
+        if action is not None:
+            self._outputs.publish_command(action)
+        return action is not None
 
     def _apply_realtime(self) -> None:
         """rt_* parameters, asked for the calling thread: the control thread (fixed_rate) or the executor's
@@ -360,36 +309,38 @@ class PolicyNode(LifecycleNode):
         for level, line in self._realtime.lines:
             self._log(level, f"realtime: {line}")
 
-    def _stop_loop(self) -> None:
-        """End the control thread (fixed_rate); call without holding the lock."""
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.stop()
+    def _start_watchdog(self) -> None:
+        """Event mode: a timer that only notices when the observations stop (the ticks come with them)."""
+        self._stop_control(loop=False)
+        self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2, self._on_watchdog_tick)
+
+    def _stop_control(self, loop: bool = True) -> None:
+        """End the control thread (fixed_rate; call without holding the lock) and the watchdog timer."""
+        loop_, self._loop = (self._loop, None) if loop else (None, self._loop)
+        if loop_ is not None:
+            loop_.stop()
+        if self._control_timer is not None:
+            self.destroy_timer(self._control_timer)
+            self._control_timer = None
 
     def _loop_error(self, exc: Exception) -> None:
         self.get_logger().error(f"control tick failed: {type(exc).__name__}: {exc}", throttle_duration_sec=2.0)
 
     def destroy_node(self) -> None:
         """Stop the control thread before the node's publishers go (a test or tool may skip shutdown)."""
-        self._stop_loop()
+        self._stop_control()
         super().destroy_node()
 
-    def _destroy_control_timer(self) -> None:
-        if self._control_timer is not None:
-            self.destroy_timer(self._control_timer)
-            self._control_timer = None
-
     def _release(self) -> None:
-        self._stop_loop()
-        self._destroy_control_timer()
+        self._stop_control()
         for t in self._timers:
             self.destroy_timer(t)
         for s in self._subs:
             self.destroy_subscription(s)
         if self.robot_inputs is not None:
             self.robot_inputs.destroy()
-        for pub in self._lifecycle_pubs:
-            self.destroy_lifecycle_publisher(pub)
+        if self._outputs is not None:
+            self._outputs.destroy(self)
         for pub in self._pubs:
             self.destroy_publisher(pub)
         if self.swapper is not None:
@@ -403,13 +354,10 @@ class PolicyNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_loop()  # outside the lock: its last tick takes the lock
+        self._stop_control()  # outside the lock: its last tick takes the lock
         with self._lock:
             if self.controller is not None and self.controller.active:
-                self._update_measured()
-                action = self.controller.deactivate()
-                if action is not None:
-                    self._publish_command(action)  # still enabled: shutdown does not deactivate them
+                self._send_safe_action()  # the publishers are still enabled: shutdown does not deactivate them
             self._release()
         return TransitionCallbackReturn.SUCCESS
 
@@ -467,35 +415,21 @@ class PolicyNode(LifecycleNode):
             result = None
         action = c.safe_action() if result is None else result.action
         self._builder.after_step(result)  # the last_action rule
-        if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
-            self._publish_command(action)
-            # Volatile topics: with no subscriber matched the message would be dropped anyway, so it is not
-            # built or serialized (the step message and the latency are ~60 us of each tick here).
-            if (self._step_pub is not None and (result is None or result.source != "hold")
-                    and self._step.count()):
-                self._publish_step(result, action)
+        sent = action is not None and (result is None or result.source != NOTHING)  # before the first observation
+        if sent:
+            self._outputs.publish_command(action)
+        self._outputs.publish_tick(result, action if sent else None, policy_version=c.bundle.version,
+                                   estop=self._estop_latch is not None and self._estop_latch.latched, obs=c.observation)
         intervening = result is not None and result.intervention
         if intervening != self._intervening:  # say so at once, not at the next diagnostics period
             self._intervening = intervening
-            if intervening:  # rclpy loggers need one severity per call site, hence the branches
-                self.get_logger().warning("intervention active: the teleop action replaces the policy's")
-            else:
-                self.get_logger().info("intervention ended: the policy acts again")
+            self._log(Level.WARN if intervening else Level.OK, "intervention active: the teleop action replaces the "
+                      "policy's" if intervening else "intervention ended: the policy acts again")
             self._publish_status()
-        if result is not None and result.latency_s is not None and self._latency.count():
-            self._latency_msg.data = result.latency_s * 1e6  # one message, reused: no construction per tick
-            self._latency_pub.publish(self._latency_msg)
         if self._input_reports.due(c.last_error_time, time.perf_counter()):  # a new input error: say so now
             self._publish_status()
 
     _tick_held = _tick.__wrapped__  # see _observe_held
-
-    def _publish_command(self, action: np.ndarray) -> None:
-        if self._output is not None:
-            self._output.publish(action)  # the robot file's message, in the controller's joint order
-            return
-        self._cmd_msg.data = action.tolist()
-        self._cmd_pub.publish(self._cmd_msg)
 
     def _update_measured(self) -> None:
         """Hand the newest measured positions of the policy's joints to the controller (robot file)."""
@@ -521,7 +455,7 @@ class PolicyNode(LifecycleNode):
         if latch is None:
             return
         released, line = latch.reset()
-        self.get_logger().warning(line) if released else self.get_logger().error(line)
+        self._log(Level.WARN if released else Level.ERROR, line)
         self._publish_status()
 
     # ---- tiers, hot-swap -------------------------------------------------------------------
@@ -533,7 +467,7 @@ class PolicyNode(LifecycleNode):
             self.get_logger().error(f"ignoring compute tier: {exc}")
             return
         if line:
-            self.get_logger().warning(line) if self.controller.tier > ComputeTier.FULL else self.get_logger().info(line)
+            self._log(Level.WARN if self.controller.tier > ComputeTier.FULL else Level.OK, line)
             if (self._loop is not None and self.controller.active
                     and self.controller.output_period_s() != self._loop.period_s):
                 self._loop.retime(self.controller.output_period_s())  # a running thread takes it up at once
@@ -550,14 +484,7 @@ class PolicyNode(LifecycleNode):
         self._bundle_status_pub.publish(String(data=status.to_json()))
 
     def _log(self, level: Level, line: str) -> None:
-        logger = self.get_logger()
-        # rclpy loggers need one severity per call site, hence the branches.
-        if level >= Level.ERROR:
-            logger.error(line)
-        elif level == Level.WARN:
-            logger.warning(line)
-        else:
-            logger.info(line)
+        diag.log(self.get_logger(), level, line)
 
     def wait_for_swap(self, timeout: float | None = None) -> None:
         """Block until the swap worker is idle (tests and tools; never the control path)."""
@@ -574,7 +501,7 @@ class PolicyNode(LifecycleNode):
                 return
             # A volatile topic nobody subscribes to (no budget monitor, recorder or tool): the message would
             # be dropped, so it is not built (~0.5 % of a core at 10 Hz in lowrl bench loop --legged).
-            if not self._stats_pub.get_subscription_count():
+            if not self._outputs.stats.get_subscription_count():
                 return
             numbers = c.stats(percentiles=False)
             latencies = c.latency.snapshot()
@@ -583,15 +510,13 @@ class PolicyNode(LifecycleNode):
         with self._lock:
             if self.controller is not c:  # released or reconfigured meanwhile: its publisher may be gone
                 return
-            self._stats_msg.data = stats.to_list()
-            self._stats_pub.publish(self._stats_msg)
+            self._outputs.publish_stats(stats.to_list())
 
     @_locked
     def _on_diagnostics(self) -> None:
         """The diagnostics timer: the matched-event counts' safety net (Listened.refresh), then the status."""
-        for listened in (self._step, self._latency):
-            if listened is not None:
-                listened.refresh()
+        if self._outputs is not None:
+            self._outputs.refresh()
         self._publish_status()
 
     def _publish_diag(self, statuses: list) -> None:
@@ -613,8 +538,7 @@ class PolicyNode(LifecycleNode):
         entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
                                    override_held=c.override_held(), interventions=c.interventions,
                                    realtime=self._realtime)
-        statuses = diag.from_entries(entries)
-        self._publish_diag(statuses)
+        self._publish_diag(diag.from_entries(entries))
 
 
 def _autostart(node: PolicyNode) -> int:

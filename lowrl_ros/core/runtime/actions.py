@@ -309,6 +309,12 @@ class ActionProcessor:
         self.controller_joints = tuple(controller)
         self.order = np.array([self.joints.index(j) for j in controller], dtype=np.intp)
 
+    def describe(self) -> str:
+        """One line for the log: the interface, where the commands go, the safe action and the soft start."""
+        return (f"{self.interface} interface, {self.output.type} on {self.output.topic}, safe action "
+                f"{self.safety.safe_action}, soft start {self.safety.soft_start_s:g} s (the safe_action, default_pose "
+                "and soft_start_steps parameters are not used)")
+
     def check_contract(self, contract: Any) -> None:
         """Raise ValueError if the policy's contract does not fit the robot file: another action count,
         the same joint names in another order, or an action scale/offset both sides would apply."""
