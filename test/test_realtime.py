@@ -84,6 +84,8 @@ def test_retime_starts_a_fresh_schedule_at_once():
     assert dues[3] == pytest.approx(dues[2])  # the new period's first tick came at once, not 10 ms later
     np.testing.assert_allclose(np.diff(dues[3:]), 0.04)
     assert loop.period_s == 0.04
+    schedule = loop.schedule
+    assert not loop.retime(0.04) and loop.schedule is schedule  # the same period: the grid is kept
 
 
 def test_an_exception_in_a_tick_is_reported_and_the_loop_goes_on():

@@ -1,36 +1,25 @@
 """policy_node: runs a compressed policy on the robot (rclpy LifecycleNode; never imports torch).
 
-configure: load the artifact/bundle and the robot file   activate: start control
-deactivate: publish the safe action and stop              cleanup/shutdown: release everything
+configure: load the policy and the robot file; activate: start control; deactivate: the safe action, stop.
 
-In: the robot file's observation topics (ros/robot_inputs.py: the newest sample of each, taken at the
-tick). Every robot is read through a robot file: ``robot_file``, or without it the one the old
-``input``/``obs_fields``/``extra_obs_dim`` parameters describe (logged at configure as YAML to keep).
-Also ``/lowrl/compute_tier`` (UInt8, latched) and ``/lowrl/policy_bundle`` (signed bundles, latched).
-Out: the commands (``<controller_name>/commands`` Float64MultiArray, or by the robot file's ``output``),
-``/diagnostics``, ``/lowrl/policy/latency_us``, ``/lowrl/policy/stats`` (10 Hz), ``step_topic`` (what the
-policy saw and did: core/runtime/step_row.py, docs/CONTRACTS.md), ``<bundle_topic>/status``. Commands,
-latency, stats and steps go out on lifecycle publishers (rclpy keeps an inactive node silent); the safe
-action on deactivate/shutdown is published before they are deactivated. Robot file, e-stop, teleop and
-reset topics: docs/policy_node.md.
+In: every robot through a robot file (ros/robot_inputs.py: the newest sample of each topic, taken at the
+tick): ``robot_file``, or without it the one the old ``input``/``obs_fields``/``extra_obs_dim``
+parameters describe (logged as YAML at configure). ``/lowrl/compute_tier``, ``/lowrl/policy_bundle``.
+Out (ros/robot_outputs.py PolicyOutputs, lifecycle publishers: silent unless active, but the safe action
+on deactivate/shutdown goes out first): the commands, ``lowrl/policy/latency_us``, ``lowrl/policy/stats``,
+``step_topic`` (docs/CONTRACTS.md); ``/diagnostics`` and ``<bundle_topic>/status`` in any state.
 
-Timing (``robot_timing``, :class:`~lowrl_ros.core.runtime.control.ControlTiming`): ``contract`` runs
-fixed_rate at the policy contract's control period; ``parameters`` keeps ``mode``/``control_period_s``
-(a WARN when that is not the contract's rate). fixed_rate ticks run on the node's own thread
-(:class:`~lowrl_ros.core.runtime.realtime.ControlLoop`, OS name ``lowrl_control``, the ``rt_*``
-settings); event mode ticks on the executor thread as each trigger message arrives. One lock
-(``PolicyNode._lock``) makes each tick and each executor callback atomic with respect to the other.
-
-The node declares, converts and wires; the decisions live in core: ``PolicyController`` (safety,
-watchdog, soft start, decimation, tiers), ``PolicySwapper`` (hot swap on a worker thread, installed
-between ticks), ``ObservationBuilder`` (the observation, the last_action rule) and ``policy_status``
-/ ``robot_io_status`` (diagnostics). Every exception at a callback boundary becomes the safe action and
-an ERROR diagnostic, so bad input never takes the node down.
+Timing (``robot_timing``, core ControlTiming): fixed_rate at the contract's control period, or the
+``mode``/``control_period_s`` parameters (a WARN when that is not the contract's rate). fixed_rate ticks
+run on the node's own thread (core ControlLoop, OS name ``lowrl_control``, ``rt_*``); event mode on the
+executor, as each trigger message arrives. One lock (``PolicyNode._lock``) makes each tick and each
+executor callback atomic with respect to the other. The decisions live in core (PolicyController,
+PolicySwapper, ObservationBuilder, policy_status); every exception at a callback boundary becomes the
+safe action and an ERROR diagnostic, so bad input never takes the node down.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import sys
 import threading
@@ -48,7 +37,7 @@ from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, ControlTimin
                                             percentiles_us)
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationError
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
-from lowrl_ros.core.runtime.policy_settings import PolicyNodeSettings
+from lowrl_ros.core.runtime.policy_settings import PolicyNodeSettings, PolicySetup
 from lowrl_ros.core.runtime.policy_stats import PolicyStats
 from lowrl_ros.core.runtime.realtime import ControlLoop, RealtimeResult, apply_realtime, parse_cpus
 from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status, robot_io_status
@@ -59,25 +48,16 @@ from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
 from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATUS
-from lowrl_ros.ros.robot_inputs import RobotInputs
+from lowrl_ros.ros.qos import LATCHED, STATUS
+from lowrl_ros.ros.robot_inputs import RobotInputs, create_operator_inputs
 from lowrl_ros.ros.robot_outputs import PolicyOutputs, check_output, create_estop
-from lowrl_ros.ros.spinning import guarded, run_node
+from lowrl_ros.ros.spinning import autostart, guarded, locked, run_node
 
 __all__ = ["PolicyNode", "PolicyNodeSettings", "main"]
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
 LIVE_CONTROL = tuple(f.name for f in dataclasses.fields(ControlConfig) if f.metadata[LIVE])
 # ReceiverConfig as parameters: keep is keep_bundles; the engine is this node's; probe_count is fixed.
 _RECEIVER_PARAMS: dict[str, Any] = dict(skip=("probe_count", "engine"), names={"keep": "keep_bundles"})
-
-
-def _locked(method):
-    """Run a PolicyNode method under the node's lock (see PolicyNode.__init__: why and what it guards)."""
-    @functools.wraps(method)
-    def run(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return run
 
 
 class PolicyNode(LifecycleNode):
@@ -94,9 +74,8 @@ class PolicyNode(LifecycleNode):
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         # Outlives cleanup/configure: a latched e-stop stays latched until its reset, whatever else happens.
         self._estop_latch: EStopLatch | None = None
-        # The control thread (fixed_rate) and the executor's callbacks both touch the controller, the builder,
-        # the swapper and the publishers: one re-entrant lock makes each tick and each such callback atomic with
-        # respect to the other (the callbacks are rare and short; uncontended: ~0.1 us per acquire).
+        # The control thread and the executor's callbacks share the controller, builder, swapper and publishers: one
+        # re-entrant lock makes each tick and callback atomic (callbacks are rare and short; ~0.1 us per acquire).
         self._lock = threading.RLock()
         self._loop: ControlLoop | None = None
         self._clear_runtime()
@@ -106,10 +85,9 @@ class PolicyNode(LifecycleNode):
         self.swapper: PolicySwapper | None = None
         self.actions: ActionProcessor | None = None  # the robot file's output side (None: the command parameters)
         self._outputs: PolicyOutputs | None = None
-        self._pubs: list = []
         self._subs: list = []
         self._timers: list = []
-        self._control_timer = None
+        self._control_timer = self._bundle_status_pub = None
         self._input_reports = InputErrorReports()
         self.robot_inputs: RobotInputs | None = None
         self._builder: ObservationBuilder | None = None
@@ -130,10 +108,7 @@ class PolicyNode(LifecycleNode):
         timing = self._timing.overrides if self._timing is not None else {}
         return config_from_params(self, ControlConfig, overrides={**timing, **(overrides or {})})
 
-    def _receiver_config(self) -> ReceiverConfig:
-        return config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
-
-    @_locked
+    @locked
     def _validate_parameters(self, params) -> SetParametersResult:
         """Reject a live change the core config refuses, with its reason (shown by rqt_reconfigure)."""
         changes = {p.name: p.value for p in params if p.name in LIVE_CONTROL}
@@ -149,7 +124,7 @@ class PolicyNode(LifecycleNode):
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
 
-    @_locked
+    @locked
     def _apply_parameters(self, params) -> None:
         names = {p.name for p in params}
         if self.controller is not None and names & set(LIVE_CONTROL):
@@ -168,50 +143,41 @@ class PolicyNode(LifecycleNode):
                                  "(e.g. models/pendulum_sac_int8.onnx)")
             settings = config_from_params(self, PolicyNodeSettings)  # checks input and engine
             bundle = load_bundle(settings.policy_path, engine=settings.engine)
-            contract = bundle.contract
             fields = tuple(filter(None, self._get("obs_fields")))  # [""]: the typed empty default
             legacy = settings.reads_obs_fields and config_from_params(self, ObsAdapterConfig, obs_fields=fields)
             # One input path: always a robot file (without robot_file, the one the old parameters describe).
-            robot, legacy_yaml = settings.robot(legacy or None, contract.obs_dim, self._get("watchdog_timeout_s"))
-            spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
-            spec.check_against(contract, by_name=not legacy_yaml)
-            actions = ActionProcessor.from_robot_dict(robot.raw, contract) if settings.robot_file else None
-            check_output(actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
-            safety = actions.safety if actions is not None else None
-            estop = EStopLatch.keep(self._estop_latch, safety.estop_topic if safety else "",
-                                    safety.reset_topic if safety else "")
-            self._timing = ControlTiming.choose(settings.robot_timing, contract.control_period_s, self._get("mode"),
-                                                self._get("control_period_s"))
+            setup = PolicySetup.plan(settings, bundle.contract, legacy=legacy or None, mode=self._get("mode"),
+                                     control_period_s=self._get("control_period_s"),
+                                     watchdog_timeout_s=self._get("watchdog_timeout_s"), estop=self._estop_latch)
+            check_output(setup.actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
+            self._timing = setup.timing
             config = self._control_config()
-            controller = PolicyController(config, bundle, clock=time.perf_counter, actions=actions, estop=estop)
+            controller = PolicyController(config, bundle, clock=time.perf_counter, actions=setup.actions,
+                                          estop=setup.estop)
             receiver = self._make_receiver()
         except Exception as exc:  # noqa: BLE001 - any load failure must become a FAILURE, not a crash
             self.get_logger().error(f"configure failed: {exc}")
             self._publish_diag([diag.status(diag.POLICY_STATUS, Level.ERROR, f"configure failed: {exc}")])
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
-        self.controller, self.actions, self._estop_latch = controller, actions, estop
-        self._builder = ObservationBuilder(spec)
-        log = self.get_logger()
-        if legacy_yaml:
-            log.info("no robot_file: the input/obs_fields/extra_obs_dim parameters are this robot file (save it and "
-                     f"set robot_file to keep it; docs/policy_node.md):\n{legacy_yaml}")
-        if self._timing.warning:
-            log.warning(self._timing.warning)
-        if actions is not None:
-            log.info(f"robot file {settings.robot_file}: {actions.describe()}")
+        self.controller, self.actions, self._estop_latch = controller, setup.actions, setup.estop
+        self._builder = ObservationBuilder(setup.spec)
+        for level, line in setup.log_lines(settings.robot_file):
+            self._log(level, line)
         engine = settings.engine
         self.swapper = PolicySwapper(controller, lambda path: load_bundle(path, engine=engine),
                                      active_path=settings.policy_path, receiver=receiver, reply=self._reply,
                                      log=self._log, on_reject=lambda _status: self._publish_status())
-        self._create_io(spec)
-        log.info(f"configured: {settings.policy_path} v{bundle.version}, tiers {', '.join(bundle.policies)}, "
-                 f"{controller.obs_dim} obs -> {controller.action_dim} actions, {self._timing.text}")
+        self._create_io(setup.spec)
+        self.get_logger().info(f"configured: {settings.policy_path} v{bundle.version}, tiers "
+                               f"{', '.join(bundle.policies)}, {controller.obs_dim} obs -> {controller.action_dim} "
+                               f"actions, {self._timing.text}")
         return TransitionCallbackReturn.SUCCESS
 
     def _make_receiver(self) -> BundleReceiver:
         """The bundle receiver from the parameters; a key_file that is set but unusable fails configure."""
-        config, key = self._receiver_config(), load_key(self._get("key_file")) if self._get("key_file") else None
+        config = config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
+        key = load_key(self._get("key_file")) if self._get("key_file") else None
         for line in config.warnings(key_loaded=key is not None, topic=self._get("bundle_topic")):
             self.get_logger().warning(line)
         return BundleReceiver(config, key)
@@ -224,12 +190,9 @@ class PolicyNode(LifecycleNode):
         if self.actions is not None:
             self._subs.extend(create_estop(self, self.actions, self._on_estop, self._on_estop_reset))
         c.override_timeout_s = self._get("teleop_timeout_s")
-        if self._get("teleop_topic"):
-            self._subs.append(self.create_subscription(Float64MultiArray, self._get("teleop_topic"),
-                                                       self._on_teleop, CONTROL))
-        if self._get("ready_topic"):
-            self._subs.append(self.create_subscription(Empty, self._get("reset_topic"), self._on_reset, STATUS))
-            self._subs.append(self.create_subscription(Bool, self._get("ready_topic"), self._on_ready, LATCHED))
+        self._subs += create_operator_inputs(self, teleop_topic=self._get("teleop_topic"), on_teleop=self._on_teleop,
+                                             reset_topic=self._get("reset_topic"), on_reset=self._on_reset,
+                                             ready_topic=self._get("ready_topic"), on_ready=self._on_ready)
         # Event mode: the trigger topic's messages call _observe, which acts at once; fixed_rate: the loop takes.
         trigger = self._observe if self.controller.config.mode == "event" else None
         self.robot_inputs = RobotInputs(self, spec, self._builder, trigger=trigger)
@@ -238,28 +201,26 @@ class PolicyNode(LifecycleNode):
         self._subs.append(self.create_subscription(UInt8MultiArray, bundle_topic, self._on_bundle, LATCHED))
         # A plain publisher: the trainer gets its answer in any lifecycle state.
         self._bundle_status_pub = self.create_publisher(String, f"{bundle_topic.rstrip('/')}/status", STATUS)
-        self._pubs = [self._bundle_status_pub]
         self._timers.append(self.create_timer(1.0 / self._get("stats_rate_hz"), guarded(self, self._publish_stats)))
         self._timers.append(self.create_timer(self._get("diagnostics_period_s"), guarded(self, self._on_diagnostics)))
 
-    @_locked
+    @locked
     def _on_teleop(self, msg: Float64MultiArray) -> None:
-        if self.controller is None:
-            return
         try:
-            self.controller.set_override(msg.data, time.perf_counter())
+            if self.controller is not None:
+                self.controller.set_override(msg.data, time.perf_counter())
         except ValueError as exc:
             self.get_logger().error(f"ignoring {self._get('teleop_topic')}: {exc}", throttle_duration_sec=2.0)
 
-    @_locked
+    @locked
     def _on_reset(self, _msg: Empty) -> None:
         if self.controller is not None:
-            self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
-                                             f"true on {self._get('ready_topic')}")
-            self.get_logger().info(f"reset requested: holding the safe action until {self._get('ready_topic')} "
-                                   "reports ready")
+            reset, ready = self._get("reset_topic"), self._get("ready_topic")
+            line = f"reset requested on {reset}: safe action until true on {ready}"
+            self.controller.hold_until_ready(line)
+            self.get_logger().info(line)
 
-    @_locked
+    @locked
     def _on_ready(self, msg: Bool) -> None:
         if self.controller is not None and msg.data and self.controller.waiting_ready:
             self.controller.release_hold()
@@ -271,8 +232,7 @@ class PolicyNode(LifecycleNode):
             self._builder.reset()  # no sample or history from before this activation
             fixed_rate = self.controller.config.mode == "fixed_rate"
             if not fixed_rate:
-                # Event mode acts on observations, on the executor thread: the RT settings go to it, and this
-                # timer only notices when the observations stop (watchdog).
+                # Event mode acts on observations, on the executor thread: the RT settings go to it.
                 self._apply_realtime()
                 self._start_watchdog()
         result = super().on_activate(state)  # enables the lifecycle publishers
@@ -291,8 +251,7 @@ class PolicyNode(LifecycleNode):
         return super().on_deactivate(state)
 
     def _send_safe_action(self) -> bool:
-        """Stop the controller and publish its safe action; on a position interface it holds the measured pose
-        (False: never measured, nothing sent)."""
+        """Stop the controller, publish its safe action (on a position interface the measured pose; False: none)."""
         self._update_measured()
         action = self.controller.deactivate()
         if action is not None:
@@ -303,11 +262,10 @@ class PolicyNode(LifecycleNode):
         """rt_* parameters, asked for the calling thread: the control thread (fixed_rate) or the executor's
         (event mode, where the executor runs the control ticks); mlockall is for the whole process."""
         priority, cpus, lock = self._get("rt_priority"), parse_cpus(self._get("rt_cpus")), self._get("rt_lock_memory")
-        if not (priority or cpus or lock):
-            return
-        self._realtime = apply_realtime(priority, cpus, lock)
-        for level, line in self._realtime.lines:
-            self._log(level, f"realtime: {line}")
+        if priority or cpus or lock:
+            self._realtime = apply_realtime(priority, cpus, lock)
+            for level, line in self._realtime.lines:
+                self._log(level, f"realtime: {line}")
 
     def _start_watchdog(self) -> None:
         """Event mode: a timer that only notices when the observations stop (the ticks come with them)."""
@@ -341,8 +299,8 @@ class PolicyNode(LifecycleNode):
             self.robot_inputs.destroy()
         if self._outputs is not None:
             self._outputs.destroy(self)
-        for pub in self._pubs:
-            self.destroy_publisher(pub)
+        if self._bundle_status_pub is not None:
+            self.destroy_publisher(self._bundle_status_pub)
         if self.swapper is not None:
             self.swapper.drop_pending()
         self._clear_runtime()
@@ -362,7 +320,7 @@ class PolicyNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     # ---- control path ----------------------------------------------------------------------
-    @_locked
+    @locked
     def _observe(self, t0: float) -> None:
         """Take the newest sample of each robot topic and build the observation (a bad or stale one becomes
         the reason for the safe action); in event mode act at once, the trigger's arrival ``t0`` the reference."""
@@ -376,8 +334,7 @@ class PolicyNode(LifecycleNode):
         if self.controller.config.mode == "event":
             self._tick(t0)
 
-    # The control thread already holds the lock (_loop_tick): these skip the re-entry (a wrapper frame and
-    # an RLock acquire/release each, per tick).
+    # The control thread already holds the lock (_loop_tick): these skip the re-entry (a frame and an RLock each).
     _observe_held = _observe.__wrapped__
 
     def _loop_tick(self, due: float, skipped: int) -> bool:
@@ -392,16 +349,15 @@ class PolicyNode(LifecycleNode):
             self._tick_held(due)
             return True
 
-    @_locked
+    @locked
     def _on_watchdog_tick(self) -> None:
         age = self.controller.observation_age()
         if age is None or age > self.controller.config.watchdog_timeout_s:
             self._tick(time.perf_counter())
 
-    @_locked
+    @locked
     def _tick(self, reference: float) -> None:
-        # Inactive: no control work at all (ticks are not counted); the lifecycle publishers would
-        # drop the output anyway, so rclpy enforces the silence a second time.
+        # Inactive: no control work (ticks not counted); the lifecycle publishers would drop the output anyway.
         c = self.controller
         if c is None or not c.active:
             return
@@ -439,27 +395,23 @@ class PolicyNode(LifecycleNode):
         if sample is not None:
             self.controller.set_measured(measured_positions(*sample, self.actions.joint_index))
 
-    # ---- e-stop ----------------------------------------------------------------------------
-    @_locked
+    # ---- e-stop, tiers, hot-swap ----------------------------------------------------------
+    @locked
     def _on_estop(self, asserted: bool) -> None:
         latch = self._estop_latch
-        if latch is None or not latch.update(asserted, time.perf_counter()):
-            return
-        self.get_logger().error(f"e-stop on {latch.topic}: safe action latched until a reset on {latch.reset_topic}")
-        self._tick(time.perf_counter())  # the safe action now, not at the next tick
-        self._publish_status()
+        if latch is not None and latch.update(asserted, time.perf_counter()):
+            self._log(Level.ERROR, f"e-stop on {latch.topic}: safe action latched until a reset on {latch.reset_topic}")
+            self._tick(time.perf_counter())  # the safe action now, not at the next tick
+            self._publish_status()
 
-    @_locked
+    @locked
     def _on_estop_reset(self) -> None:
-        latch = self._estop_latch
-        if latch is None:
-            return
-        released, line = latch.reset()
-        self._log(Level.WARN if released else Level.ERROR, line)
-        self._publish_status()
+        if self._estop_latch is not None:
+            released, line = self._estop_latch.reset()
+            self._log(Level.WARN if released else Level.ERROR, line)
+            self._publish_status()
 
-    # ---- tiers, hot-swap -------------------------------------------------------------------
-    @_locked
+    @locked
     def _on_tier(self, msg: UInt8) -> None:
         try:
             line = self.controller.set_tier(msg.data)
@@ -468,13 +420,13 @@ class PolicyNode(LifecycleNode):
             return
         if line:
             self._log(Level.WARN if self.controller.tier > ComputeTier.FULL else Level.OK, line)
-            if (self._loop is not None and self.controller.active
-                    and self.controller.output_period_s() != self._loop.period_s):
-                self._loop.retime(self.controller.output_period_s())  # a running thread takes it up at once
-                self._tick(time.perf_counter())  # the new tier's first output now, not at the thread's next wake
+            # fixed_rate: the loop re-timed to the tier's period, and its first output now, not at the next wake.
+            c = self.controller
+            if self._loop is not None and c.active and self._loop.retime(c.output_period_s()):
+                self._tick(time.perf_counter())
             self._publish_status()
 
-    @_locked
+    @locked
     def _on_bundle(self, msg: UInt8MultiArray) -> None:
         """A bundle from the trainer: only queued here; all checking happens on the swap worker."""
         if self.swapper is not None:
@@ -493,18 +445,13 @@ class PolicyNode(LifecycleNode):
 
     # ---- reporting -------------------------------------------------------------------------
     def _publish_stats(self) -> None:
-        # The percentiles (a partition of up to latency_window samples) run off the lock: the control
-        # thread ticks under it. Under it: the counters and a copy of the window.
+        # The percentiles (a partition of up to latency_window samples) run off the lock the control thread ticks
+        # under. Nobody subscribes (no budget monitor, recorder or tool): not built (~0.5 % of a core at 10 Hz).
         with self._lock:
             c = self.controller
-            if c is None:
+            if c is None or not self._outputs.stats.get_subscription_count():
                 return
-            # A volatile topic nobody subscribes to (no budget monitor, recorder or tool): the message would
-            # be dropped, so it is not built (~0.5 % of a core at 10 Hz in lowrl bench loop --legged).
-            if not self._outputs.stats.get_subscription_count():
-                return
-            numbers = c.stats(percentiles=False)
-            latencies = c.latency.snapshot()
+            numbers, latencies = c.stats(percentiles=False), c.latency.snapshot()
         numbers["window_p50_us"], numbers["window_p99_us"] = percentiles_us(latencies)
         stats = PolicyStats(pid=float(os.getpid()), **numbers)
         with self._lock:
@@ -512,7 +459,7 @@ class PolicyNode(LifecycleNode):
                 return
             self._outputs.publish_stats(stats.to_list())
 
-    @_locked
+    @locked
     def _on_diagnostics(self) -> None:
         """The diagnostics timer: the matched-event counts' safety net (Listened.refresh), then the status."""
         if self._outputs is not None:
@@ -522,15 +469,14 @@ class PolicyNode(LifecycleNode):
     def _publish_diag(self, statuses: list) -> None:
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
-    @_locked
+    @locked
     def _publish_status(self) -> None:
         c, swapper = self.controller, self.swapper
         # Nobody subscribes to /diagnostics (no aggregator, no tool): the message would be dropped, so it is not
         # built. A subscriber gets the next one (the timer's period, or at once on the next event).
         if c is None or swapper is None or not self._diag_pub.get_subscription_count():
             return
-        bundle = c.bundle
-        running = RunningPolicy(version=bundle.version, path=swapper.active_path, tiers=tuple(bundle.policies),
+        running = RunningPolicy(version=c.bundle.version, path=swapper.active_path, tiers=tuple(c.bundle.policies),
                                 active=c.active, last_error=c.last_error, last_error_time=c.last_error_time,
                                 bundle_topic=self._get("bundle_topic"))
         entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
@@ -541,24 +487,13 @@ class PolicyNode(LifecycleNode):
         self._publish_diag(diag.from_entries(entries))
 
 
-def _autostart(node: PolicyNode) -> int:
-    if not node.get_parameter("autostart").value:
-        return 0
-    node.trigger_configure()
-    if node.controller is None:
-        print("policy_node: configure failed (see the error above); fix the parameters and restart", file=sys.stderr)
-        return 1
-    node.trigger_activate()
-    return 0
-
-
 def _deactivate(node: PolicyNode) -> None:
     if node.controller is not None and node.controller.active:
         node.trigger_deactivate()  # the actuators get the safe action on the way out
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node("policy_node", PolicyNode, args=args, start=_autostart, stop=_deactivate)
+    return run_node("policy_node", PolicyNode, args=args, start=autostart, stop=_deactivate)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lowrl_ros.core.config import field, require
-from lowrl_ros.core.runtime.control import ROBOT_TIMINGS
+from lowrl_ros.core.runtime.actions import ActionProcessor
+from lowrl_ros.core.runtime.control import ROBOT_TIMINGS, ControlTiming, EStopLatch
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
+from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.realtime import parse_cpus
 from lowrl_ros.core.runtime.robot_file import (RobotFile, legacy_robot_file, load_robot_file, parse_robot_file,
                                                robot_file_yaml)
+from lowrl_ros.core.types import ContractLike, Level
 
 INPUTS = ("joint_states", "observation")
 ENGINES = ("auto", "ort", "numpy")
@@ -92,3 +95,51 @@ class PolicyNodeSettings:
                                  observation_topic=self.observation_topic,
                                  extra_observation_topic=self.extra_observation_topic, timeout_s=timeout_s)
         return parse_robot_file(data), robot_file_yaml(data)
+
+
+@dataclass(frozen=True)
+class PolicySetup:
+    """What the policy node's configure decides from its settings and the loaded policy's contract.
+
+    Attributes:
+        spec: the observation (checked against the contract: by name for a given robot file, by size for
+            the one built from the old parameters, which never compared names).
+        actions: the robot file's output side (None without ``robot_file``: the command parameters).
+        estop: the e-stop latch (the old one kept, still latched, unless its topic changed; None: no e-stop).
+        timing: robot_timing against the contract's control period.
+        legacy_yaml: the robot file built from the old parameters, as YAML ("" with ``robot_file``).
+    """
+
+    spec: ObservationSpec
+    actions: ActionProcessor | None
+    estop: EStopLatch | None
+    timing: ControlTiming
+    legacy_yaml: str
+
+    @classmethod
+    def plan(cls, settings: PolicyNodeSettings, contract: ContractLike, *, legacy: ObsAdapterConfig | None,
+             mode: str, control_period_s: float, watchdog_timeout_s: float,
+             estop: EStopLatch | None) -> "PolicySetup":
+        """Raises ValueError (RobotFileError included) saying what to fix; configure then fails."""
+        robot, legacy_yaml = settings.robot(legacy, contract.obs_dim, watchdog_timeout_s)
+        spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
+        spec.check_against(contract, by_name=not legacy_yaml)
+        actions = ActionProcessor.from_robot_dict(robot.raw, contract) if settings.robot_file else None
+        safety = actions.safety if actions is not None else None
+        latch = EStopLatch.keep(estop, safety.estop_topic if safety else "", safety.reset_topic if safety else "")
+        timing = ControlTiming.choose(settings.robot_timing, contract.control_period_s, mode, control_period_s)
+        return cls(spec, actions, latch, timing, legacy_yaml)
+
+    def log_lines(self, robot_file: str) -> list[tuple[Level, str]]:
+        """What configure logs: the robot file built from the old parameters (to keep), the timing WARN, the
+        output side of a given robot file."""
+        lines = []
+        if self.legacy_yaml:
+            lines.append((Level.OK, "no robot_file: the input/obs_fields/extra_obs_dim parameters are this robot "
+                                    "file (save it and set robot_file to keep it; docs/policy_node.md):\n"
+                                    + self.legacy_yaml))
+        if self.timing.warning:
+            lines.append((Level.WARN, self.timing.warning))
+        if self.actions is not None:
+            lines.append((Level.OK, f"robot file {robot_file}: {self.actions.describe()}"))
+        return lines

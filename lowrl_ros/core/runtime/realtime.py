@@ -220,10 +220,14 @@ class ControlLoop:
         self._thread.start()
         return self
 
-    def retime(self, period_s: float) -> None:
-        """A new period (a compute tier's): a fresh schedule, whose first tick is at once (within MAX_SLEEP_S)."""
+    def retime(self, period_s: float) -> bool:
+        """A new period (a compute tier's): a fresh schedule, whose first tick is at once (within MAX_SLEEP_S).
+        False (and the schedule kept) when ``period_s`` is the one in force."""
+        if period_s == self._schedule.period_s:
+            return False
         self._schedule = TickSchedule(period_s)
         self._woken = True
+        return True
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop after the tick in progress (if any); returns when the thread has ended."""
