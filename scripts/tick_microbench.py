@@ -24,8 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 
 def build(tmp: Path):
     from geometry_msgs.msg import Twist
@@ -60,13 +58,13 @@ def build(tmp: Path):
 
 
 def run(ticks: int, repeats: int, stats_every: int, period_s: float = 0.0) -> dict:
+    from lowrl_ros.core.runtime.actions import measured_positions
     from lowrl_ros.ros.robot_inputs import FAST_PARSERS
 
     with tempfile.TemporaryDirectory() as tmp:
         spec, builder, actions, controller, raw = build(Path(tmp))
     kinds = {t.topic: t.msg_type for t in spec.topics}
     inputs = [(topic, FAST_PARSERS[kinds[topic]], buf) for topic, buf in raw.items()]
-    measured_names, measured_index = None, None
     controller.activate()
     clock, cpu = time.perf_counter, time.thread_time
     parts = {"inputs": [], "observation": [], "step": [], "rest": [], "total": []}
@@ -80,16 +78,11 @@ def run(ticks: int, repeats: int, stats_every: int, period_s: float = 0.0) -> di
             c1 = cpu()
             controller.observe(builder.build(clock()))
             c2 = cpu()
-            names, positions = builder.joint_state()  # PolicyNode._update_measured
-            if names is not measured_names:
-                where = {n: k for k, n in enumerate(names)}
-                measured_names, measured_index = names, np.array([where[j] for j in actions.joints], dtype=np.intp)
-            measured = np.asarray(positions, dtype=np.float64)[measured_index]
-            controller.set_measured(measured if np.isfinite(measured).all() else None)
+            # PolicyNode._update_measured
+            controller.set_measured(measured_positions(*builder.joint_state(), actions.joint_index))
             result = controller.step(now)
             c3 = cpu()
-            if result.source == "policy":
-                builder.set_last_action(result.policy_action)
+            builder.after_step(result)  # the last_action rule
             out = actions.to_controller(result.action)
             assert out.shape == (12,)
             if stats_every and i % stats_every == 0:

@@ -37,14 +37,17 @@ PENDULUM_FIELDS = ["pendulum_joint.cos_position", "pendulum_joint.sin_position",
 
 def active_policy_node(context, policy_path, *, executor=None, activate: bool = True, **params):
     """The tests' one PolicyNode factory: on the sim pendulum's joint states, set for tests (numpy engine,
-    0.1 s diagnostics, no soft start, 1 s watchdog); ``params`` add or override. Added to ``executor``
+    0.1 s diagnostics, no soft start, 1 s watchdog); ``params`` add or override. Without a robot_file the
+    ``mode``/``control_period_s`` parameters rule (``robot_timing: parameters``: event mode, one command per
+    joint state, what these tests exchange on), unless ``robot_timing`` is given. Added to ``executor``
     (if given) before it is configured and activated; ``activate=False`` leaves it unconfigured."""
     from rclpy.parameter import Parameter
 
     from lowrl_ros.ros.policy_node import PolicyNode
 
     values = {"policy_path": str(policy_path), "obs_fields": PENDULUM_FIELDS, "engine": "numpy",
-              "diagnostics_period_s": 0.1, "soft_start_steps": 0, "watchdog_timeout_s": 1.0, **params}
+              "diagnostics_period_s": 0.1, "soft_start_steps": 0, "watchdog_timeout_s": 1.0,
+              **({} if "robot_file" in params else {"robot_timing": "parameters"}), **params}
     node = PolicyNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
     if executor is not None:
         executor.add_node(node)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from lowrl_ros.core.runtime.control import (ControlConfig, LatencyWindow, PolicyController, TickSchedule,
+from lowrl_ros.core.runtime.control import (ControlConfig, LatencyWindow, PolicyController,
                                             percentiles_us)
 from lowrl_ros.core.runtime.tiers import ComputeTier
 
@@ -284,16 +284,6 @@ def test_latency_window_percentiles_match_numpy_over_the_newest_values(size, add
     want = np.percentile(newest, [50, 99]) * 1e6
     assert window.percentiles_us() == pytest.approx(tuple(want), rel=1e-12)
     assert np.isnan(percentiles_us(np.zeros(0))).all()
-
-
-def test_tick_schedule_does_not_drift_and_counts_skipped_periods():
-    schedule = TickSchedule(0.01)
-    # Callbacks run late by varying amounts; the due times stay on the 10 ms grid.
-    dues = [schedule.tick(t)[0] for t in (1.0, 1.0104, 1.0209, 1.0301, 1.0408)]
-    np.testing.assert_allclose(dues, [1.0, 1.01, 1.02, 1.03, 1.04])
-    due, skipped = schedule.tick(1.0755)  # a stall: ticks due at 1.05 and 1.06 never ran
-    assert skipped == 2 and due == pytest.approx(1.07)
-    assert schedule.tick(1.0801) == (pytest.approx(1.08), 0)
 
 
 def test_check_config_refuses_a_default_pose_of_the_wrong_size_before_it_is_applied():

@@ -22,7 +22,8 @@ from lowrl_ros.core.runtime.step_row import decode_step, row_label
 from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.finetune_node import FineTuneNode
-from lowrl_ros.ros.policy_node import INTERVENTION_STATUS, PolicyNode
+from lowrl_ros.core.runtime.status import INTERVENTION_STATUS
+from lowrl_ros.ros.policy_node import PolicyNode
 from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD
 from lowrl_ros.ros.sim_robot_node import SimRobotNode
 from rosutil import spin_for, spin_until

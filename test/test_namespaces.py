@@ -110,9 +110,12 @@ def test_two_namespaced_robots_share_a_domain_without_cross_talk(ros_context, tm
         # per node: the domain's whole graph may still list endpoints of nodes an earlier test destroyed.
         own = set()
         for n in nodes:
-            name, ns = n.get_name(), n.get_namespace()
-            own |= {t for t, _ in n.get_publisher_names_and_types_by_node(name, ns)}
-            own |= {t for t, _ in n.get_subscriber_names_and_types_by_node(name, ns)}
+            ns = n.get_namespace()
+            # The policy node's robot inputs subscribe on its internal <name>_inputs node (ros/robot_inputs.py).
+            names = [n.get_name()] + ([f"{n.get_name()}_inputs"] if isinstance(n, PolicyNode) else [])
+            for name in names:
+                own |= {t for t, _ in n.get_publisher_names_and_types_by_node(name, ns)}
+                own |= {t for t, _ in n.get_subscriber_names_and_types_by_node(name, ns)}
         global_ok = ("/diagnostics", "/rosout", "/parameter_events")
         assert not [t for t in own if not t.startswith(("/r1/", "/r2/")) and t not in global_ok], sorted(own)
         assert {"/r1/lowrl/policy_bundle", "/r2/lowrl/policy_bundle/status", "/r1/joint_states"} <= own

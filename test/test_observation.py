@@ -134,6 +134,22 @@ def test_velocity_command_ranges_last_action_and_array():
         b.build(0.0)
 
 
+def test_after_step_feeds_last_action_policy_hold_or_zeros():
+    """The last_action rule: the executed policy action; a held tick keeps it; safe, nothing or a failed step: zeros."""
+    from lowrl_ros.core.runtime.control import StepResult
+
+    b = ObservationBuilder(spec([{"term": "last_action"}]))
+    executed = np.array([0.1, 0.2, 0.3])
+    b.after_step(StepResult(executed, "policy", policy_action=executed))
+    np.testing.assert_allclose(b.build(0.0), executed)
+    b.after_step(StepResult(executed, "hold"))
+    np.testing.assert_allclose(b.build(0.0), executed)
+    for result in (StepResult(np.zeros(3), "safe", "watchdog"), StepResult(np.empty(0), "none"), None):
+        b.after_step(StepResult(executed, "policy", policy_action=executed))
+        b.after_step(result)
+        np.testing.assert_allclose(b.build(0.0), np.zeros(3))
+
+
 @pytest.mark.parametrize("order,expected", [("oldest_first", [[1, 1, 1], [1, 1, 2], [1, 2, 3]]),
                                             ("newest_first", [[1, 1, 1], [2, 1, 1], [3, 2, 1]])])
 def test_history_order(order, expected):

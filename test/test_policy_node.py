@@ -97,7 +97,8 @@ def test_obs_fields_must_match_the_policy(rig):
     build, robot, executor = rig
     node = build(activate=False, obs_fields=FIELDS[:2])
     assert node.trigger_configure() == rclpy.lifecycle.TransitionCallbackReturn.FAILURE
-    assert spin_until(executor, lambda: any("give 2 observation entries" in s.message for s in robot.diags))
+    assert spin_until(executor, lambda: any("observation terms add up to 2 entries" in s.message and "reads 3" in
+                                            s.message for s in robot.diags))
 
 
 @pytest.mark.parametrize("case", ["nan", "inf", "wrong_size", "missing_joint"])
@@ -114,8 +115,8 @@ def test_malformed_input_gives_safe_action_and_error_diagnostic(rig, case):
     }[case]
     robot.diags.clear()
     assert exchange(robot, executor, bad) == 0.0
-    expected = {"nan": "NaN/Inf", "inf": "NaN/Inf", "wrong_size": "velocity has 0 values",
-                "missing_joint": "pendulum_joint missing"}[case]
+    expected = {"nan": "NaN/Inf", "inf": "NaN/Inf", "wrong_size": "has 0 velocity values for 1 names",
+                "missing_joint": "joint 'pendulum_joint' is not in the JointState"}[case]
     assert spin_until(executor, lambda: any(level_of(s) == 2 and expected in s.message
                                             for s in robot.statuses("lowrl/policy/input")))
     # The node is still up and back on the policy with the next good observation.
@@ -279,13 +280,13 @@ def test_fixed_rate_loop_slows_down_below_lite_and_back(rig):
     assert wait_for_match(executor, tier_pub)
     robot.js_pub.publish(robot.joint_state())
     assert spin_until(executor, lambda: len(robot.commands) >= 5)
-    assert node._schedule.period_s == pytest.approx(0.01)
+    assert node._loop.period_s == pytest.approx(0.01)
     tier_pub.publish(UInt8(data=int(ComputeTier.SAFE)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.SAFE)
-    assert node._schedule.period_s == pytest.approx(0.05)  # the safe action's keep-alive
+    assert node._loop.period_s == pytest.approx(0.05)  # the safe action's keep-alive
     tier_pub.publish(UInt8(data=int(ComputeTier.DECIMATED)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.DECIMATED)
-    assert node._schedule.period_s == pytest.approx(0.04)
+    assert node._loop.period_s == pytest.approx(0.04)
     tier_pub.publish(UInt8(data=int(ComputeTier.SAFE)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.SAFE)
     n = len(robot.commands)
@@ -293,7 +294,7 @@ def test_fixed_rate_loop_slows_down_below_lite_and_back(rig):
     assert robot.commands[-1] == 0.0
     tier_pub.publish(UInt8(data=int(ComputeTier.FULL)))
     assert spin_until(executor, lambda: node.controller.tier == ComputeTier.FULL)
-    assert node._schedule.period_s == pytest.approx(0.01)
+    assert node._loop.period_s == pytest.approx(0.01)
 
 
 def test_invalid_live_parameter_is_rejected_with_a_reason(rig):
@@ -326,7 +327,7 @@ def test_plain_observation_topic_input(rig):
 
     assert answer([1.0, 0.0, 0.0]) == pytest.approx(0.5, abs=0.02)
     assert answer([1.0, 0.0]) == 0.0  # wrong size -> safe action
-    assert spin_until(executor, lambda: any("has 2 values, the policy needs 3" in s.message
+    assert spin_until(executor, lambda: any("the message has 2 values, size is 3" in s.message
                                             for s in robot.statuses("lowrl/policy/input")))
     assert answer([1.0, 0.0, 0.0]) == pytest.approx(0.5, abs=0.02)
 
@@ -340,9 +341,10 @@ def test_extra_observation_is_appended(rig, tmp_path):
     connect(robot, executor)
     robot.js_pub.publish(robot.joint_state())  # no extra observation yet: incomplete, so nothing is commanded
     assert not spin_until(executor, lambda: robot.commands, timeout=0.3)
+    assert "'array' (topic lowrl/extra_observation): no message received yet" in node.controller.last_error
     assert wait_for_match(executor, extra)
     extra.publish(Float32MultiArray(data=[0.25]))
-    assert spin_until(executor, lambda: node.adapter._extra is not None)
+    spin_for(executor, 0.05)  # DDS delivers it; the next joint state's tick takes it
     assert exchange(robot, executor, robot.joint_state()) == pytest.approx(0.5, abs=0.02)
 
 
@@ -357,7 +359,7 @@ def test_safe_action_reaches_the_robot_before_the_lifecycle_publishers_go_silent
     node.trigger_deactivate()
     assert spin_until(executor, lambda: len(robot.commands) > n)
     assert robot.commands[-1] == pytest.approx(0.25)
-    assert not node._cmd_pub.is_activated
+    assert not node._outputs.command.is_activated
     robot.js_pub.publish(robot.joint_state())
     assert not spin_until(executor, lambda: len(robot.commands) > n + 1, timeout=0.3)
     assert node.controller.ticks > 0  # the observation was handled: the publisher dropped the command
@@ -447,3 +449,41 @@ def test_live_parameters_apply_on_an_rclpy_without_post_set_callbacks(rig, monke
     assert not node.set_parameters([Parameter("safe_action", value="brake")])[0].successful
     spin_for(executor, 0.3)
     assert node.controller.config.safe_action == safe_before
+
+
+@pytest.mark.parametrize("robot_timing", ["contract", "parameters"])
+def test_without_a_robot_file_the_contracts_period_rules_unless_robot_timing_parameters(rig, robot_timing):
+    """One input path: the old parameters read through a robot file, timed like any robot file (the test
+    policy's contract names 0.01 s; the parameters say event mode)."""
+    build, robot, executor = rig
+    node = build(robot_timing=robot_timing, mode="event", control_period_s=0.02)
+    config = node.controller.config
+    if robot_timing == "contract":
+        assert (config.mode, config.control_period_s, node._loop.period_s) == ("fixed_rate", 0.01, 0.01)
+        assert spin_until(executor, lambda: robot.has_diag("lowrl/policy/timing", 0, "fixed_rate at the policy's"))
+    else:  # the parameters apply, and a WARN says the policy does not run at its contract's period
+        assert (config.mode, config.control_period_s, node._loop) == ("event", 0.02, None)
+        assert spin_until(executor, lambda: robot.has_diag("lowrl/policy/timing", 1, "acts on each observation "
+                                                           "(mode event), not at the control period its contract "
+                                                           "names (0.01 s)"))
+
+
+def test_the_step_row_goes_out_without_a_robot_file(rig):
+    from std_msgs.msg import Float64MultiArray
+
+    from lowrl_ros.core.runtime.step_row import decode_step
+    from lowrl_ros.ros.qos import RECORD
+
+    build, robot, executor = rig
+    build()
+    rows = []
+    sub = robot.node.create_subscription(Float64MultiArray, "/lowrl/policy/step",
+                                         lambda m: rows.append(decode_step(m.data, 3, 1)), RECORD)
+    connect(robot, executor)
+    assert wait_for_match(executor, sub)
+    assert exchange(robot, executor, robot.joint_state(position=0.0, velocity=2.0)) == pytest.approx(0.5, abs=0.02)
+    assert spin_until(executor, lambda: rows)
+    row = rows[-1]
+    assert not row.safe and row.policy_version == 1
+    np.testing.assert_allclose(row.obs, [1.0, 0.0, 2.0])  # cos 0, sin 0, velocity: obs_fields through the robot file
+    assert row.command[0] == pytest.approx(0.5, abs=0.02)

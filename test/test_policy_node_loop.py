@@ -1,4 +1,4 @@
-"""The fixed_rate control thread of the policy node (ros/policy_node.py ControlLoop), with real rclpy.
+"""The fixed_rate control thread of the policy node (core/runtime/realtime.py ControlLoop), with real rclpy.
 
 The ticks must come from the node's own thread (not the executor), on an absolute schedule: a stall
 counts the periods it cost as deadline misses and the loop goes on; the RT settings go to that
@@ -59,13 +59,13 @@ def test_ticks_come_from_the_control_thread_without_the_executor(fixed_rate):
 def test_a_stall_counts_the_skipped_periods_and_keeps_the_schedule(fixed_rate):
     build, _executor = fixed_rate
     node = build()
-    misses, ticks, schedule = node.controller.deadline_misses, node.controller.ticks, node._schedule
+    misses, ticks, schedule = node.controller.deadline_misses, node.controller.ticks, node._loop.schedule
     with node._lock:  # a 55 ms stall of the control path: 5 periods of 10 ms cannot be served
         time.sleep(0.055)
     time.sleep(0.1)
     assert node.controller.deadline_misses - misses >= 4
     assert node.controller.ticks - ticks >= 5  # and the loop went on
-    assert node._schedule is schedule  # the schedule was kept (its grid: test_control.py), not restarted
+    assert node._loop.schedule is schedule  # the schedule was kept (its grid: test_control.py), not restarted
 
 
 def test_rt_cpus_pin_the_control_thread_only(fixed_rate):

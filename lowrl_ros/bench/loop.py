@@ -229,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
         "lowrl": [str(bin_dir / "policy_node"), "--ros-args", "--params-file", str(share / "config/policy_node.yaml"),
                   "-p", f"policy_path:={policy}", "-p", "controller_name:=bench",
                   "-p", f"control_period_s:={period}",
+                  # Event mode (answer each joint state: the round trip is what is measured), not the contract's rate.
+                  "-p", "robot_timing:=parameters",
                   # Idle turns must not trip the watchdog, whose safe actions would reach /bench/commands.
                   "-p", "watchdog_timeout_s:=10.0", "-r", "/joint_states:=/bench/lowrl/joint_states"],
         "torch": [sys.executable, "-m", "lowrl_ros.ros.torch_policy_node", "--ros-args",

@@ -32,6 +32,16 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def log(logger: Any, level: Level, line: str) -> None:
+    """Log ``line`` at the severity of a diagnostic ``level`` (rclpy loggers need one severity per call site)."""
+    if level >= Level.ERROR:
+        logger.error(line)
+    elif level == Level.WARN:
+        logger.warning(line)
+    else:
+        logger.info(line)
+
+
 def status(name: str, level: Level, message: str, values: Mapping[str, Any] | None = None,
            hardware_id: str = HARDWARE_ID) -> DiagnosticStatus:
     """One DiagnosticStatus; ``level`` is a Level (OK/WARN/ERROR/STALE)."""

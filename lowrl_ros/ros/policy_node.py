@@ -1,218 +1,63 @@
 """policy_node: runs a compressed policy on the robot (rclpy LifecycleNode; never imports torch).
 
-configure: load the artifact/bundle and the config   activate: start control
-deactivate: publish the safe action and stop          cleanup/shutdown: release everything
+configure: load the policy and the robot file; activate: start control; deactivate: the safe action, stop.
 
-In: with ``robot_file`` set, the robot file's observation topics (ros/robot_inputs.py: the newest
-sample of each taken at the control tick, at the contract's control period); otherwise
-``/joint_states`` (sensor_msgs/JointState, through the observation adapter) or
-``/lowrl/observation`` (std_msgs/Float32MultiArray); ``/lowrl/compute_tier`` (std_msgs/UInt8, latched);
-``/lowrl/policy_bundle`` (std_msgs/UInt8MultiArray, latched: signed bundles from the trainer node).
-Out: ``<controller_name>/commands`` (std_msgs/Float64MultiArray, forward_command_controller),
-``/diagnostics``, ``/lowrl/policy/latency_us`` (per inference), ``/lowrl/policy/stats`` (10 Hz),
-``/lowrl/policy_bundle/status`` (std_msgs/String, JSON: accepted or the rejection code).
+In: every robot through a robot file (ros/robot_inputs.py: the newest sample of each topic, taken at the
+tick): ``robot_file``, or without it the one the old ``input``/``obs_fields``/``extra_obs_dim``
+parameters describe (logged as YAML at configure). ``/lowrl/compute_tier``, ``/lowrl/policy_bundle``.
+Out (ros/robot_outputs.py PolicyOutputs, lifecycle publishers: silent unless active, but the safe action
+on deactivate/shutdown goes out first): the commands, ``lowrl/policy/latency_us``, ``lowrl/policy/stats``,
+``step_topic`` (docs/CONTRACTS.md); ``/diagnostics`` and ``<bundle_topic>/status`` in any state.
 
-Commands, latency and stats go out on lifecycle publishers: rclpy itself keeps an inactive node
-silent. The one exception is deliberate: the safe action on deactivate/shutdown is published
-before the publishers are deactivated.
-
-With a ``robot_file`` (docs/policy_node.md, "Robot file: actions, outputs, safety") the command is
-post-processed and goes out by interface (``ros/robot_outputs.py``: Float64MultiArray or
-JointTrajectory, in the controller's joint order by name); nothing is commanded before the first
-good observation and, on a position interface, the measured joint positions (from JointState);
-``hold`` holds the measured pose; an e-stop (std_msgs/Bool) latches the safe action until a reset
-(std_msgs/Empty), diagnosed as ``lowrl/policy/estop``.
-
-With a robot file the node also publishes what the policy saw and did on ``step_topic``
-(``/lowrl/policy/step``, std_msgs/Float64MultiArray, one per policy or safe tick; layout in
-:mod:`lowrl_ros.core.runtime.step_row` and docs/CONTRACTS.md, "The step topic"), for the fine-tuner. ``teleop_topic``
-(Float64MultiArray, the policy's action units and order) replaces the policy's output while its
-messages are newer than ``teleop_timeout_s``: a human intervention (HIL-SERL), diagnosed as
-``lowrl/policy/intervention`` and flagged in the step message. With ``ready_topic`` set, a reset
-request on ``reset_topic`` (std_msgs/Empty) holds the safe action until std_msgs/Bool true arrives
-on ``ready_topic`` (the robot stood up again).
-
-Threads: in ``fixed_rate`` mode (every robot file with ``robot_timing: contract``) the ticks run on
-the node's own control thread (:class:`ControlLoop`, OS name ``lowrl_control``, absolute deadlines,
-the ``rt_*`` settings); the executor thread serves parameters, stats, diagnostics and the low-rate
-topics; one lock (``PolicyNode._lock``) makes each tick and each such callback atomic with respect to
-the other. Event mode ticks on the executor thread, as each observation arrives.
-
-The node declares, converts and wires; the decisions live in core:
-:class:`~lowrl_ros.core.runtime.control.PolicyController` (safety, watchdog, soft start, decimation,
-tiers), :class:`~lowrl_ros.core.runtime.swap.PolicySwapper` (hot swap of a ``policy_path`` or a
-streamed bundle on one worker thread, installed between ticks) and
-:func:`~lowrl_ros.core.runtime.status.policy_status` (levels and words of the diagnostics). Every
-exception at a callback boundary becomes the safe action and an ERROR diagnostic, so bad input
-never takes the node down.
+Timing (``robot_timing``, core ControlTiming): fixed_rate at the contract's control period, or the
+``mode``/``control_period_s`` parameters (a WARN when that is not the contract's rate). fixed_rate ticks
+run on the node's own thread (core ControlLoop, OS name ``lowrl_control``, ``rt_*``); event mode on the
+executor, as each trigger message arrives. One lock (``PolicyNode._lock``) makes each tick and each
+executor callback atomic with respect to the other. The decisions live in core (PolicyController,
+PolicySwapper, ObservationBuilder, policy_status); every exception at a callback boundary becomes the
+safe action and an ERROR diagnostic, so bad input never takes the node down.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from sensor_msgs.msg import JointState
-from std_msgs.msg import (Bool, Empty, Float32MultiArray, Float64, Float64MultiArray, MultiArrayDimension, String,
-                          UInt8, UInt8MultiArray)
+from std_msgs.msg import Bool, Empty, Float64MultiArray, String, UInt8, UInt8MultiArray
 
-from lowrl_ros.core.config import LIVE, field, require
-from lowrl_ros.core.runtime import step_row
-from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.config import LIVE
 from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
-from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, EStopLatch, PolicyController, TickSchedule,
+from lowrl_ros.core.runtime.bundle import load_bundle
+from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, ControlTiming, EStopLatch, PolicyController,
                                             percentiles_us)
-from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationError
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
-from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, PolicyStats
-from lowrl_ros.core.runtime.realtime import (CONTROL_THREAD, RealtimeResult, apply_realtime, name_thread,
-                                             parse_cpus)
-from lowrl_ros.core.runtime.robot_file import load_robot_file
-from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status
+from lowrl_ros.core.runtime.policy_settings import PolicyNodeSettings, PolicySetup
+from lowrl_ros.core.runtime.policy_stats import PolicyStats
+from lowrl_ros.core.runtime.realtime import ControlLoop, RealtimeResult, apply_realtime, parse_cpus
+from lowrl_ros.core.runtime.status import InputErrorReports, RunningPolicy, TierView, policy_status, robot_io_status
 from lowrl_ros.core.runtime.swap import PolicySwapper
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.receiver import BundleReceiver, ReceiverConfig
-from lowrl_ros.core.types import Level, StatusEntry
+from lowrl_ros.core.types import Level
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
-from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
-from lowrl_ros.ros.robot_inputs import RobotInputs
-from lowrl_ros.ros.robot_outputs import ArrayOut, CommandOutput, Listened, check_output, create_estop
-from lowrl_ros.ros.spinning import guarded, run_node
+from lowrl_ros.ros.qos import LATCHED, STATUS
+from lowrl_ros.ros.robot_inputs import RobotInputs, create_operator_inputs
+from lowrl_ros.ros.robot_outputs import PolicyOutputs, check_output, create_estop
+from lowrl_ros.ros.spinning import autostart, guarded, locked, run_node
 
-INPUTS = ("joint_states", "observation")
-ENGINES = ("auto", "ort", "numpy")
-ROBOT_TIMINGS = ("contract", "parameters")
-REALTIME_STATUS = "lowrl/policy/realtime"
-INTERVENTION_STATUS = "lowrl/policy/intervention"
+__all__ = ["PolicyNode", "PolicyNodeSettings", "main"]
 # ControlConfig fields a running node may change (the rest shape timers/buffers: read-only).
 LIVE_CONTROL = tuple(f.name for f in dataclasses.fields(ControlConfig) if f.metadata[LIVE])
 # ReceiverConfig as parameters: keep is keep_bundles; the engine is this node's; probe_count is fixed.
 _RECEIVER_PARAMS: dict[str, Any] = dict(skip=("probe_count", "engine"), names={"keep": "keep_bundles"})
-
-
-@dataclass(frozen=True)
-class PolicyNodeSettings:
-    """The policy node's own parameters (the core configs bring the rest)."""
-
-    policy_path: str = field("", "artifact (.onnx) or bundle (.lowrl); a change hot-swaps it", live=True)
-    engine: str = field("auto", "inference engine: " + " | ".join(ENGINES))
-    autostart: bool = field(True, "configure and activate at start (no lifecycle manager needed)")
-    input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
-    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState input")
-    observation_topic: str = field("lowrl/observation", "std_msgs/Float32MultiArray input")
-    extra_observation_topic: str = field("lowrl/extra_observation",
-                                         "Float32MultiArray appended to the joint observation")
-    controller_name: str = field("forward_command_controller", "commands go to <controller_name>/commands")
-    stats_rate_hz: float = field(10.0, "rate of /lowrl/policy/stats", range=(0.1, 100.0))
-    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
-    bundle_topic: str = field("lowrl/policy_bundle",
-                              "signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status")
-    key_file: str = field("", "HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted unless "
-                              "require_signature is false")
-    robot_file: str = field("", "robot YAML: observation terms, joints, actions (docs/policy_node.md); empty: "
-                                "obs_fields/extra_obs_dim and input as before")
-    robot_timing: str = field("contract", "with robot_file: contract (fixed_rate at the policy contract's control "
-                                          "period) | parameters (mode and control_period_s as set)")
-    rt_priority: int = field(0, "SCHED_FIFO priority of the control thread, 1..99 (0: normal scheduling); "
-                                "refused without rtprio/CAP_SYS_NICE: then a WARN and the node runs on",
-                             range=(0, 99))
-    # dynamic: `-p rt_cpus:=3` arrives as an integer, "2,3" as a string; parse_cpus reads both.
-    rt_cpus: str = field("", "CPUs for the control thread, e.g. '3' or '2-3' (empty: any)", dynamic=True)
-    rt_lock_memory: bool = field(False, "mlockall the process at activation (needs memlock rights)")
-    publish_step: bool = field(True, "with robot_file: publish what the policy saw and did on step_topic "
-                                     "(the fine-tuner reads it); without a robot file nothing is published")
-    step_topic: str = field("lowrl/policy/step", "Float64MultiArray per policy/safe tick: stamp, flags, obs, "
-                                                  "policy action, executed action, command")
-    teleop_topic: str = field("", "Float64MultiArray in the policy's action units and order that replaces the "
-                                  "policy's output while held (an intervention); empty: no teleop")
-    teleop_timeout_s: float = field(0.2, "a teleop message holds the override this long", range=(0.001, 10.0))
-    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: a reset request (episode end); used with ready_topic")
-    ready_topic: str = field("", "std_msgs/Bool: true = the robot is ready again after a reset; set: a reset holds "
-                                 "the safe action until then; empty: resets are not waited for")
-
-    def __post_init__(self) -> None:
-        for name, allowed in (("input", INPUTS), ("engine", ENGINES), ("robot_timing", ROBOT_TIMINGS)):
-            require(getattr(self, name) in allowed,
-                    f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
-        parse_cpus(self.rt_cpus)  # a bad CPU list fails here, with the fix
-
-
-def _locked(method):
-    """Run a PolicyNode method under the node's lock (see PolicyNode.__init__: why and what it guards)."""
-    @functools.wraps(method)
-    def run(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return run
-
-
-class ControlLoop:
-    """fixed_rate control on its own thread: one tick at each absolute deadline ``due + period``.
-
-    The deadline comes from the node's :class:`TickSchedule` (tick n due at ``t0 + n * period``), so
-    jitter never accumulates into drift; a tick that wakes more than a period late counts the periods it
-    skipped as deadline misses and keeps the schedule. The thread sleeps with ``time.sleep`` to the
-    deadline (clock_nanosleep on CLOCK_MONOTONIC, the clock of ``perf_counter``): measured here it costs
-    the thread about half the CPU of an Event wait per tick. Sleeps are cut at :data:`MAX_SLEEP_S`, so
-    :meth:`stop` and :meth:`wake` (a new schedule: tick at once) act within that even on a slow tier.
-    The RT settings (``rt_*``) are asked for this thread when it starts; the executor thread keeps normal
-    scheduling and serves parameters, diagnostics, stats and the low-rate topics.
-
-    Args:
-        tick: runs one tick under the node's lock; returns the next deadline (perf_counter seconds), or
-            None when there is nothing left to run (the node was released).
-        on_start: runs first on the new thread (the RT settings).
-        on_error: an exception that escaped ``tick`` (logged; the loop goes on at the next deadline).
-    """
-
-    MAX_SLEEP_S = 0.05
-
-    def __init__(self, name: str, tick, on_start, on_error) -> None:
-        self._tick, self._on_start, self._on_error = tick, on_start, on_error
-        # Plain flags: each is one attribute store/load (atomic under the GIL); the loop reads them between sleeps.
-        self._stopped = False
-        self._woken = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def wake(self) -> None:
-        """Tick at once (within MAX_SLEEP_S): the schedule was replaced (a new tier's period)."""
-        self._woken = True
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop after the tick in progress (if any); returns when the thread has ended."""
-        self._stopped = True
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        name_thread(CONTROL_THREAD)
-        self._on_start()
-        clock, sleep, longest = time.perf_counter, time.sleep, self.MAX_SLEEP_S
-        while not self._stopped:
-            self._woken = False
-            try:
-                deadline = self._tick()
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one tick
-                self._on_error(exc)
-                deadline = clock() + 0.01
-            if deadline is None:  # the node was released under us
-                return
-            while not (self._stopped or self._woken):
-                remaining = deadline - clock()
-                if remaining <= 0:
-                    break
-                sleep(remaining if remaining < longest else longest)
 
 
 class PolicyNode(LifecycleNode):
@@ -229,40 +74,26 @@ class PolicyNode(LifecycleNode):
         self._diag_pub = self.create_publisher(diag.DiagnosticArray, "/diagnostics", 10)
         # Outlives cleanup/configure: a latched e-stop stays latched until its reset, whatever else happens.
         self._estop_latch: EStopLatch | None = None
-        # The control thread (fixed_rate) and the executor's callbacks both touch the controller, the
-        # observation builder, the swapper and the publishers. One re-entrant lock makes each control tick
-        # and each executor callback that changes that state (parameters, tier, e-stop, teleop, reset,
-        # stats, status, lifecycle) atomic with respect to the other; the executor's callbacks are rare and
-        # short, so the control thread almost never waits for it (uncontended: ~0.1 us per acquire).
+        # The control thread and the executor's callbacks share the controller, builder, swapper and publishers: one
+        # re-entrant lock makes each tick and callback atomic (callbacks are rare and short; ~0.1 us per acquire).
         self._lock = threading.RLock()
         self._loop: ControlLoop | None = None
         self._clear_runtime()
 
     def _clear_runtime(self) -> None:
         self.controller: PolicyController | None = None
-        self.adapter: ObservationAdapter | None = None
         self.swapper: PolicySwapper | None = None
-        self.actions: ActionProcessor | None = None  # the robot file's output side (None: no robot file)
-        self._output: CommandOutput | None = None
-        self._lifecycle_pubs: list = []
-        self._pubs: list = []
+        self.actions: ActionProcessor | None = None  # the robot file's output side (None: the command parameters)
+        self._outputs: PolicyOutputs | None = None
         self._subs: list = []
         self._timers: list = []
-        self._control_timer = None
-        self._schedule: TickSchedule | None = None
+        self._control_timer = self._bundle_status_pub = None
         self._input_reports = InputErrorReports()
-        self.robot = None  # the loaded RobotFile (core/runtime/robot_file.py), robot_file set
         self.robot_inputs: RobotInputs | None = None
-        self._obs_spec: ObservationSpec | None = None
         self._builder: ObservationBuilder | None = None
-        self._timing: dict[str, Any] = {}  # ControlConfig overrides from robot_timing: contract
+        self._timing: ControlTiming | None = None  # robot_timing against the contract (its ControlConfig overrides)
         self._realtime: RealtimeResult | None = None
-        self._step_pub = None
-        self._step: Listened | None = None
-        self._latency: Listened | None = None
         self._intervening = False
-        self._measured_names: Any = None  # _measured's cache: the names tuple and its joints' indices
-        self._measured_index: np.ndarray | None = None
 
     @property
     def active_policy_path(self) -> str:
@@ -274,15 +105,10 @@ class PolicyNode(LifecycleNode):
         return self.get_parameter(name).value
 
     def _control_config(self, overrides: dict[str, Any] | None = None) -> ControlConfig:
-        return config_from_params(self, ControlConfig, overrides={**self._timing, **(overrides or {})})
+        timing = self._timing.overrides if self._timing is not None else {}
+        return config_from_params(self, ControlConfig, overrides={**timing, **(overrides or {})})
 
-    def _adapter_config(self) -> ObsAdapterConfig:
-        return config_from_params(self, ObsAdapterConfig, obs_fields=tuple(f for f in self._get("obs_fields") if f))
-
-    def _receiver_config(self) -> ReceiverConfig:
-        return config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
-
-    @_locked
+    @locked
     def _validate_parameters(self, params) -> SetParametersResult:
         """Reject a live change the core config refuses, with its reason (shown by rqt_reconfigure)."""
         changes = {p.name: p.value for p in params if p.name in LIVE_CONTROL}
@@ -298,15 +124,13 @@ class PolicyNode(LifecycleNode):
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
 
-    @_locked
+    @locked
     def _apply_parameters(self, params) -> None:
         names = {p.name for p in params}
         if self.controller is not None and names & set(LIVE_CONTROL):
             self.controller.config = self._control_config()
             if "watchdog_timeout_s" in names and self.controller.active and self.controller.config.mode == "event":
-                self._destroy_control_timer()
-                self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2,
-                                                        self._on_watchdog_tick)
+                self._start_watchdog()
         path = next((p.value for p in params if p.name == "policy_path"), None)
         if path is not None and self.swapper is not None:
             self.swapper.request_path(path)
@@ -314,170 +138,89 @@ class PolicyNode(LifecycleNode):
     # ---- lifecycle -------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
-            path = self._get("policy_path")
-            if not path:
+            if not self._get("policy_path"):
                 raise ValueError("policy_path is empty; set it to a .onnx artifact or .lowrl bundle "
                                  "(e.g. models/pendulum_sac_int8.onnx)")
             settings = config_from_params(self, PolicyNodeSettings)  # checks input and engine
             bundle = load_bundle(settings.policy_path, engine=settings.engine)
-            actions = None
-            if settings.robot_file:
-                self._configure_robot_file(settings, bundle.contract)
-                actions = ActionProcessor.from_robot_dict(self.robot.raw, bundle.contract)
-                check_output(actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
-            estop = self._estop_for(actions)
+            fields = tuple(filter(None, self._get("obs_fields")))  # [""]: the typed empty default
+            legacy = settings.reads_obs_fields and config_from_params(self, ObsAdapterConfig, obs_fields=fields)
+            # One input path: always a robot file (without robot_file, the one the old parameters describe).
+            setup = PolicySetup.plan(settings, bundle.contract, legacy=legacy or None, mode=self._get("mode"),
+                                     control_period_s=self._get("control_period_s"),
+                                     watchdog_timeout_s=self._get("watchdog_timeout_s"), estop=self._estop_latch)
+            check_output(setup.actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
+            self._timing = setup.timing
             config = self._control_config()
-            controller = PolicyController(config, bundle, clock=time.perf_counter, actions=actions, estop=estop)
-            if not settings.robot_file and settings.input == "joint_states":  # a robot file replaces both
-                adapter = ObservationAdapter(self._adapter_config())
-                adapter.check_against(bundle.contract)
-                self.adapter = adapter
+            controller = PolicyController(config, bundle, clock=time.perf_counter, actions=setup.actions,
+                                          estop=setup.estop)
             receiver = self._make_receiver()
         except Exception as exc:  # noqa: BLE001 - any load failure must become a FAILURE, not a crash
             self.get_logger().error(f"configure failed: {exc}")
             self._publish_diag([diag.status(diag.POLICY_STATUS, Level.ERROR, f"configure failed: {exc}")])
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
-        self.controller = controller
-        self.actions, self._estop_latch = actions, estop
-        if actions is not None:
-            self.get_logger().info(
-                f"robot file {settings.robot_file}: {actions.interface} interface, {actions.output.type} on "
-                f"{actions.output.topic}, safe action {actions.safety.safe_action}, soft start "
-                f"{actions.safety.soft_start_s:g} s (the safe_action, default_pose and soft_start_steps parameters "
-                "are not used)")
+        self.controller, self.actions, self._estop_latch = controller, setup.actions, setup.estop
+        self._builder = ObservationBuilder(setup.spec)
+        for level, line in setup.log_lines(settings.robot_file):
+            self._log(level, line)
         engine = settings.engine
         self.swapper = PolicySwapper(controller, lambda path: load_bundle(path, engine=engine),
                                      active_path=settings.policy_path, receiver=receiver, reply=self._reply,
                                      log=self._log, on_reject=lambda _status: self._publish_status())
-        self._create_io()
-        self.get_logger().info(
-            f"configured: {settings.policy_path} v{bundle.version}, tiers {', '.join(bundle.policies)}, "
-            f"{controller.obs_dim} obs -> {controller.action_dim} actions, mode {config.mode}")
+        self._create_io(setup.spec)
+        self.get_logger().info(f"configured: {settings.policy_path} v{bundle.version}, tiers "
+                               f"{', '.join(bundle.policies)}, {controller.obs_dim} obs -> {controller.action_dim} "
+                               f"actions, {self._timing.text}")
         return TransitionCallbackReturn.SUCCESS
-
-    def _configure_robot_file(self, settings: PolicyNodeSettings, contract) -> None:
-        """Load the robot file and check its observation against the policy (a mismatch fails configure)."""
-        robot = load_robot_file(settings.robot_file)
-        spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
-        spec.check_against(contract)
-        self.robot = robot
-        self._obs_spec, self._builder = spec, ObservationBuilder(spec)
-        if settings.robot_timing == "contract":  # the rate the policy was trained at, on a drift-free timer
-            self._timing = {"mode": "fixed_rate", "control_period_s": float(contract.control_period_s)}
 
     def _make_receiver(self) -> BundleReceiver:
         """The bundle receiver from the parameters; a key_file that is set but unusable fails configure."""
-        key_file = self._get("key_file")
-        config = self._receiver_config()
-        key = load_key(key_file) if key_file else None
+        config = config_from_params(self, ReceiverConfig, **_RECEIVER_PARAMS, engine=self._get("engine"))
+        key = load_key(self._get("key_file")) if self._get("key_file") else None
         for line in config.warnings(key_loaded=key is not None, topic=self._get("bundle_topic")):
             self.get_logger().warning(line)
         return BundleReceiver(config, key)
 
-    def _estop_for(self, actions: ActionProcessor | None) -> EStopLatch | None:
-        """The e-stop latch for this configuration: the one kept from before (still latched, if it was)
-        unless the e-stop topic changed; None without a robot file or with estop_topic ""."""
-        if actions is None or not actions.safety.estop_topic:
-            return None
-        old = self._estop_latch
-        if old is not None and old.topic == actions.safety.estop_topic:
-            old.reset_topic = actions.safety.reset_topic
-            return old
-        return EStopLatch(actions.safety.estop_topic, actions.safety.reset_topic)
-
-    def _create_io(self) -> None:
-        # Lifecycle publishers: silent unless active, enforced by rclpy (activated by super().on_activate).
+    def _create_io(self, spec: ObservationSpec) -> None:
+        c = self.controller
+        self._outputs = PolicyOutputs(self, self.actions, c.output_period_s, obs_dim=c.obs_dim, action_dim=c.action_dim,
+                                      controller_name=self._get("controller_name"),
+                                      step_topic=self._get("step_topic") if self._get("publish_step") else "")
         if self.actions is not None:
-            self._output = CommandOutput(self, self.actions, lambda: self.controller.output_period_s())
-            self._cmd_pub = self._output.publisher
             self._subs.extend(create_estop(self, self.actions, self._on_estop, self._on_estop_reset))
-        else:
-            cmd_topic = f"{self._get('controller_name').strip('/')}/commands"  # relative: under the namespace
-            self._cmd_pub = self.create_lifecycle_publisher(Float64MultiArray, cmd_topic, CONTROL)
-        # Per-tick volatile topics: their subscriber counts come from matched events (Listened), not an rclpy call.
-        self._latency = Listened(self, Float64, "lowrl/policy/latency_us", STATS)
-        self._latency_pub = self._latency.publisher
-        self._stats_pub = self.create_lifecycle_publisher(Float64MultiArray, "lowrl/policy/stats", STATS)
-        self._lifecycle_pubs = [self._cmd_pub, self._latency_pub, self._stats_pub]
-        self.controller.override_timeout_s = self._get("teleop_timeout_s")
-        if self._obs_spec is not None and self._get("publish_step"):
-            self._create_step_publisher()
-        if self._get("teleop_topic"):
-            self._subs.append(self.create_subscription(Float64MultiArray, self._get("teleop_topic"),
-                                                       self._on_teleop, CONTROL))
-        if self._get("ready_topic"):
-            self._subs.append(self.create_subscription(Empty, self._get("reset_topic"), self._on_reset, STATUS))
-            self._subs.append(self.create_subscription(Bool, self._get("ready_topic"), self._on_ready, LATCHED))
-        if self._obs_spec is not None:
-            event = self.controller.config.mode == "event"
-            self.robot_inputs = RobotInputs(self, self._obs_spec, self._builder,
-                                            trigger=(lambda t0: self._observe(t0, self._robot_observation))
-                                            if event else None)
-        elif self._get("input") == "joint_states":
-            self._subs.append(self.create_subscription(JointState, self._get("joint_states_topic"),
-                                                       self._on_joint_state, CONTROL))
-            if self.adapter.config.extra_obs_dim:
-                self._subs.append(self.create_subscription(Float32MultiArray, self._get("extra_observation_topic"),
-                                                           self._on_extra, CONTROL))
-        else:
-            self._subs.append(self.create_subscription(Float32MultiArray, self._get("observation_topic"),
-                                                       self._on_observation, CONTROL))
+        c.override_timeout_s = self._get("teleop_timeout_s")
+        self._subs += create_operator_inputs(self, teleop_topic=self._get("teleop_topic"), on_teleop=self._on_teleop,
+                                             reset_topic=self._get("reset_topic"), on_reset=self._on_reset,
+                                             ready_topic=self._get("ready_topic"), on_ready=self._on_ready)
+        # Event mode: the trigger topic's messages call _observe, which acts at once; fixed_rate: the loop takes.
+        trigger = self._observe if self.controller.config.mode == "event" else None
+        self.robot_inputs = RobotInputs(self, spec, self._builder, trigger=trigger)
         self._subs.append(self.create_subscription(UInt8, "lowrl/compute_tier", self._on_tier, LATCHED))
         bundle_topic = self._get("bundle_topic")
         self._subs.append(self.create_subscription(UInt8MultiArray, bundle_topic, self._on_bundle, LATCHED))
         # A plain publisher: the trainer gets its answer in any lifecycle state.
         self._bundle_status_pub = self.create_publisher(String, f"{bundle_topic.rstrip('/')}/status", STATUS)
-        self._pubs = [self._bundle_status_pub]
         self._timers.append(self.create_timer(1.0 / self._get("stats_rate_hz"), guarded(self, self._publish_stats)))
         self._timers.append(self.create_timer(self._get("diagnostics_period_s"), guarded(self, self._on_diagnostics)))
-        self._cmd_msg = Float64MultiArray()
-        self._latency_msg = Float64()
-        self._stats_msg = Float64MultiArray()
-        self._stats_msg.layout.dim = [MultiArrayDimension(label=",".join(STATS_FIELDS), size=len(STATS_FIELDS),
-                                                          stride=len(STATS_FIELDS))]
 
-    def _create_step_publisher(self) -> None:
-        """The step message (core/runtime/step_row.py), allocated once: each tick writes into its data in place."""
-        n, m = self.controller.obs_dim, self.controller.action_dim
-        size = step_row.row_size(n, m)
-        self._step = Listened(self, Float64MultiArray, self._get("step_topic"), RECORD)
-        self._step_pub = self._step.publisher
-        dim = MultiArrayDimension(label=step_row.row_label(n, m), size=size, stride=size)
-        self._step_out = ArrayOut(self._step_pub, [dim], size)
-        self._lifecycle_pubs.append(self._step_pub)
-
-    def _publish_step(self, result, action: np.ndarray) -> None:
-        """What the policy saw and did this tick (policy or safe ticks; the step row)."""
-        c = self.controller
-        policy = result is not None and result.source == "policy"
-        step_row.encode_step(self._step_out.values, stamp=time.time(), safe=not policy,
-                             intervention=policy and result.intervention,
-                             estop=self._estop_latch is not None and self._estop_latch.latched,
-                             policy_version=c.bundle.version, obs=c.observation,
-                             policy_action=result.own_action if policy else None,
-                             action=result.policy_action if policy and result.own_action is not None else None,
-                             command=action)
-        self._step_out.publish()
-
-    @_locked
+    @locked
     def _on_teleop(self, msg: Float64MultiArray) -> None:
-        if self.controller is None:
-            return
         try:
-            self.controller.set_override(msg.data, time.perf_counter())
+            if self.controller is not None:
+                self.controller.set_override(msg.data, time.perf_counter())
         except ValueError as exc:
             self.get_logger().error(f"ignoring {self._get('teleop_topic')}: {exc}", throttle_duration_sec=2.0)
 
-    @_locked
+    @locked
     def _on_reset(self, _msg: Empty) -> None:
         if self.controller is not None:
-            self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
-                                             f"true on {self._get('ready_topic')}")
-            self.get_logger().info(f"reset requested: holding the safe action until {self._get('ready_topic')} "
-                                   "reports ready")
+            reset, ready = self._get("reset_topic"), self._get("ready_topic")
+            line = f"reset requested on {reset}: safe action until true on {ready}"
+            self.controller.hold_until_ready(line)
+            self.get_logger().info(line)
 
-    @_locked
+    @locked
     def _on_ready(self, msg: Bool) -> None:
         if self.controller is not None and msg.data and self.controller.waiting_ready:
             self.controller.release_hold()
@@ -486,89 +229,78 @@ class PolicyNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self._lock:
             self.controller.activate()
-            if self._builder is not None:
-                self._builder.reset()  # no sample or history from before this activation
+            self._builder.reset()  # no sample or history from before this activation
             fixed_rate = self.controller.config.mode == "fixed_rate"
-            if fixed_rate:
-                self._start_fixed_rate()
-            else:
-                # Event mode acts on observations, on the executor thread: the RT settings go to it, and this
-                # timer only notices when the observations stop (watchdog).
+            if not fixed_rate:
+                # Event mode acts on observations, on the executor thread: the RT settings go to it.
                 self._apply_realtime()
-                self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2,
-                                                        self._on_watchdog_tick)
+                self._start_watchdog()
         result = super().on_activate(state)  # enables the lifecycle publishers
         if fixed_rate:  # after the publishers are enabled: its first tick may publish at once
-            self._loop = ControlLoop(f"{self.get_name()}_control", self._loop_tick, self._apply_realtime,
-                                     self._loop_error)
+            self._loop = ControlLoop(self.controller.output_period_s(), self._loop_tick, on_start=self._apply_realtime,
+                                     on_error=self._loop_error, name=f"{self.get_name()}_control").start()
         self.get_logger().info("activated")
         return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_loop()  # outside the lock: its last tick takes the lock
+        self._stop_control()  # outside the lock: its last tick takes the lock
         with self._lock:
-            self._destroy_control_timer()
-            # The safe action goes out first: super().on_deactivate silences the lifecycle publishers.
-            # On a position interface it holds the measured pose (None: never measured, send nothing).
-            self._update_measured()
-            action = self.controller.deactivate()
-            if action is not None:
-                self._publish_command(action)
-        self.get_logger().info("deactivated: " + ("safe action sent" if action is not None else
+            sent = self._send_safe_action()  # first: super().on_deactivate silences the lifecycle publishers
+        self.get_logger().info("deactivated: " + ("safe action sent" if sent else
                                                   "nothing sent (the joint positions were never measured)"))
         return super().on_deactivate(state)
+
+    def _send_safe_action(self) -> bool:
+        """Stop the controller, publish its safe action (on a position interface the measured pose; False: none)."""
+        self._update_measured()
+        action = self.controller.deactivate()
+        if action is not None:
+            self._outputs.publish_command(action)
+        return action is not None
 
     def _apply_realtime(self) -> None:
         """rt_* parameters, asked for the calling thread: the control thread (fixed_rate) or the executor's
         (event mode, where the executor runs the control ticks); mlockall is for the whole process."""
         priority, cpus, lock = self._get("rt_priority"), parse_cpus(self._get("rt_cpus")), self._get("rt_lock_memory")
-        if not (priority or cpus or lock):
-            return
-        self._realtime = apply_realtime(priority, cpus, lock)
-        for level, line in self._realtime.lines:
-            self._log(level, f"realtime: {line}")
+        if priority or cpus or lock:
+            self._realtime = apply_realtime(priority, cpus, lock)
+            for level, line in self._realtime.lines:
+                self._log(level, f"realtime: {line}")
 
-    def _stop_loop(self) -> None:
-        """End the control thread (fixed_rate); call without holding the lock."""
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.stop()
+    def _start_watchdog(self) -> None:
+        """Event mode: a timer that only notices when the observations stop (the ticks come with them)."""
+        self._stop_control(loop=False)
+        self._control_timer = self.create_timer(self.controller.config.watchdog_timeout_s / 2, self._on_watchdog_tick)
 
-    def _loop_tick(self) -> float | None:
-        """One tick of the control thread; returns the next deadline (None: the node was released)."""
-        with self._lock:
-            schedule = self._schedule
-            if schedule is None or self.controller is None:
-                return None
-            due = self._on_control_tick()
-            return due + schedule.period_s
+    def _stop_control(self, loop: bool = True) -> None:
+        """End the control thread (fixed_rate; call without holding the lock) and the watchdog timer."""
+        loop_, self._loop = (self._loop, None) if loop else (None, self._loop)
+        if loop_ is not None:
+            loop_.stop()
+        if self._control_timer is not None:
+            self.destroy_timer(self._control_timer)
+            self._control_timer = None
 
     def _loop_error(self, exc: Exception) -> None:
         self.get_logger().error(f"control tick failed: {type(exc).__name__}: {exc}", throttle_duration_sec=2.0)
 
     def destroy_node(self) -> None:
         """Stop the control thread before the node's publishers go (a test or tool may skip shutdown)."""
-        self._stop_loop()
+        self._stop_control()
         super().destroy_node()
 
-    def _destroy_control_timer(self) -> None:
-        if self._control_timer is not None:
-            self.destroy_timer(self._control_timer)
-            self._control_timer = None
-
     def _release(self) -> None:
-        self._stop_loop()
-        self._destroy_control_timer()
+        self._stop_control()
         for t in self._timers:
             self.destroy_timer(t)
         for s in self._subs:
             self.destroy_subscription(s)
         if self.robot_inputs is not None:
             self.robot_inputs.destroy()
-        for pub in self._lifecycle_pubs:
-            self.destroy_lifecycle_publisher(pub)
-        for pub in self._pubs:
-            self.destroy_publisher(pub)
+        if self._outputs is not None:
+            self._outputs.destroy(self)
+        if self._bundle_status_pub is not None:
+            self.destroy_publisher(self._bundle_status_pub)
         if self.swapper is not None:
             self.swapper.drop_pending()
         self._clear_runtime()
@@ -580,32 +312,21 @@ class PolicyNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_loop()  # outside the lock: its last tick takes the lock
+        self._stop_control()  # outside the lock: its last tick takes the lock
         with self._lock:
             if self.controller is not None and self.controller.active:
-                self._update_measured()
-                action = self.controller.deactivate()
-                if action is not None:
-                    self._publish_command(action)  # still enabled: shutdown does not deactivate them
+                self._send_safe_action()  # the publishers are still enabled: shutdown does not deactivate them
             self._release()
         return TransitionCallbackReturn.SUCCESS
 
     # ---- control path ----------------------------------------------------------------------
-    @_locked
-    def _on_joint_state(self, msg: JointState) -> None:
-        self._observe(time.perf_counter(), self.adapter.from_joint_state,
-                      msg.name, msg.position, msg.velocity, msg.effort)
-
-    @_locked
-    def _on_observation(self, msg: Float32MultiArray) -> None:
-        self._observe(time.perf_counter(), from_array, msg.data, self.controller.obs_dim)
-
-    @_locked
-    def _observe(self, t0: float, convert, *args) -> None:
-        """Convert a message to an observation (a bad one becomes the reason for the safe action),
-        then act at once in event mode, with the message's arrival ``t0`` as the deadline reference."""
+    @locked
+    def _observe(self, t0: float) -> None:
+        """Take the newest sample of each robot topic and build the observation (a bad or stale one becomes
+        the reason for the safe action); in event mode act at once, the trigger's arrival ``t0`` the reference."""
         try:
-            self.controller.observe(convert(*args))
+            self.robot_inputs.take()
+            self.controller.observe(self._builder.build(time.perf_counter()))
         except ObservationError as exc:
             self.controller.observe(None, str(exc))
         except Exception as exc:  # noqa: BLE001 - never die on input
@@ -613,49 +334,30 @@ class PolicyNode(LifecycleNode):
         if self.controller.config.mode == "event":
             self._tick(t0)
 
-    # The control thread already holds the lock (_loop_tick): these skip the re-entry (a wrapper frame and
-    # an RLock acquire/release each, per tick).
+    # The control thread already holds the lock (_loop_tick): these skip the re-entry (a frame and an RLock each).
     _observe_held = _observe.__wrapped__
 
-    def _robot_observation(self) -> np.ndarray:
-        """Robot file: take the newest sample of each topic, build the observation (a stale term raises)."""
-        self.robot_inputs.take()
-        return self._builder.build(time.perf_counter())
+    def _loop_tick(self, due: float, skipped: int) -> bool:
+        """One tick of the control thread (fixed_rate): ``due`` is when it was due on the schedule, so lateness
+        is counted; each skipped period is an output that never came. False: the node was released."""
+        with self._lock:
+            if self.controller is None:
+                return False
+            self.controller.deadline_misses += skipped
+            if self.robot_inputs is not None and self.controller.active:
+                self._observe_held(due)
+            self._tick_held(due)
+            return True
 
-    @_locked
-    def _on_extra(self, msg: Float32MultiArray) -> None:
-        try:
-            self.adapter.set_extra(msg.data)
-        except Exception as exc:  # noqa: BLE001 - never die on input
-            self.controller.observe(None, str(exc))
-
-    def _on_control_tick(self) -> float:
-        """fixed_rate: the reference is when the tick was due (TickSchedule), so lateness is counted.
-        Returns that due time."""
-        due, skipped = self._schedule.tick(time.perf_counter())
-        self.controller.deadline_misses += skipped  # each skipped period is an output that never came
-        if self.robot_inputs is not None and self.controller.active:
-            self._observe_held(due, self._robot_observation)
-        self._tick_held(due)
-        return due
-
-    def _start_fixed_rate(self) -> None:
-        """(Re)start the schedule at the tier's output period (ControlConfig.output_period_s); a running
-        control thread takes it up at once (within ControlLoop.MAX_SLEEP_S)."""
-        self._schedule = TickSchedule(self.controller.output_period_s())
-        if self._loop is not None:
-            self._loop.wake()
-
-    @_locked
+    @locked
     def _on_watchdog_tick(self) -> None:
         age = self.controller.observation_age()
         if age is None or age > self.controller.config.watchdog_timeout_s:
             self._tick(time.perf_counter())
 
-    @_locked
+    @locked
     def _tick(self, reference: float) -> None:
-        # Inactive: no control work at all (ticks are not counted); the lifecycle publishers would
-        # drop the output anyway, so rclpy enforces the silence a second time.
+        # Inactive: no control work (ticks not counted); the lifecycle publishers would drop the output anyway.
         c = self.controller
         if c is None or not c.active:
             return
@@ -668,85 +370,48 @@ class PolicyNode(LifecycleNode):
             c.last_error_time = time.perf_counter()
             result = None
         action = c.safe_action() if result is None else result.action
-        if self._builder is not None:  # last_action: the policy's own output (contract units), else zeros
-            if result is not None and result.source == "policy":
-                self._builder.set_last_action(result.policy_action)
-            elif result is None or result.source != "hold":
-                self._builder.set_last_action(np.zeros(c.action_dim))
-        if action is not None and (result is None or result.source != NOTHING):  # before the first observation: none
-            self._publish_command(action)
-            # Volatile topics: with no subscriber matched the message would be dropped anyway, so it is not
-            # built or serialized (the step message and the latency are ~60 us of each tick here).
-            if (self._step_pub is not None and (result is None or result.source != "hold")
-                    and self._step.count()):
-                self._publish_step(result, action)
+        self._builder.after_step(result)  # the last_action rule
+        sent = action is not None and (result is None or result.source != NOTHING)  # before the first observation
+        if sent:
+            self._outputs.publish_command(action)
+        self._outputs.publish_tick(result, action if sent else None, policy_version=c.bundle.version,
+                                   estop=self._estop_latch is not None and self._estop_latch.latched, obs=c.observation)
         intervening = result is not None and result.intervention
         if intervening != self._intervening:  # say so at once, not at the next diagnostics period
             self._intervening = intervening
-            if intervening:  # rclpy loggers need one severity per call site, hence the branches
-                self.get_logger().warning("intervention active: the teleop action replaces the policy's")
-            else:
-                self.get_logger().info("intervention ended: the policy acts again")
+            self._log(Level.WARN if intervening else Level.OK, "intervention active: the teleop action replaces the "
+                      "policy's" if intervening else "intervention ended: the policy acts again")
             self._publish_status()
-        if result is not None and result.latency_s is not None and self._latency.count():
-            self._latency_msg.data = result.latency_s * 1e6  # one message, reused: no construction per tick
-            self._latency_pub.publish(self._latency_msg)
         if self._input_reports.due(c.last_error_time, time.perf_counter()):  # a new input error: say so now
             self._publish_status()
 
     _tick_held = _tick.__wrapped__  # see _observe_held
 
-    def _publish_command(self, action: np.ndarray) -> None:
-        if self._output is not None:
-            self._output.publish(action)  # the robot file's message, in the controller's joint order
-            return
-        self._cmd_msg.data = action.tolist()
-        self._cmd_pub.publish(self._cmd_msg)
-
     def _update_measured(self) -> None:
         """Hand the newest measured positions of the policy's joints to the controller (robot file)."""
         if self.actions is None or self.controller is None:
             return
-        if self._builder is not None:
-            sample = self._builder.joint_state()
-            if sample is not None:
-                self.controller.set_measured(self._measured(*sample))
+        sample = self._builder.joint_state()
+        if sample is not None:
+            self.controller.set_measured(measured_positions(*sample, self.actions.joint_index))
 
-    def _measured(self, names, positions) -> np.ndarray | None:
-        """measured_positions with the name lookup done once per names tuple: the fast JointState parser
-        hands out one cached tuple per distinct name block, so a driver's steady messages hit the cache."""
-        if names is not self._measured_names:
-            index = {n: i for i, n in enumerate(names)}
-            wanted = self.actions.joints
-            self._measured_names = names
-            self._measured_index = (np.array([index[j] for j in wanted], dtype=np.intp)
-                                    if all(j in index for j in wanted) else None)
-        if self._measured_index is None or len(positions) < len(names):
-            return measured_positions(names, positions, self.actions.joints)  # its None, for its reasons
-        out = np.asarray(positions, dtype=np.float64)[self._measured_index]
-        return out if np.isfinite(out).all() else None
-
-    # ---- e-stop ----------------------------------------------------------------------------
-    @_locked
+    # ---- e-stop, tiers, hot-swap ----------------------------------------------------------
+    @locked
     def _on_estop(self, asserted: bool) -> None:
         latch = self._estop_latch
-        if latch is None or not latch.update(asserted, time.perf_counter()):
-            return
-        self.get_logger().error(f"e-stop on {latch.topic}: safe action latched until a reset on {latch.reset_topic}")
-        self._tick(time.perf_counter())  # the safe action now, not at the next tick
-        self._publish_status()
+        if latch is not None and latch.update(asserted, time.perf_counter()):
+            self._log(Level.ERROR, f"e-stop on {latch.topic}: safe action latched until a reset on {latch.reset_topic}")
+            self._tick(time.perf_counter())  # the safe action now, not at the next tick
+            self._publish_status()
 
-    @_locked
+    @locked
     def _on_estop_reset(self) -> None:
-        latch = self._estop_latch
-        if latch is None:
-            return
-        released, line = latch.reset()
-        self.get_logger().warning(line) if released else self.get_logger().error(line)
-        self._publish_status()
+        if self._estop_latch is not None:
+            released, line = self._estop_latch.reset()
+            self._log(Level.WARN if released else Level.ERROR, line)
+            self._publish_status()
 
-    # ---- tiers, hot-swap -------------------------------------------------------------------
-    @_locked
+    @locked
     def _on_tier(self, msg: UInt8) -> None:
         try:
             line = self.controller.set_tier(msg.data)
@@ -754,14 +419,14 @@ class PolicyNode(LifecycleNode):
             self.get_logger().error(f"ignoring compute tier: {exc}")
             return
         if line:
-            self.get_logger().warning(line) if self.controller.tier > ComputeTier.FULL else self.get_logger().info(line)
-            if (self.controller.config.mode == "fixed_rate" and self.controller.active
-                    and self.controller.output_period_s() != self._schedule.period_s):
-                self._start_fixed_rate()
-                self._tick(time.perf_counter())  # the new tier's first output now, not at the thread's next wake
+            self._log(Level.WARN if self.controller.tier > ComputeTier.FULL else Level.OK, line)
+            # fixed_rate: the loop re-timed to the tier's period, and its first output now, not at the next wake.
+            c = self.controller
+            if self._loop is not None and c.active and self._loop.retime(c.output_period_s()):
+                self._tick(time.perf_counter())
             self._publish_status()
 
-    @_locked
+    @locked
     def _on_bundle(self, msg: UInt8MultiArray) -> None:
         """A bundle from the trainer: only queued here; all checking happens on the swap worker."""
         if self.swapper is not None:
@@ -771,14 +436,7 @@ class PolicyNode(LifecycleNode):
         self._bundle_status_pub.publish(String(data=status.to_json()))
 
     def _log(self, level: Level, line: str) -> None:
-        logger = self.get_logger()
-        # rclpy loggers need one severity per call site, hence the branches.
-        if level >= Level.ERROR:
-            logger.error(line)
-        elif level == Level.WARN:
-            logger.warning(line)
-        else:
-            logger.info(line)
+        diag.log(self.get_logger(), level, line)
 
     def wait_for_swap(self, timeout: float | None = None) -> None:
         """Block until the swap worker is idle (tests and tools; never the control path)."""
@@ -787,73 +445,46 @@ class PolicyNode(LifecycleNode):
 
     # ---- reporting -------------------------------------------------------------------------
     def _publish_stats(self) -> None:
-        # The percentiles (a partition of up to latency_window samples) run off the lock: the control
-        # thread ticks under it. Under it: the counters and a copy of the window.
+        # The percentiles (a partition of up to latency_window samples) run off the lock the control thread ticks
+        # under. Nobody subscribes (no budget monitor, recorder or tool): not built (~0.5 % of a core at 10 Hz).
         with self._lock:
             c = self.controller
-            if c is None:
+            if c is None or not self._outputs.stats.get_subscription_count():
                 return
-            # A volatile topic nobody subscribes to (no budget monitor, recorder or tool): the message would
-            # be dropped, so it is not built (~0.5 % of a core at 10 Hz in lowrl bench loop --legged).
-            if not self._stats_pub.get_subscription_count():
-                return
-            numbers = c.stats(percentiles=False)
-            latencies = c.latency.snapshot()
+            numbers, latencies = c.stats(percentiles=False), c.latency.snapshot()
         numbers["window_p50_us"], numbers["window_p99_us"] = percentiles_us(latencies)
         stats = PolicyStats(pid=float(os.getpid()), **numbers)
         with self._lock:
             if self.controller is not c:  # released or reconfigured meanwhile: its publisher may be gone
                 return
-            self._stats_msg.data = stats.to_list()
-            self._stats_pub.publish(self._stats_msg)
+            self._outputs.publish_stats(stats.to_list())
 
-    @_locked
+    @locked
     def _on_diagnostics(self) -> None:
         """The diagnostics timer: the matched-event counts' safety net (Listened.refresh), then the status."""
-        for listened in (self._step, self._latency):
-            if listened is not None:
-                listened.refresh()
+        if self._outputs is not None:
+            self._outputs.refresh()
         self._publish_status()
 
     def _publish_diag(self, statuses: list) -> None:
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
-    @_locked
+    @locked
     def _publish_status(self) -> None:
         c, swapper = self.controller, self.swapper
         # Nobody subscribes to /diagnostics (no aggregator, no tool): the message would be dropped, so it is not
         # built. A subscriber gets the next one (the timer's period, or at once on the next event).
         if c is None or swapper is None or not self._diag_pub.get_subscription_count():
             return
-        bundle = c.bundle
-        running = RunningPolicy(version=bundle.version, path=swapper.active_path, tiers=tuple(bundle.policies),
+        running = RunningPolicy(version=c.bundle.version, path=swapper.active_path, tiers=tuple(c.bundle.policies),
                                 active=c.active, last_error=c.last_error, last_error_time=c.last_error_time,
                                 bundle_topic=self._get("bundle_topic"))
         entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
-        if self._estop_latch is not None:
-            entries.append(self._estop_latch.status())
-        if self._get("teleop_topic"):
-            held = c.override_held()
-            entries.append(StatusEntry(INTERVENTION_STATUS, Level.WARN if held else Level.OK,
-                                       "intervention active" if held else "no intervention",
-                                       {"teleop_topic": self._get("teleop_topic"),
-                                        "intervention_ticks": str(c.interventions)}))
-        statuses = diag.from_entries(entries)
-        if self._realtime is not None:
-            statuses.append(diag.status(REALTIME_STATUS, self._realtime.level, self._realtime.text()))
-        self._publish_diag(statuses)
-
-
-def _autostart(node: PolicyNode) -> int:
-    if not node.get_parameter("autostart").value:
-        return 0
-    node.trigger_configure()
-    if node.controller is None:
-        print("policy_node: configure failed (see the error above); fix the parameters and restart", file=sys.stderr)
-        return 1
-    node.trigger_activate()
-    return 0
+        entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
+                                   override_held=c.override_held(), interventions=c.interventions,
+                                   realtime=self._realtime)
+        self._publish_diag(diag.from_entries(entries))
 
 
 def _deactivate(node: PolicyNode) -> None:
@@ -862,7 +493,7 @@ def _deactivate(node: PolicyNode) -> None:
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node("policy_node", PolicyNode, args=args, start=_autostart, stop=_deactivate)
+    return run_node("policy_node", PolicyNode, args=args, start=autostart, stop=_deactivate)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,10 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Float32MultiArray
+from std_msgs.msg import Bool, Empty, Float32MultiArray, Float64MultiArray
 
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec, TopicSpec
+from lowrl_ros.ros.qos import CONTROL, LATCHED, STATUS
 
 MSG_TYPES: dict[str, type] = {"joint_state": JointState, "imu": Imu, "twist": Twist, "array": Float32MultiArray}
 
@@ -291,3 +292,17 @@ class RobotInputs:
         self._subs.clear()
         self._taken.clear()
         self._inner.destroy_node()
+
+
+def create_operator_inputs(node: Node, *, teleop_topic: str, reset_topic: str, ready_topic: str,
+                           on_teleop: Callable, on_reset: Callable, on_ready: Callable) -> list:
+    """The operator's topics on the policy node: a teleop action (Float64MultiArray, ``teleop_topic`` set) and,
+    with ``ready_topic`` set, a reset request (std_msgs/Empty on ``reset_topic``) and the ready flag
+    (std_msgs/Bool, latched). Returns the subscriptions."""
+    subs = []
+    if teleop_topic:
+        subs.append(node.create_subscription(Float64MultiArray, teleop_topic, on_teleop, CONTROL))
+    if ready_topic:
+        subs.append(node.create_subscription(Empty, reset_topic, on_reset, STATUS))
+        subs.append(node.create_subscription(Bool, ready_topic, on_ready, LATCHED))
+    return subs

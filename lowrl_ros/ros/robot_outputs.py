@@ -18,15 +18,18 @@ no e-stop edge is dropped; a TRANSIENT_LOCAL ("latched") e-stop publisher is mat
 from __future__ import annotations
 
 import array
+import time
 from typing import Any, Callable
 
 import numpy as np
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
-from std_msgs.msg import Bool, Empty, Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray, MultiArrayDimension
 
+from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.actions import ActionProcessor
-from lowrl_ros.ros.qos import CONTROL
+from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS
+from lowrl_ros.ros.qos import CONTROL, RECORD, STATS
 
 try:  # rclpy >= Iron (Jazzy, Kilted): publisher events, with ``matched``
     from rclpy.event_handler import PublisherEventCallbacks
@@ -206,3 +209,81 @@ def create_estop(node: Any, actions: ActionProcessor, on_estop: Callable[[bool],
         return []
     return [node.create_subscription(Bool, safety.estop_topic, lambda m: on_estop(bool(m.data)), ESTOP_QOS),
             node.create_subscription(Empty, safety.reset_topic, lambda _m: on_reset(), ESTOP_QOS)]
+
+
+class PolicyOutputs:
+    """The policy node's lifecycle publishers and what a tick sends on them (silent unless the node is active).
+
+    The command: the robot file's output (:class:`CommandOutput`), or without one Float64MultiArray on
+    ``<controller_name>/commands``; the latency of each inference (``lowrl/policy/latency_us``); the stats
+    (``lowrl/policy/stats``, STATS_FIELDS order); the step row on ``step_topic`` (core/runtime/step_row.py,
+    written in place into one preallocated message). The per-tick volatile topics (latency, step) are built
+    only while someone subscribes (:class:`Listened`: ~60 us of each tick here otherwise).
+
+    Args:
+        node: the LifecycleNode; actions: the robot file's output side (None: the command parameters).
+        period_s: the output period now (a trajectory point's time_from_start).
+        controller_name: without a robot file, commands go to ``<controller_name>/commands`` (relative).
+        step_topic: "" for no step row; obs_dim, action_dim: the row's sizes.
+    """
+
+    def __init__(self, node: Any, actions: ActionProcessor | None, period_s: Callable[[], float], *,
+                 controller_name: str, step_topic: str, obs_dim: int, action_dim: int) -> None:
+        self._output = CommandOutput(node, actions, period_s) if actions is not None else None
+        self.command = self._output.publisher if self._output is not None else node.create_lifecycle_publisher(
+            Float64MultiArray, f"{controller_name.strip('/')}/commands", CONTROL)
+        self._cmd_msg = Float64MultiArray()
+        self.latency = Listened(node, Float64, "lowrl/policy/latency_us", STATS)
+        self._latency_msg = Float64()  # one message, reused: no construction per tick
+        self.stats = node.create_lifecycle_publisher(Float64MultiArray, "lowrl/policy/stats", STATS)
+        n = len(STATS_FIELDS)
+        self._stats_msg = Float64MultiArray()
+        self._stats_msg.layout.dim = [MultiArrayDimension(label=",".join(STATS_FIELDS), size=n, stride=n)]
+        self.step: Listened | None = None
+        if step_topic:
+            size = step_row.row_size(obs_dim, action_dim)
+            self.step = Listened(node, Float64MultiArray, step_topic, RECORD)
+            dim = MultiArrayDimension(label=step_row.row_label(obs_dim, action_dim), size=size, stride=size)
+            self._step_out = ArrayOut(self.step.publisher, [dim], size)
+        self.publishers = [self.command, self.latency.publisher, self.stats] + \
+            ([self.step.publisher] if self.step is not None else [])
+
+    def publish_command(self, action: np.ndarray) -> None:
+        if self._output is not None:
+            self._output.publish(action)  # the robot file's message, in the controller's joint order
+            return
+        self._cmd_msg.data = action.tolist()
+        self.command.publish(self._cmd_msg)
+
+    def publish_tick(self, result: Any, command: np.ndarray | None, *, estop: bool, policy_version: int,
+                     obs: np.ndarray | None) -> None:
+        """After a tick: its step row (a policy or safe tick that sent ``command``) and its inference latency.
+
+        ``result`` is ``PolicyController.step``'s (None: the step failed, the safe action went out)."""
+        if command is not None and self.step is not None and (result is None or result.source != "hold") \
+                and self.step.count():
+            policy = result is not None and result.source == "policy"
+            step_row.encode_step(self._step_out.values, stamp=time.time(), safe=not policy,
+                                 intervention=policy and result.intervention, estop=estop,
+                                 policy_version=policy_version, obs=obs,
+                                 policy_action=result.own_action if policy else None,
+                                 action=result.policy_action if policy and result.own_action is not None else None,
+                                 command=command)
+            self._step_out.publish()
+        if result is not None and result.latency_s is not None and self.latency.count():
+            self._latency_msg.data = result.latency_s * 1e6
+            self.latency.publisher.publish(self._latency_msg)
+
+    def publish_stats(self, values: list[float]) -> None:
+        self._stats_msg.data = values
+        self.stats.publish(self._stats_msg)
+
+    def refresh(self) -> None:
+        """Re-read the matched counts (the diagnostics timer: Listened's safety net)."""
+        for listened in (self.step, self.latency):
+            if listened is not None:
+                listened.refresh()
+
+    def destroy(self, node: Any) -> None:
+        for pub in self.publishers:
+            node.destroy_lifecycle_publisher(pub)

@@ -2,6 +2,7 @@
 one ``main`` they all share (``run_node``)."""
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import threading
@@ -63,6 +64,31 @@ def guarded(node, fn: Callable[[], Any], *, on_error: Callable[[Exception], None
             if on_error is not None:
                 on_error(exc)
     return run
+
+
+def locked(method: Callable) -> Callable:
+    """Run a node method under the node's ``_lock`` (a node whose own thread and executor callbacks share state:
+    the policy node's control thread). ``method.__wrapped__`` is the bare method, for a caller holding the lock."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
+def autostart(node: Any) -> int:
+    """``run_node``'s ``start`` for a LifecycleNode with an ``autostart`` parameter: configure and activate it
+    (no lifecycle manager needed); 1 when configure fails (its error is logged), so ``main`` ends."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    if not node.get_parameter("autostart").value:
+        return 0
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        print(f"{node.get_name()}: configure failed (see the error above); fix the parameters and restart",
+              file=sys.stderr)
+        return 1
+    node.trigger_activate()
+    return 0
 
 
 def run_node(name: str, make_node: Callable[[], object], *, args: list[str] | None = None,

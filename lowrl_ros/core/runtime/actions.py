@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from lowrl_ros.core.runtime.joints import JointIndex
+
 INTERFACES = ("position", "velocity", "effort")
 OUTPUT_TYPES = ("float64_multi_array", "joint_trajectory")
 # The safe actions each interface allows, the first being the shipped default. On a position
@@ -234,20 +236,16 @@ class SafetyConfig:
 
 
 def measured_positions(names: Sequence[str], positions: Sequence[float],
-                       wanted: Sequence[str]) -> np.ndarray | None:
+                       wanted: Sequence[str] | JointIndex) -> np.ndarray | None:
     """The positions of ``wanted`` joints (in that order) from a JointState's ``names``/``positions``.
 
     None when a wanted joint is missing, the message has fewer positions than names, or a wanted
     position is not finite: an unknown pose is never guessed (nothing is held that was not measured).
+    ``wanted`` may be a :class:`JointIndex` (its lookup cached per name list: the per-tick call).
     """
-    if len(positions) < len(names):
-        return None
-    index = {n: i for i, n in enumerate(names)}
-    try:
-        out = np.array([positions[index[w]] for w in wanted], dtype=np.float64)
-    except KeyError:
-        return None
-    return out if np.isfinite(out).all() else None
+    index = wanted if isinstance(wanted, JointIndex) else JointIndex(wanted)
+    out = index.take(names, positions)
+    return out if out is not None and np.isfinite(out).all() else None
 
 
 def _identity(scale: np.ndarray, offset: np.ndarray) -> bool:
@@ -271,6 +269,7 @@ class ActionProcessor:
                  default_pose: Sequence[float] | None, contract: Any) -> None:
         self.action, self.output, self.safety = action, output, safety
         self.joints = tuple(joints)
+        self.joint_index = JointIndex(self.joints)  # the measured pose's lookup (measured_positions)
         n = len(self.joints)
         if len(set(self.joints)) != n:
             raise ValueError(f"robot file: joints names a joint twice ({list(self.joints)}); each joint once")
@@ -309,6 +308,12 @@ class ActionProcessor:
                              "controller's order); every policy joint must be commanded")
         self.controller_joints = tuple(controller)
         self.order = np.array([self.joints.index(j) for j in controller], dtype=np.intp)
+
+    def describe(self) -> str:
+        """One line for the log: the interface, where the commands go, the safe action and the soft start."""
+        return (f"{self.interface} interface, {self.output.type} on {self.output.topic}, safe action "
+                f"{self.safety.safe_action}, soft start {self.safety.soft_start_s:g} s (the safe_action, default_pose "
+                "and soft_start_steps parameters are not used)")
 
     def check_contract(self, contract: Any) -> None:
         """Raise ValueError if the policy's contract does not fit the robot file: another action count,

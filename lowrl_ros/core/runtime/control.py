@@ -44,9 +44,11 @@ from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level, Policy, StatusEntry
 
 MODES = ("event", "fixed_rate")
+ROBOT_TIMINGS = ("contract", "parameters")
 SAFE_ACTIONS = ("zero", "hold", "default_pose")
 NOTHING = "none"  # StepResult.source when no command may go out at all
 ESTOP_STATUS = "lowrl/policy/estop"
+TIMING_STATUS = "lowrl/policy/timing"
 
 PolicyLike = Policy  # what the controller needs of a policy: core/types.py's Policy protocol
 
@@ -112,6 +114,53 @@ class ControlConfig:
     @property
     def deadline(self) -> float:
         return self.deadline_s or self.control_period_s
+
+
+@dataclass(frozen=True)
+class ControlTiming:
+    """When the policy acts, against the control period its contract names (the ``robot_timing`` parameter).
+
+    A policy is trained at one control period; run at another it sees another system (a 50 Hz policy fed
+    1 kHz joint states in event mode would act ~1,000 times a second). So ``robot_timing: contract`` (the
+    default) runs ``fixed_rate`` at the contract's period, whatever ``mode`` and ``control_period_s`` say;
+    ``parameters`` keeps those, and when they give another rate :attr:`warning` says so (a WARN line at
+    configure and the WARN ``lowrl/policy/timing`` diagnostic). A contract that names no period
+    (None) leaves the parameters in force, without a warning.
+
+    Attributes:
+        overrides: the ControlConfig fields it sets (mode, control_period_s), {} for none.
+        text: how the loop is timed, for the status; warning: non-empty when the rate is not the contract's.
+    """
+
+    robot_timing: str
+    overrides: Mapping[str, object]
+    text: str
+    warning: str = ""
+
+    @classmethod
+    def choose(cls, robot_timing: str, contract_period_s: float | None, mode: str,
+               control_period_s: float) -> "ControlTiming":
+        if robot_timing not in ROBOT_TIMINGS:
+            raise ValueError(f"robot_timing {robot_timing!r} is unknown; use one of {', '.join(ROBOT_TIMINGS)}")
+        if not contract_period_s:
+            return cls(robot_timing, {},
+                       f"{mode}, control_period_s {control_period_s:g} s (the policy names no control period)")
+        period = float(contract_period_s)
+        if robot_timing == "contract":
+            return cls(robot_timing, {"mode": "fixed_rate", "control_period_s": period},
+                       f"fixed_rate at the policy's control period {period:g} s (robot_timing: contract)")
+        if mode == "fixed_rate" and math.isclose(control_period_s, period, rel_tol=1e-9):
+            return cls(robot_timing, {},
+                       f"fixed_rate at {period:g} s, the policy's control period (robot_timing: parameters)")
+        runs = "on each observation (mode event)" if mode == "event" else f"every {control_period_s:g} s"
+        return cls(robot_timing, {}, f"{mode} (robot_timing: parameters)",
+                   f"robot_timing: parameters: the policy acts {runs}, not at the control period its contract "
+                   f"names ({period:g} s); set robot_timing: contract to run it at that rate")
+
+    def status(self) -> StatusEntry:
+        """WARN while the policy runs at another rate than its contract's, else OK."""
+        return StatusEntry(TIMING_STATUS, Level.WARN if self.warning else Level.OK, self.warning or self.text,
+                           {"robot_timing": self.robot_timing})
 
 
 @dataclass
@@ -185,27 +234,6 @@ def percentiles_us(seconds: np.ndarray) -> tuple[float, float]:
     return out[0], out[1]
 
 
-class TickSchedule:
-    """The absolute schedule of a fixed-rate loop: tick n is due at ``start + n * period``.
-
-    The reference of a tick is when it was *due*, not when the timer callback happened to run, so
-    jitter never accumulates into drift (no sleep-after-compute), and periods the loop could not
-    serve at all (a stall longer than a period) are reported as skipped.
-    """
-
-    def __init__(self, period_s: float) -> None:
-        self.period_s = period_s
-        self._next_due: float | None = None
-
-    def tick(self, now: float) -> tuple[float, int]:
-        """Return (due time of this tick, number of whole periods skipped before it)."""
-        due = now if self._next_due is None else self._next_due
-        skipped = max(0, int((now - due) / self.period_s))
-        due += skipped * self.period_s
-        self._next_due = due + self.period_s
-        return due, skipped
-
-
 class EStopLatch:
     """An emergency stop that latches: once asserted, the safe action goes out until a reset.
 
@@ -224,6 +252,17 @@ class EStopLatch:
         self.asserted = False
         self.latched_at: float | None = None
         self.count = 0  # how often it latched
+
+    @classmethod
+    def keep(cls, old: "EStopLatch | None", topic: str, reset_topic: str) -> "EStopLatch | None":
+        """The latch for a new configuration: ``old`` (still latched, if it was) unless the e-stop topic
+        changed, so a cleanup/configure never releases an e-stop; None without an e-stop topic."""
+        if not topic:
+            return None
+        if old is not None and old.topic == topic:
+            old.reset_topic = reset_topic
+            return old
+        return cls(topic, reset_topic)
 
     def update(self, asserted: bool, now: float) -> bool:
         """Record the e-stop input; return True when this latched it (it was not latched before)."""

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lowrl_ros.core.runtime.joints import JointIndex
 from lowrl_ros.core.runtime.obs_adapter import ObservationError
 from lowrl_ros.core.runtime.robot_file import RobotFile, RobotFileError
 from lowrl_ros.core.types import ContractLike
@@ -321,8 +322,11 @@ class ObservationSpec:
                 out.extend(f"{t.name}[{label}]{suffix}" for label in t.labels)
         return out
 
-    def check_against(self, contract: ContractLike) -> None:
+    def check_against(self, contract: ContractLike, by_name: bool = True) -> None:
         """Raise ValueError naming the term that disagrees with the policy's contract.
+
+        ``by_name=False`` compares the sizes only (the robot file built from the old ``obs_fields``
+        parameters, which never compared names).
 
         The sizes must add up to the contract's observation size; where the contract names its
         observations (anything but the generic ``obs_<i>``), each entry's contract name must begin
@@ -339,6 +343,8 @@ class ObservationSpec:
             sizes = ", ".join(f"{t.term}={t.dim}" for t in self.terms)
             raise ValueError(f"{where}: the observation terms add up to {self.obs_dim} entries ({sizes}) but the "
                              f"policy reads {contract.obs_dim}; add, remove or resize terms to match the policy")
+        if not by_name:
+            return
         names = list(contract.obs_names)
         if all(_GENERIC_NAME.match(n) for n in names):
             return  # the policy does not name its observations: nothing more to compare
@@ -368,11 +374,14 @@ class ObservationBuilder:
     def __init__(self, spec: ObservationSpec) -> None:
         self.spec = spec
         self._samples: dict[str, tuple[Any, float]] = {}
-        self._index_cache: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
+        # Each joint term's joints in a JointState (JointIndex: cached per distinct name list).
+        self._joint_index = {t.index: JointIndex(t.joints) for t in spec.terms if t.source == "joint_state"}
         pose = dict(zip(spec.joints, spec.default_pose))
         self._poses = {t.index: np.array([pose[j] for j in t.joints]) for t in spec.terms if t.relative}
         self._histories = {t.index: deque(maxlen=t.history) for t in spec.terms if t.history > 1}
         self._last_action: np.ndarray | None = None
+        # What last_action reads after a tick that put out no policy action (never written to: shared is safe).
+        self._no_action = np.zeros(next((t.size for t in spec.terms if t.source == "action"), 0))
         self._out = np.empty(spec.obs_dim)
         self._joint_topic = next((t.topic for t in spec.terms if t.source == "joint_state"), None)
         # One plan per term: (term, reader, where it writes, its history or None, affine, clip).
@@ -400,8 +409,8 @@ class ObservationBuilder:
         self._affine_all = (offset, scale) if bool((offset != 0).any() or (scale != 1).any()) else None
         self._clip_all = (lo, hi) if bool(np.isfinite(lo).any() or np.isfinite(hi).any()) else None
         self._ranges = {t.index: tuple(map(tuple, t.ranges.tolist())) for t in spec.terms if t.ranges is not None}
-        # The JointState names last seen per term, and their indices (a driver's steady messages reuse one tuple).
-        self._joint_names: dict[int, tuple[Any, np.ndarray, int]] = {}
+        # The index array last used per term and its largest entry (a driver's steady messages reuse one array).
+        self._joint_top: dict[int, tuple[np.ndarray, int]] = {}
 
     def reset(self) -> None:
         """Forget every sample, the histories and the last action (on activation)."""
@@ -417,6 +426,19 @@ class ObservationBuilder:
     def set_last_action(self, action: np.ndarray) -> None:
         """The action the policy node put out this tick (the next observation's last_action)."""
         self._last_action = np.array(action, dtype=np.float64)  # a copy: a history may keep it
+
+    def after_step(self, result: Any) -> None:
+        """The last_action rule: which action the next observation's ``last_action`` term reads after a tick.
+
+        ``result`` is the tick's ``PolicyController.step`` result (None: the step failed). The policy ran:
+        its executed output (``policy_action``, contract units, the teleop's in an intervention); a held
+        tick (decimation): unchanged; anything else (safe action, nothing sent, a failed step): zeros.
+        """
+        source = None if result is None else result.source
+        if source == "policy":
+            self.set_last_action(result.policy_action)
+        elif source != "hold":
+            self._last_action = self._no_action
 
     def joint_state(self) -> tuple[Sequence[str], Any] | None:
         """(names, positions) of the newest JointState sample, whatever its age (the measured pose that
@@ -512,13 +534,16 @@ class ObservationBuilder:
     def _joint_values(self, t: TermSpec, sample: Any, dst: np.ndarray) -> None:
         names, position, velocity, effort = sample
         values = position if t.term == "joint_position" else velocity if t.term == "joint_velocity" else effort
-        seen = self._joint_names.get(t.index)
-        if seen is not None and seen[0] is names:  # the same names tuple as last tick: same indices
-            idx, top = seen[1], seen[2]
+        idx = self._joint_index[t.index].lookup(names)
+        if isinstance(idx, list):
+            raise ObservationError(f"{t.describe()}: joint {idx[0]!r} is not in the JointState (it has "
+                                   f"{', '.join(names) or 'no joints'}); check the robot file's joints")
+        seen = self._joint_top.get(t.index)
+        if seen is not None and seen[0] is idx:  # the same name list as last tick: the same indices
+            top = seen[1]
         else:
-            idx = self._indices(names, t)
             top = int(idx.max()) if idx.size else -1
-            self._joint_names[t.index] = (names, idx, top)
+            self._joint_top[t.index] = (idx, top)
         values = np.asarray(values, dtype=np.float64)
         if top >= values.size:
             field_name = t.term.split("_", 1)[1]
@@ -565,18 +590,3 @@ class ObservationBuilder:
         except ObservationError as exc:
             raise ObservationError(f"{t.describe()}: {exc}") from exc
         dst[0], dst[1], dst[2] = -a, -b, -c  # projected_gravity's values, without its array
-
-    def _indices(self, names: Sequence[str], t: TermSpec) -> np.ndarray:
-        """Where each of the term's joints is in this JointState (cached per distinct name list)."""
-        key = (t.index, tuple(names))
-        idx = self._index_cache.get(key)
-        if idx is None:
-            where = {n: i for i, n in enumerate(key[1])}
-            missing = [j for j in t.joints if j not in where]
-            if missing:
-                raise ObservationError(f"{t.describe()}: joint {missing[0]!r} is not in the JointState (it has "
-                                       f"{', '.join(names) or 'no joints'}); check the robot file's joints")
-            if len(self._index_cache) > 64:  # a driver changing its name list every message: do not grow
-                self._index_cache.clear()
-            idx = self._index_cache[key] = np.array([where[j] for j in t.joints], dtype=np.intp)
-        return idx

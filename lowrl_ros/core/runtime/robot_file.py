@@ -124,18 +124,23 @@ def legacy_robot_file(obs_fields: tuple[str, ...], obs_offset: tuple[float, ...]
                       obs_scale: tuple[float, ...] = (), extra_obs_dim: int = 0, *, input: str = "joint_states",
                       obs_dim: int = 0, joint_states_topic: str = "joint_states",
                       observation_topic: str = "lowrl/observation",
-                      extra_observation_topic: str = "lowrl/extra_observation") -> dict[str, Any]:
+                      extra_observation_topic: str = "lowrl/extra_observation",
+                      timeout_s: float | None = None) -> dict[str, Any]:
     """The robot file (as a dict) that describes what the old observation parameters did.
 
     ``input: joint_states`` with ``obs_fields`` becomes one joint term per entry (offset and scale
     kept), and ``extra_obs_dim`` an ``array`` term on the extra topic; ``input: observation`` becomes one
     ``array`` term of ``obs_dim`` values on the observation topic. The nodes build their robot I/O from
-    it, so there is one input path; :func:`robot_file_yaml` writes it for a user to keep.
+    it, so there is one input path; :func:`robot_file_yaml` writes it for a user to keep. ``timeout_s``
+    (the policy node passes its ``watchdog_timeout_s``, the old parameters' staleness rule) goes on every
+    term; None leaves the robot file's default (5 control periods).
     """
+    timeout = {} if timeout_s is None else {"timeout_s": float(timeout_s)}
     if input == "observation":
         if obs_dim < 1:
             raise RobotFileError("input: observation needs the policy's observation size")
-        return {"joints": [], "observation": [{"term": "array", "topic": observation_topic, "size": int(obs_dim)}]}
+        return {"joints": [], "observation": [{"term": "array", "topic": observation_topic, "size": int(obs_dim),
+                                               **timeout}]}
     if input != "joint_states":
         raise RobotFileError(f"input {input!r} is unknown: joint_states or observation (better: a robot_file)")
     if not obs_fields:
@@ -155,9 +160,9 @@ def legacy_robot_file(obs_fields: tuple[str, ...], obs_offset: tuple[float, ...]
             term["offset"] = float(obs_offset[i])
         if obs_scale and obs_scale[i] != 1.0:
             term["scale"] = float(obs_scale[i])
-        terms.append(term)
+        terms.append({**term, **timeout})
     if extra_obs_dim:
-        terms.append({"term": "array", "topic": extra_observation_topic, "size": int(extra_obs_dim)})
+        terms.append({"term": "array", "topic": extra_observation_topic, "size": int(extra_obs_dim), **timeout})
     return {"joints": joints, "observation": terms}
 
 

@@ -12,11 +12,17 @@ The five statuses, under ``lowrl/policy/``:
   ``swap_*`` keys of :class:`lowrl_ros.core.runtime.swap.SwapStatus` (docs/CONTRACTS.md);
 - ``bundle``: the bundle stream (ERROR after a rejection);
 - ``tier``: WARN on any compute tier below full.
+
+And, from :func:`robot_io_status`, the ones a configuration adds: ``timing`` (WARN while the policy
+runs at another rate than its contract names), ``estop`` (ERROR while latched), ``intervention`` (WARN
+while a teleop override replaces the policy's action) and ``realtime`` (WARN when the OS refused an
+``rt_*`` setting).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lowrl_ros.core.runtime.swap import StreamStatus, SwapStatus
 from lowrl_ros.core.runtime.tiers import ComputeTier
@@ -26,6 +32,8 @@ PREFIX = "lowrl/policy"
 # The policy node's own status; its values name the running policy (version, path) and the last
 # swap (swap_state, swap_path, swap_version, swap_code), read by the sim robot and the fine-tuner.
 POLICY_STATUS = f"{PREFIX}/policy"
+INTERVENTION_STATUS = f"{PREFIX}/intervention"
+REALTIME_STATUS = f"{PREFIX}/realtime"
 ERROR_HOLD_S = 2.0  # an input error keeps the status at ERROR this long after the last bad message
 REPORT_INTERVAL_S = 0.2  # a new input error is reported at once, but a flood at most this often
 
@@ -90,6 +98,28 @@ def policy_status(stats: Mapping[str, float], swap: SwapStatus, stream: StreamSt
                     f"tier {tier.applied.label}",
                     {"tier": tier.applied.label, "requested": tier.requested.label, "tier_value": int(tier.applied)}),
     ]
+
+
+def robot_io_status(*, timing: Any = None, estop: Any = None, teleop_topic: str = "", override_held: bool = False,
+                    interventions: int = 0, realtime: Any = None) -> list[StatusEntry]:
+    """The statuses a configuration adds (see the module docstring); each only where it applies.
+
+    Args:
+        timing: the ``ControlTiming`` (core/runtime/control.py) in force, or None.
+        estop: the ``EStopLatch``, or None without an e-stop.
+        teleop_topic: "" without teleop; override_held: an override is held now; interventions: ticks so far.
+        realtime: the ``RealtimeResult`` of the rt_* settings, or None when none was asked for.
+    """
+    entries = [] if timing is None else [timing.status()]
+    if estop is not None:
+        entries.append(estop.status())
+    if teleop_topic:
+        entries.append(StatusEntry(INTERVENTION_STATUS, Level.WARN if override_held else Level.OK,
+                                   "intervention active" if override_held else "no intervention",
+                                   {"teleop_topic": teleop_topic, "intervention_ticks": str(interventions)}))
+    if realtime is not None:
+        entries.append(StatusEntry(REALTIME_STATUS, realtime.level, realtime.text()))
+    return entries
 
 
 class InputErrorReports:
