@@ -87,7 +87,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
             assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
             spin_for(ex, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
         assert node.recorded == steps - 2  # the last step waits for a reward sent after its next observation
-        assert node.assembler.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
+        assert node.recorder.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
         batch, report = read_log(tmp_path / "transitions")
         assert len(batch) == node.recorded and report.from_wal == 1  # the open segment, read from its WAL
         assert check_transitions(batch) == list(range(steps - 2))
@@ -183,7 +183,7 @@ def test_with_the_real_sim_robot_every_transition_is_a_true_pendulum_step(ros_co
         for n in (sim, policy, node):
             n.destroy_node()
     batch, _ = read_log(tmp_path / "transitions")
-    assert len(batch) >= 160 and node.assembler.incomplete <= 1  # at most the step before we listened
+    assert len(batch) >= 160 and node.recorder.incomplete <= 1  # at most the step before we listened
     theta = np.arctan2(batch.obs[:, 1], batch.obs[:, 0])
     u = np.clip(batch.action[:, 0], -2.0, 2.0).astype(np.float32).astype(np.float64)
     expected = -(theta ** 2 + 0.1 * batch.obs[:, 2] ** 2 + 0.001 * u ** 2)  # Pendulum-v1's reward

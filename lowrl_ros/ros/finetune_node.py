@@ -33,7 +33,6 @@ which fine-tunes off-board and sends versions back as signed bundles (docs/finet
 from __future__ import annotations
 
 import collections
-import dataclasses
 import gc
 import math
 import os
@@ -63,14 +62,13 @@ from lowrl_ros.core.finetune.episode_log import EpisodeTermsLog
 from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
 from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
-from lowrl_ros.core.finetune.versions import EpisodeJudge
+from lowrl_ros.core.finetune.recorder import EpisodeEnded, EpisodeRecorder, Recorded, RobotSpecs
 from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime import step_row
+from lowrl_ros.core.runtime.joints import JointIndex
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.finetune.transition_log import (Transition, TransitionAssembler, TransitionLogConfig,
-                                                    TransitionLogWriter)
-from lowrl_ros.core.runtime.observation import ObservationSpec
+from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, TransitionLogWriter
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.types import Level, StatusEntry
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
@@ -153,18 +151,10 @@ class FineTuneNode(Node):
         self.robot_file = get("robot_file")
         self._joints: tuple[str, ...] = ()
         if self.robot_file:
-            robot = load_robot_file(self.robot_file)
-            self._joints = robot.joints  # the policy's joint order (joint_effort from JointState)
-            spec = ObservationSpec.from_robot_file(robot, kit.contract.control_period_s)
-            if spec.obs_dim != kit.obs_dim:
-                raise ValueError(f"robot_file {self.robot_file} builds {spec.obs_dim} observations but the kit's "
-                                 f"policy reads {kit.obs_dim}; give the robot file the policy node runs with")
-            self.rewards = RewardSpec.from_robot_file(robot, spec)
-            self.episodes = EpisodeSpec.from_robot_file(robot, spec)
-            if self.episodes is not None and (self.rewards is None or self.rewards.topic):
-                raise ValueError(f"robot_file {self.robot_file}: an episode: section needs reward: terms (ends are "
-                                 "computed with them); with a reward topic the episode ends come from "
-                                 "episode_info_topic: remove episode:")
+            specs = RobotSpecs.from_robot_file(load_robot_file(self.robot_file), kit.contract.control_period_s)
+            specs.check_against(kit)
+            self._joints = specs.joints  # the policy's joint order (joint_effort from JointState)
+            self.rewards, self.episodes = specs.rewards, specs.episodes
         elif get("input") == "joint_states":
             self.adapter = ObservationAdapter(config_from_params(
                 self, ObsAdapterConfig, **_ADAPTER_PARAMS, obs_fields=tuple(f for f in get("obs_fields") if f)))
@@ -194,35 +184,18 @@ class FineTuneNode(Node):
                                        f"learner at {report.updates} updates, running v{report.running}")
 
         # Executor-thread state.
-        self.assembler = TransitionAssembler()
+        self.recorder = EpisodeRecorder(self.rewards, self.episodes)  # rows -> transitions, episode ends
         self.recorded = 0
         self.bad_inputs = 0
         self.callback_errors = 0
         self.received: collections.Counter = collections.Counter()  # messages per input, for diagnostics
         self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
-        self.running_version = 0  # what the policy node reports running (0: not heard yet)
-        self.judge = EpisodeJudge()  # which episodes count: their version ran all of them
-        # The first observation of the episode under way (its start state values the episode for the
-        # version scores): the first one sent after the last episode end, by DDS source timestamp,
-        # whichever of the two topics arrives here first.
-        self._episode_start: tuple[float, np.ndarray | None] = (-math.inf, None)
-        self._recent_obs: collections.deque = collections.deque(maxlen=16)  # (sent, obs)
         self._requested: dict[str, int] = {}  # artifact path -> version, for rejection reports
-        # robot_file: the previous step (obs, executed action, command, intervention) and the episode so far.
-        self._prev_step: tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None = None
-        self._step_interv: collections.OrderedDict = collections.OrderedDict()  # sent -> the step's flag
-        self._last_interv = False
-        self._episode_return = 0.0
-        self._episode_obs: np.ndarray | None = None
-        self._term_sums = np.zeros(len(self.rewards.terms) if self.rewards is not None else 0)
-        self._episode_steps = self._episode_interv = 0
         # Per-episode return, reward terms and interventions, for the session report (computed rewards only).
         self.episode_log = EpisodeTermsLog(self.work_dir, self.rewards.names) if self.computed_reward else None
-        self._last_terms: dict[str, float] = {}  # the last finished episode's per-term sums
-        self.interventions = 0
         self.resets_requested = 0
-        self._effort: np.ndarray | None = None  # newest JointState effort, the policy's joint order
-        self._effort_index: tuple[tuple[str, ...], np.ndarray | None] = ((), None)
+        self._effort_index = JointIndex(self._joints)  # joint_effort from JointState, the policy's joint order
+        self._effort_lacking: tuple[str, ...] = ()
         # Worker hand-over (thread-safe containers).
         self._to_learner: collections.deque = collections.deque()
         self._swaps: collections.deque = collections.deque()
@@ -318,6 +291,15 @@ class FineTuneNode(Node):
         return self.rewards is not None and not self.rewards.topic
 
     @property
+    def running_version(self) -> int:
+        """What the policy node runs (0: not heard yet)."""
+        return self.recorder.running_version
+
+    @property
+    def interventions(self) -> int:
+        return self.recorder.interventions
+
+    @property
     def paused_reason(self) -> str:
         return self.session.paused_reason if self.session is not None else ""
 
@@ -355,11 +337,7 @@ class FineTuneNode(Node):
 
     def _observed(self, obs: np.ndarray, sent: float) -> None:
         self.received["observation"] += 1
-        self._recent_obs.append((sent, obs))
-        after, start = self._episode_start
-        if start is None and sent > after:
-            self._episode_start = (after, obs)
-        self._record(self.assembler.observation(obs, sent, self.running_version, time.monotonic()))
+        self._record(self.recorder.observed(obs, sent, time.monotonic()))
 
     def _on_step(self, msg: Float64MultiArray, info) -> None:
         """robot_file: one policy-node tick (the step row: core/runtime/step_row.py)."""
@@ -369,90 +347,18 @@ class FineTuneNode(Node):
             self._bad(f"{self._get('step_topic')}: {exc}")
             return
         self.received["step"] += 1
-        if row.policy_version:
-            self.running_version = row.policy_version
-        sent = _sent(info)
-        interv, obs, action, command, usable = row.intervention, row.obs, row.action, row.command, row.usable
-        m = self.action_dim
-        if interv:
-            self.interventions += 1
-        if self.computed_reward:
-            self._computed_step(obs, action, command, usable, interv, sent)
-            return
-        # A reward topic: pair as before (the step's observation and executed action, in one message).
-        self._step_interv[sent] = self._last_interv  # the transition ending at `sent` is the previous step's
-        while len(self._step_interv) > 1000:
-            self._step_interv.popitem(last=False)
-        self._last_interv = interv and usable
-        if np.isfinite(obs).all():
-            self._observed(obs, sent)
-            self._record(self.assembler.command(action if usable else np.full(m, np.nan), sent, time.monotonic()))
-
-    def _computed_step(self, obs: np.ndarray, action: np.ndarray, command: np.ndarray, usable: bool,
-                       interv: bool, sent: float) -> None:
-        """Reward terms and episode ends computed here: the previous step's transition ends at ``obs``."""
-        prev = self._prev_step
-        if prev is not None and np.isfinite(obs).all():
-            p_obs, p_action, p_command, p_interv = prev
-            end = self.episodes.step(obs, sent) if self.episodes is not None else None
-            fell = end is not None and end.kind == "terminated"
-            r = self.rewards.compute(p_obs, p_action, p_command, obs, fell, effort=self._effort, now=time.monotonic())
-            if math.isfinite(r.total):
-                self._episode_return += r.total
-                self._term_sums += r.terms
-                self._episode_steps += 1
-                self._episode_interv += int(p_interv)
-                self._record([Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
-                                         self.running_version, sent, p_interv, tuple(float(v) for v in r.terms))])
-            else:  # an input of a term is missing (no JointState effort, a stale reward input): dropped, counted
-                self.assembler.incomplete += 1
-            if end is not None:
-                self._computed_end(end.kind, end.reason, sent)
-                self._prev_step = None
-                return
-        if not usable:
-            self._prev_step = None  # a safe tick (or no observation) breaks the chain: no transition across it
-            return
-        if self._episode_obs is None:
-            self._episode_obs = obs.copy()
-        self._prev_step = (obs.copy(), action.copy(), command.copy(), interv)
+        self._record(self.recorder.step(row, _sent(info), time.monotonic()))
 
     def _on_effort(self, msg: JointState, _info) -> None:
         """joint_effort without an effort observation: the newest efforts of the policy's joints, by name."""
-        names = tuple(msg.name)
-        if names != self._effort_index[0]:
-            missing = [j for j in self._joints if j not in names]
-            index = None if missing or len(msg.effort) != len(names) else \
-                np.array([names.index(j) for j in self._joints])
-            if index is None:
-                what = ", ".join(missing) or "its joints"
-                self._bad(f"{self._get('joint_states_topic')} lacks the effort of {what}; the joint_effort "
-                          "reward needs the driver to fill JointState.effort")
-            self._effort_index = (names, index)
-        index = self._effort_index[1]
-        if index is not None and len(msg.effort) == len(names):
-            self._effort = np.asarray(msg.effort, dtype=np.float64)[index]
-
-    def _computed_end(self, kind: str, reason: str, sent: float) -> None:
-        """An episode end of the robot file: judge it, ask the robot to reset, start counting again."""
-        self.received["episode"] += 1
-        self._last_terms = dict(zip(self.rewards.names, (float(v) for v in self._term_sums)))
-        terms = ", ".join(f"{k} {v:.2f}" for k, v in self._last_terms.items())
-        self.get_logger().info(f"episode end ({reason}): return {self._episode_return:.2f} ({terms}); "
-                               f"reset requested on {self._get('reset_topic')}")
-        episode = self.judge.end(self._episode_return, self.running_version, start_obs=self._episode_obs)
-        self.judge.begin(self.running_version)
-        if episode is not None:
-            self._to_learner.append(("episode", episode))
-        if self.episode_log is not None:
-            self.episode_log.append(time.time(), self.episode_log.rows + 1, kind, self._episode_return,
-                                    self._episode_steps, self._episode_interv, self.running_version, self._term_sums)
-        self._episode_return, self._episode_obs = 0.0, None
-        self._term_sums[:] = 0.0
-        self._episode_steps = self._episode_interv = 0
-        self.rewards.reset()
-        self._reset_pub.publish(Empty())
-        self.resets_requested += 1
+        effort = self._effort_index.take(msg.name, msg.effort)
+        if effort is not None:
+            self.recorder.effort = effort
+        elif tuple(msg.name) != self._effort_lacking:  # said once per name list
+            self._effort_lacking = tuple(msg.name)
+            what = ", ".join(self._effort_index.missing(msg.name)) or "its joints"
+            self._bad(f"{self._get('joint_states_topic')} lacks the effort of {what}; the joint_effort "
+                      "reward needs the driver to fill JointState.effort")
 
     def _on_command(self, msg: Float64MultiArray, info) -> None:
         action = np.asarray(msg.data, dtype=np.float64)
@@ -460,14 +366,14 @@ class FineTuneNode(Node):
             self._bad(f"command has {action.size} values (need {self.action_dim}) or is not finite")
             return
         self.received["command"] += 1
-        self._record(self.assembler.command(action, _sent(info), time.monotonic()))
+        self._record(self.recorder.commanded(action, _sent(info), time.monotonic()))
 
     def _on_reward(self, msg: Float64, info) -> None:
         if not math.isfinite(msg.data):
             self._bad(f"reward {msg.data} is not finite")
             return
         self.received["reward"] += 1
-        self._record(self.assembler.reward(msg.data, _sent(info), time.monotonic()))
+        self._record(self.recorder.reward(msg.data, _sent(info), time.monotonic()))
 
     def _on_episode_info(self, msg: Float64MultiArray, info) -> None:
         if len(msg.data) < 4:
@@ -480,28 +386,18 @@ class FineTuneNode(Node):
         self._episode_ended(float(msg.data), self._get("episode_end_kind"), _sent(info))
 
     def _episode_ended(self, ret: float, kind: str, sent: float) -> None:
-        self.received["episode"] += 1
-        self.assembler.episode_end(kind, sent)
-        start = self._episode_start[1]
-        self._episode_start = (sent, next((o for t, o in self._recent_obs if t > sent), None))
-        # An episode counts for a version only if that version ran all of it (as far as we know).
-        episode = self.judge.end(ret, self.running_version, start_obs=start)
-        self.judge.begin(self.running_version)
-        if episode is not None:
-            self._to_learner.append(("episode", episode))
+        self._record(self.recorder.episode_end(ret, kind, sent))
 
     def _bad(self, reason: str) -> None:
         self.bad_inputs += 1
         self.get_logger().warning(f"ignoring input: {reason}", throttle_duration_sec=2.0)
 
-    def _record(self, transitions) -> None:
-        for t in transitions:
-            if self.robot_file and not self.computed_reward:
-                if not np.isfinite(t.action).all():  # a safe tick: no policy action to learn from
-                    self.assembler.incomplete += 1
-                    continue
-                if self._step_interv.pop(t.stamp, False):
-                    t = dataclasses.replace(t, intervention=True)
+    def _record(self, recorded: list[Recorded]) -> None:
+        """Act on what the recorder completed: transitions to disk and the learner, episode ends judged."""
+        for t in recorded:
+            if isinstance(t, EpisodeEnded):
+                self._ended(t)
+                continue
             self.writer.append(t)  # durable when it returns (write-ahead log)
             self.recorded += 1
             if self.offboard:
@@ -510,6 +406,22 @@ class FineTuneNode(Node):
                 self._to_learner.append(("transition", t))
         if len(self._outbox) >= 50:
             self._stream_transitions()
+
+    def _ended(self, end: EpisodeEnded) -> None:
+        self.received["episode"] += 1
+        if end.judged is not None:
+            self._to_learner.append(("episode", end.judged))
+        if not end.reset:
+            return
+        # The robot file's episode: ended it: log it, ask the robot to reset.
+        terms = ", ".join(f"{k} {v:.2f}" for k, v in end.term_sums.items())
+        self.get_logger().info(f"episode end ({end.reason}): return {end.ret:.2f} ({terms}); "
+                               f"reset requested on {self._get('reset_topic')}")
+        if self.episode_log is not None:
+            self.episode_log.append(time.time(), self.episode_log.rows + 1, end.kind, end.ret, end.steps,
+                                    end.interventions, end.version, list(end.term_sums.values()))
+        self._reset_pub.publish(Empty())
+        self.resets_requested += 1
 
     def _stream_transitions(self) -> None:
         """Off-board: send what was recorded since the last batch (one message, numbered rows)."""
@@ -550,9 +462,9 @@ class FineTuneNode(Node):
                 version = self._requested.pop(rejected[0], None)
                 if version is not None:
                     self._to_learner.append(("rejected", version, values.get("swap", "")))
-            if "version" in values:
+            if "version" in values and not self.robot_file:  # with a robot file: from the step rows
                 try:
-                    self.running_version = int(values["version"])
+                    self.recorder.running_version = int(values["version"])
                 except ValueError:
                     pass
 
@@ -560,7 +472,7 @@ class FineTuneNode(Node):
     def _housekeeping(self) -> None:
         self.writer.roll_if_due()
         # Steps whose reward never came are given up here too when no message arrives at all.
-        self._record(self.assembler.observation_timeout(time.monotonic()))
+        self._record(self.recorder.timeout(time.monotonic()))
         if self.offboard:
             self._stream_transitions()
         if not self._swaps:
@@ -573,7 +485,7 @@ class FineTuneNode(Node):
             path, version, why = self._swaps[-1]  # newest wins
             self._swaps.clear()
         self._requested[path] = version
-        self.judge.spoil()  # the episode under way will have run two versions: not judged
+        self.recorder.swap_requested()  # the episode under way will have run two versions: not judged
         req = SetParameters.Request(parameters=[Parameter(
             name="policy_path", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path))])
         future = self._set_params.call_async(req)
@@ -655,7 +567,7 @@ class FineTuneNode(Node):
         t = self.tuner
         facts = FineTuneFacts(
             recorded=self.recorded, resumed=self.resumed, rebuilt_from_wal=self.resumed_from_wal,
-            incomplete_steps=self.assembler.incomplete, bad_inputs=self.bad_inputs,
+            incomplete_steps=self.recorder.incomplete, bad_inputs=self.bad_inputs,
             callback_errors=self.callback_errors, dropped_segments=self.writer.dropped_segments,
             log_dir=str(self.writer.directory), received=dict(self.received), offboard=t is None,
             streamed=self.streamed, transitions_topic=self._get("transitions_topic"), state=self.state,
@@ -672,7 +584,7 @@ class FineTuneNode(Node):
             values = {"interventions": str(self.interventions), "resets_requested": str(self.resets_requested),
                       "demo_buffer": str(len(t.demos)) if t is not None else "offboard",
                       "demo_rows_sampled": str(t.demos.sampled) if t is not None else "0"}
-            values.update({f"last_episode.{k}": f"{v:.4g}" for k, v in self._last_terms.items()})
+            values.update({f"last_episode.{k}": f"{v:.4g}" for k, v in self.recorder.last_terms.items()})
             source = "terms " + ", ".join(self.rewards.names) if self.computed_reward else "topic"
             statuses.extend(diag.from_entries([StatusEntry(f"{DIAG_PREFIX}/reward", Level.OK,
                                                            f"reward from {source}", values)]))
@@ -683,7 +595,7 @@ class FineTuneNode(Node):
         self._stop.set()
         if self._worker.is_alive():
             self._worker.join(timeout=30.0)
-        self._record(self.assembler.flush())
+        self._record(self.recorder.flush())
         if self.offboard:
             self._stream_transitions()
         self.writer.close()
