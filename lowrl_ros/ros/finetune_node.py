@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psutil
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist, TwistStamped
@@ -59,17 +58,17 @@ from lowrl_ros.core.finetune.learner import FineTuner
 from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.demos import load_demos
 from lowrl_ros.core.finetune.episode_log import EpisodeTermsLog
-from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
 from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
 from lowrl_ros.core.finetune.recorder import EpisodeEnded, EpisodeRecorder, Recorded, RobotSpecs
 from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.joints import JointIndex
-from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, TransitionLogWriter
-from lowrl_ros.core.runtime.robot_file import load_robot_file
+from lowrl_ros.core.runtime.robot_file import (RobotFile, legacy_robot_file, load_robot_file, parse_robot_file,
+                                             robot_file_yaml)
 from lowrl_ros.core.types import Level, StatusEntry
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.spinning import guarded, make_executor, run_node
@@ -94,10 +93,12 @@ class FineTuneNodeSettings:
     base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
     policy_node: str = field("policy_node", "node whose policy_path parameter receives new versions")
     enabled: bool = field(True, "learn (recording never stops); true again clears a safety pause", live=True)
-    input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
-    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState input")
-    observation_topic: str = field("lowrl/observation", "std_msgs/Float32MultiArray input")
-    controller_name: str = field("forward_command_controller", "commands read from <controller_name>/commands")
+    input: str = field("joint_states", "no robot_file: the policy node's observation source (" + " | ".join(INPUTS)
+                       + "), with obs_fields it builds the robot file")
+    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState: the joint_effort reward's efforts")
+    observation_topic: str = field("lowrl/observation", "no robot_file, input observation: the policy node's input")
+    controller_name: str = field("forward_command_controller", "unused: the step rows carry the commands (kept so "
+                                 "old parameter files load)")
     reward_topic: str = field("lowrl/reward", "std_msgs/Float64 reward, one per robot step")
     episode_info_topic: str = field("lowrl/episode", "Float64MultiArray [index, return, length, terminated] per "
                                                       "episode ('' to use episode_topic)")
@@ -108,9 +109,9 @@ class FineTuneNodeSettings:
     diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
     learner: str = field("robot", "robot: learn here | offboard: stream transitions to trainer_node instead")
     transitions_topic: str = field("lowrl/transitions", "offboard: where transitions are streamed")
-    robot_file: str = field("", "the policy node's robot YAML: read step_topic, compute its reward:/episode: "
-                                "sections here; empty: rebuild observations from input as before")
-    step_topic: str = field("lowrl/policy/step", "robot_file: the policy node's step messages")
+    robot_file: str = field("", "the policy node's robot YAML (its reward:/episode: sections are computed here); "
+                                "empty: the one obs_fields/input describe")
+    step_topic: str = field("lowrl/policy/step", "the policy node's step rows: what it saw and did each tick")
     reset_topic: str = field("lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
     demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
 
@@ -144,22 +145,13 @@ class FineTuneNode(Node):
             raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
                              "(written by lowrl_ros.core.finetune.kit.write_kit from a lowrl train run)")
         kit = load_kit(get("kit_path"))
-        self.adapter = None  # checked before anything touches the disk
-        obs_dim = kit.obs_dim
-        self.rewards: RewardSpec | None = None
-        self.episodes: EpisodeSpec | None = None
         self.robot_file = get("robot_file")
-        self._joints: tuple[str, ...] = ()
-        if self.robot_file:
-            specs = RobotSpecs.from_robot_file(load_robot_file(self.robot_file), kit.contract.control_period_s)
-            specs.check_against(kit)
-            self._joints = specs.joints  # the policy's joint order (joint_effort from JointState)
-            self.rewards, self.episodes = specs.rewards, specs.episodes
-        elif get("input") == "joint_states":
-            self.adapter = ObservationAdapter(config_from_params(
-                self, ObsAdapterConfig, **_ADAPTER_PARAMS, obs_fields=tuple(f for f in get("obs_fields") if f)))
-            self.adapter.check_against(kit.contract)  # the kit's policy: use the policy node's obs_fields
-        self.obs_dim, self.action_dim = obs_dim, kit.action_dim
+        self.robot = self._robot(kit)  # what the step rows describe
+        specs = RobotSpecs.from_robot_file(self.robot, kit.contract.control_period_s)
+        specs.check_against(kit)  # before anything touches the disk
+        self.rewards, self.episodes = specs.rewards, specs.episodes
+        self._joints = specs.joints  # the policy's joint order (joint_effort from JointState)
+        self.obs_dim, self.action_dim = kit.obs_dim, kit.action_dim
         self.work_dir = Path(get("work_dir")).expanduser()
         log_dir = self.work_dir / "transitions"
         # Open (and repair) the log first, then read it all back: resume = reload what is on disk.
@@ -204,18 +196,10 @@ class FineTuneNode(Node):
         self.rss_mb = 0.0
         self.worker_error = ""
 
-        cmd_topic = f"{get('controller_name').rstrip('/')}/commands"  # relative, as the policy node's
-        if self.robot_file:
-            self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
-            if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
-                self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
-            self._subscribe_reward_inputs()
-        elif self.adapter is not None:
-            self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, RECORD)
-        else:
-            self.create_subscription(Float32MultiArray, get("observation_topic"), self._on_observation, RECORD)
-        if not self.robot_file:
-            self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, RECORD)
+        self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
+        if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
+            self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
+        self._subscribe_reward_inputs()
         if not self.computed_reward:
             topic = self.rewards.topic if self.rewards is not None else get("reward_topic")
             self.create_subscription(Float64, topic, self._on_reward, RECORD)
@@ -251,6 +235,20 @@ class FineTuneNode(Node):
 
     def _get(self, name: str) -> Any:
         return self.get_parameter(name).value
+
+    def _robot(self, kit) -> RobotFile:
+        """The robot file; without one, the one the old observation parameters describe (logged once, to keep)."""
+        if self.robot_file:
+            return load_robot_file(self.robot_file)
+        adapter = config_from_params(self, ObsAdapterConfig, **_ADAPTER_PARAMS,
+                                     obs_fields=tuple(f for f in self._get("obs_fields") if f))
+        data = legacy_robot_file(adapter.obs_fields, adapter.obs_offset, adapter.obs_scale, input=self._get("input"),
+                                 obs_dim=kit.obs_dim, joint_states_topic=self._get("joint_states_topic"),
+                                 observation_topic=self._get("observation_topic"))
+        self.get_logger().info("no robot_file: reading the step rows of this robot file, built from obs_fields/input "
+                               "(save it and pass robot_file:=... to the policy node and here):\n"
+                               + robot_file_yaml(data))
+        return parse_robot_file(data, "robot file from obs_fields/input")
 
     def _subscribe_reward_inputs(self) -> None:
         """The robot file's reward-only inputs (e.g. a state estimator's twist): read here, not by the policy
@@ -319,28 +317,8 @@ class FineTuneNode(Node):
     # ---- recording (executor thread) --------------------------------------------------------
     # Callbacks take (msg, info): the pairing uses each message's DDS source timestamp (when its
     # publisher sent it), so the order in which different topics arrive here does not matter.
-    def _on_joint_state(self, msg: JointState, info) -> None:
-        try:
-            obs = self.adapter.from_joint_state(msg.name, msg.position, msg.velocity, msg.effort)
-        except ObservationError as exc:
-            self._bad(str(exc))
-            return
-        self._observed(obs, _sent(info))
-
-    def _on_observation(self, msg: Float32MultiArray, info) -> None:
-        try:
-            obs = from_array(msg.data, self.obs_dim)
-        except ObservationError as exc:
-            self._bad(str(exc))
-            return
-        self._observed(obs, _sent(info))
-
-    def _observed(self, obs: np.ndarray, sent: float) -> None:
-        self.received["observation"] += 1
-        self._record(self.recorder.observed(obs, sent, time.monotonic()))
-
     def _on_step(self, msg: Float64MultiArray, info) -> None:
-        """robot_file: one policy-node tick (the step row: core/runtime/step_row.py)."""
+        """One policy-node tick (the step row: core/runtime/step_row.py)."""
         try:
             row = step_row.decode_step(msg.data, self.obs_dim, self.action_dim)
         except step_row.StepRowError as exc:
@@ -359,14 +337,6 @@ class FineTuneNode(Node):
             what = ", ".join(self._effort_index.missing(msg.name)) or "its joints"
             self._bad(f"{self._get('joint_states_topic')} lacks the effort of {what}; the joint_effort "
                       "reward needs the driver to fill JointState.effort")
-
-    def _on_command(self, msg: Float64MultiArray, info) -> None:
-        action = np.asarray(msg.data, dtype=np.float64)
-        if action.size != self.action_dim or not np.isfinite(action).all():
-            self._bad(f"command has {action.size} values (need {self.action_dim}) or is not finite")
-            return
-        self.received["command"] += 1
-        self._record(self.recorder.commanded(action, _sent(info), time.monotonic()))
 
     def _on_reward(self, msg: Float64, info) -> None:
         if not math.isfinite(msg.data):
@@ -456,17 +426,12 @@ class FineTuneNode(Node):
         for status in msg.status:
             if status.name != diag.robot_name(diag.POLICY_STATUS, self.get_namespace()):  # ours only
                 continue
-            values = {kv.key: kv.value for kv in status.values}
             rejected = diag.swap_rejection(status, self.get_namespace())  # swap_* keys (CONTRACTS.md), not text
             if rejected is not None:
                 version = self._requested.pop(rejected[0], None)
                 if version is not None:
-                    self._to_learner.append(("rejected", version, values.get("swap", "")))
-            if "version" in values and not self.robot_file:  # with a robot file: from the step rows
-                try:
-                    self.recorder.running_version = int(values["version"])
-                except ValueError:
-                    pass
+                    swap = next((kv.value for kv in status.values if kv.key == "swap"), "")
+                    self._to_learner.append(("rejected", version, swap))
 
     # ---- publishing versions (executor thread) ----------------------------------------------
     def _housekeeping(self) -> None:
@@ -580,14 +545,13 @@ class FineTuneNode(Node):
             facts.prior = len(t.prior) if t.prior is not None else 0
             facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
         statuses = diag.from_entries(finetune_status(facts, DIAG_PREFIX))
-        if self.robot_file:
-            values = {"interventions": str(self.interventions), "resets_requested": str(self.resets_requested),
-                      "demo_buffer": str(len(t.demos)) if t is not None else "offboard",
-                      "demo_rows_sampled": str(t.demos.sampled) if t is not None else "0"}
-            values.update({f"last_episode.{k}": f"{v:.4g}" for k, v in self.recorder.last_terms.items()})
-            source = "terms " + ", ".join(self.rewards.names) if self.computed_reward else "topic"
-            statuses.extend(diag.from_entries([StatusEntry(f"{DIAG_PREFIX}/reward", Level.OK,
-                                                           f"reward from {source}", values)]))
+        values = {"interventions": str(self.interventions), "resets_requested": str(self.resets_requested),
+                  "demo_buffer": str(len(t.demos)) if t is not None else "offboard",
+                  "demo_rows_sampled": str(t.demos.sampled) if t is not None else "0"}
+        values.update({f"last_episode.{k}": f"{v:.4g}" for k, v in self.recorder.last_terms.items()})
+        source = "terms " + ", ".join(self.rewards.names) if self.computed_reward else "topic"
+        statuses.extend(diag.from_entries([StatusEntry(f"{DIAG_PREFIX}/reward", Level.OK,
+                                                       f"reward from {source}", values)]))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
     def close(self) -> None:

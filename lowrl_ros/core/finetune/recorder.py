@@ -211,11 +211,11 @@ class EpisodeRecorder:
         self._last_flag = row.intervention and usable
         if not np.isfinite(row.obs).all():
             return []
-        return self.observed(row.obs, sent, now) + self.commanded(
+        return self._observed(row.obs, sent, now) + self._commanded(
             row.action if usable else np.full(row.action.size, np.nan), sent, now)
 
-    def observed(self, obs: np.ndarray, sent: float, now: float) -> list[Recorded]:
-        """Paired: an observation sent at ``sent`` (closes the step before it)."""
+    def _observed(self, obs: np.ndarray, sent: float, now: float) -> list[Recorded]:
+        """An observation sent at ``sent`` (closes the step before it)."""
         obs = np.array(obs, dtype=np.float64)
         self._recent.append((sent, obs))
         after, start = self._start
@@ -223,8 +223,8 @@ class EpisodeRecorder:
             self._start = (after, obs)
         return self._kept(self.assembler.observation(obs, sent, self.running_version, now))
 
-    def commanded(self, action: np.ndarray, sent: float, now: float) -> list[Recorded]:
-        """Paired: the action executed from the newest observation, sent at ``sent``."""
+    def _commanded(self, action: np.ndarray, sent: float, now: float) -> list[Recorded]:
+        """The action executed from the newest observation, sent at ``sent``."""
         return self._kept(self.assembler.command(action, sent, now))
 
     def reward(self, value: float, sent: float, now: float) -> list[Recorded]:
