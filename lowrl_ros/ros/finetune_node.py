@@ -33,9 +33,7 @@ which fine-tunes off-board and sends versions back as signed bundles (docs/finet
 from __future__ import annotations
 
 import collections
-import gc
 import math
-import os
 import sys
 import threading
 import time
@@ -43,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist, TwistStamped
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -59,7 +56,8 @@ from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.demos import load_demos
 from lowrl_ros.core.finetune.episode_log import EpisodeTermsLog
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
-from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
+from lowrl_ros.core.finetune.learner_loop import SessionLearner, drain, run_learner
+from lowrl_ros.core.finetune.status import FineTuneFacts, LearnGate, finetune_status
 from lowrl_ros.core.finetune.recorder import EpisodeEnded, EpisodeRecorder, Recorded, RobotSpecs
 from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime import step_row
@@ -192,9 +190,7 @@ class FineTuneNode(Node):
         self._to_learner: collections.deque = collections.deque()
         self._swaps: collections.deque = collections.deque()
         self._lock = threading.Lock()
-        self.state = "starting"
         self.rss_mb = 0.0
-        self.worker_error = ""
 
         self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
         if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
@@ -218,13 +214,15 @@ class FineTuneNode(Node):
         self.create_timer(get("diagnostics_period_s"),
                           guarded(self, self._publish_diagnostics, on_error=self._callback_failed, throttle_s=1.0))
         self._stop = threading.Event()
-        self._worker = threading.Thread(target=self._work, name="finetune-learner", daemon=True)
+        self._learner = SessionLearner(self.session, self.config.updates_per_slice, self._carry) \
+            if self.session is not None else None
+        self._worker = threading.Thread(target=run_learner, name="finetune-learner", daemon=True, args=(
+            self._learner, self._to_learner, self._gate, self._stop), kwargs=dict(nice=self.config.nice, log=self._log))
         # Off-board: transitions numbered from 0 at each start (the receiver sees a restart as a new run).
         self._outbox: list = []
         self.streamed = 0
         self._next_index = 0
         if self.offboard:
-            self.state = "offboard"
             self._tx_pub = self.create_publisher(Float64MultiArray, get("transitions_topic"), RECORD)
             self.get_logger().info(f"recording to {log_dir}; learning off-board: streaming transitions on "
                                    f"{get('transitions_topic')} to trainer_node")
@@ -287,6 +285,15 @@ class FineTuneNode(Node):
     def computed_reward(self) -> bool:
         """The reward comes from the robot file's terms (not a topic)."""
         return self.rewards is not None and not self.rewards.topic
+
+    @property
+    def state(self) -> str:
+        """The learner's state (status.py's states; "offboard" when it learns elsewhere)."""
+        return "offboard" if self.session is None else self.session.state
+
+    @property
+    def worker_error(self) -> str:
+        return self._learner.error if self._learner is not None else ""
 
     @property
     def running_version(self) -> int:
@@ -468,48 +475,14 @@ class FineTuneNode(Node):
             self._to_learner.append(("rejected", version, f"refused: {result.reason}"))
 
     # ---- learning (worker thread) -----------------------------------------------------------
-    def _work(self) -> None:
-        try:
-            os.nice(self.config.nice)  # Linux: this thread only (the learner), never the callbacks
-        except OSError as exc:
-            self.get_logger().warning(f"could not lower the learner's priority: {exc}")
-        proc = psutil.Process()
-        while not self._stop.is_set():
-            try:
-                self._drain()
-                self.rss_mb = proc.memory_info().rss / 2**20
-                gate = LearnGate(enabled=self._get("enabled"), tier=self.tier, rss_mb=self.rss_mb,
-                                 memory_cap_mb=self.config.memory_cap_mb)
-                events = self.session.step(self.config.updates_per_slice, gate)
-                self.state = self.session.state
-                self._carry(events)
-                if self.state == PAUSED_MEMORY:
-                    gc.collect()
-                    self.get_logger().warning(f"resident memory {self.rss_mb:.0f} MB is above memory_cap_mb="
-                                              f"{self.config.memory_cap_mb:.0f}: learning paused; lower buffer_size "
-                                              "or batch_size, or raise the cap", throttle_duration_sec=10.0)
-                if self.state != LEARNING:
-                    self._stop.wait(0.1)
-                elif self.session.last_updates == 0:
-                    self._stop.wait(0.02)
-            except Exception as exc:  # noqa: BLE001 - the learner failing must not stop recording
-                self.worker_error = f"{type(exc).__name__}: {exc}"
-                self.session.pause(f"learner error: {self.worker_error}")
-                self.get_logger().error(f"learner paused: {self.worker_error}")
-                self._stop.wait(1.0)
+    def _gate(self, rss_mb: float) -> LearnGate:
+        self.rss_mb = rss_mb
+        return LearnGate(enabled=self._get("enabled"), tier=self.tier, rss_mb=rss_mb,
+                         memory_cap_mb=self.config.memory_cap_mb)
 
-    def _drain(self) -> None:
-        """Hand the learner what had arrived when it looked: not what arrives meanwhile, or a robot
-        publishing faster than the (niced) learner drains would starve the updates for good."""
-        for _ in range(len(self._to_learner)):
-            item = self._to_learner.popleft()
-            if item[0] == "transition":
-                self.session.add(item[1])
-            elif item[0] == "episode":
-                episode = item[1]
-                self._carry(self.session.episode_ended(episode.version, episode.ret, episode.start_obs))
-            else:  # ("rejected", version, reason)
-                self._carry(self.session.on_rejected(item[1], item[2], by="the policy node"))
+    def _log(self, level: Level, line: str) -> None:
+        log = self.get_logger()
+        (log.error if level == Level.ERROR else log.warning)(line, throttle_duration_sec=10.0)
 
     def _carry(self, events: list[Event]) -> None:
         """Carry the session's events to the robot: versions and rollbacks become swap requests."""
@@ -566,7 +539,7 @@ class FineTuneNode(Node):
         if self.episode_log is not None:
             self.episode_log.close()
         if self.session is not None and not self._worker.is_alive():
-            self._drain()
+            drain(self._learner, self._to_learner)
             self.session.close()
 
 
