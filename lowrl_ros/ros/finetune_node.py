@@ -67,7 +67,7 @@ from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, TransitionLogWriter
 from lowrl_ros.core.runtime.robot_file import (RobotFile, legacy_robot_file, load_robot_file, parse_robot_file,
                                              robot_file_yaml)
-from lowrl_ros.core.types import Level, StatusEntry
+from lowrl_ros.core.types import Level
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.spinning import guarded, make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
@@ -517,14 +517,11 @@ class FineTuneNode(Node):
             facts.learner, facts.updates_per_s = t.learner, t.updates_per_s
             facts.prior = len(t.prior) if t.prior is not None else 0
             facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
+            facts.demo_buffer, facts.demo_rows_sampled = len(t.demos), t.demos.sampled
+        facts.reward_terms = self.rewards.names if self.computed_reward else ()
+        facts.interventions, facts.resets_requested = self.interventions, self.resets_requested
+        facts.last_terms = self.recorder.last_terms
         statuses = diag.from_entries(finetune_status(facts, DIAG_PREFIX))
-        values = {"interventions": str(self.interventions), "resets_requested": str(self.resets_requested),
-                  "demo_buffer": str(len(t.demos)) if t is not None else "offboard",
-                  "demo_rows_sampled": str(t.demos.sampled) if t is not None else "0"}
-        values.update({f"last_episode.{k}": f"{v:.4g}" for k, v in self.recorder.last_terms.items()})
-        source = "terms " + ", ".join(self.rewards.names) if self.computed_reward else "topic"
-        statuses.extend(diag.from_entries([StatusEntry(f"{DIAG_PREFIX}/reward", Level.OK,
-                                                       f"reward from {source}", values)]))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
     def close(self) -> None:
