@@ -1,34 +1,23 @@
 """finetune_node: records every transition on the robot and fine-tunes the running policy.
 
-In: the observation (``/joint_states`` through the same observation adapter as the policy node,
-or ``lowrl/observation``), the policy node's commands (``<controller_name>/commands``), the
-reward (``/lowrl/reward``, std_msgs/Float64), episode ends (``/lowrl/episode_return``, Float64, one
-per finished episode), the compute tier (``/lowrl/compute_tier``, latched) and the policy node's
-diagnostics (``/diagnostics``: which version it runs, and whether a swap was rejected).
+In: the policy node's step rows (``lowrl/policy/step``: what the policy saw, what was executed, whether a
+person intervened, which version ran; core/runtime/step_row.py), for every robot; the reward, either the
+robot file's ``reward:`` terms computed here (with their reward-only ``inputs``, and JointState efforts for
+a joint_effort term the policy does not observe) or a reward topic (``/lowrl/reward``, std_msgs/Float64)
+with the robot's episode ends (``/lowrl/episode`` or ``/lowrl/episode_return``); the compute tier
+(``/lowrl/compute_tier``, latched) and ``/diagnostics`` (a swap the policy node rejected). Without a
+``robot_file`` the old obs_fields/input parameters describe one (core/runtime/robot_file.py, logged once).
 
-Out: transitions on disk (lowrl_ros/core/finetune/transition_log.py: MCAP + write-ahead log); new policy
-versions to the policy node by setting its ``policy_path`` parameter through
-``/<policy_node>/set_parameters`` (so the policy node's own validation, warm-up and atomic swap
-are used); ``/diagnostics`` under ``lowrl/finetune/{log,learner,versions}``.
+Out: transitions on disk (core/finetune/transition_log.py: MCAP + write-ahead log); new versions through
+``/<policy_node>/set_parameters`` (the policy node's own validation, warm-up and atomic swap); a reset
+request on ``reset_topic`` at each end of the robot file's ``episode:``; ``/diagnostics`` under
+``lowrl/finetune/{log,learner,versions,reward}``. With ``learner: offboard`` it learns nothing and streams
+the transitions on ``transitions_topic`` to trainer_node instead (core/finetune/offboard.py).
 
-Learning runs in a worker thread at low priority (``os.nice``), only while the compute tier is
-FULL, and pauses when the process's resident memory passes ``memory_cap_mb``. The decisions
-(pairing, learning, versions, rollback) live in lowrl_ros/core; this node wires messages to them.
-This process imports torch (it trains); the policy node and budget monitor never import it.
-
-With a ``robot_file`` (the policy node's) the node reads what the policy saw and did from the policy
-node's ``/lowrl/policy/step`` (ros/policy_node.py: observation, executed action, intervention flag)
-instead of rebuilding observations; the robot file's ``reward:`` terms and ``episode:`` ends are then
-computed here (core/finetune/rewards.py), each term logged per transition (the file's reward-only
-``reward.inputs``, e.g. a state estimator's TwistStamped, are subscribed to here), and an episode end
-publishes a reset request on ``reset_topic`` (std_msgs/Empty) that the robot side honours. A
-``reward: {topic: ...}`` keeps the user's reward topic, paired as before. Transitions a person
-teleoperated (intervention) go to the learner's demo buffer as well (core/finetune/demos.py), and
-``demos_dir`` seeds that buffer from a recorded transition log.
-
-With ``learner: offboard`` the node records exactly as above but learns nothing: it streams every
-transition on ``transitions_topic`` (lowrl_ros/core/finetune/offboard.py has the format) to trainer_node,
-which fine-tunes off-board and sends versions back as signed bundles (docs/finetune.md).
+The decisions live in core: the recorder (core/finetune/recorder.py: rows -> transitions, episode ends),
+the session (learning, versions, rollback) and the learner thread (core/finetune/learner_loop.py: niced,
+only while the tier is FULL and memory is under ``memory_cap_mb``). This process imports torch; the policy
+node and budget monitor never do.
 """
 from __future__ import annotations
 
@@ -37,7 +26,6 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +37,9 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float32MultiArray, Float64, Float64MultiArray, UInt8
 
-from lowrl_ros.core.config import field, require
 from lowrl_ros.core.finetune.kit import load_kit
 from lowrl_ros.core.finetune.learner import FineTuner
-from lowrl_ros.core.finetune.config import FineTuneConfig
+from lowrl_ros.core.finetune.config import FineTuneConfig, FineTuneNodeSettings
 from lowrl_ros.core.finetune.demos import load_demos
 from lowrl_ros.core.finetune.episode_log import EpisodeTermsLog
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
@@ -74,49 +61,7 @@ from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED, RECORD, STATUS
 
 DIAG_PREFIX = "lowrl/finetune"
-INPUTS = ("joint_states", "observation")
-LEARNERS = ("robot", "offboard")
-END_KINDS = ("truncated", "terminated")
 LOG_PREFIX = "log_"  # TransitionLogConfig fields appear as log_<field> parameters
-
-
-@dataclass(frozen=True)
-class FineTuneNodeSettings:
-    """The fine-tuner's own parameters (FineTuneConfig, TransitionLogConfig and the observation adapter bring
-    the rest); all read-only except ``enabled``."""
-
-    kit_path: str = field("", "fine-tune kit directory (kit.json + agent.pt)")
-    work_dir: str = field("~/.ros/lowrl_finetune", "transitions/, versions/, learner.pt go here")
-    base_policy_path: str = field("", "the artifact the policy node starts with (first rollback target)")
-    base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
-    policy_node: str = field("policy_node", "node whose policy_path parameter receives new versions")
-    enabled: bool = field(True, "learn (recording never stops); true again clears a safety pause", live=True)
-    input: str = field("joint_states", "no robot_file: the policy node's observation source (" + " | ".join(INPUTS)
-                       + "), with obs_fields it builds the robot file")
-    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState: the joint_effort reward's efforts")
-    observation_topic: str = field("lowrl/observation", "no robot_file, input observation: the policy node's input")
-    controller_name: str = field("forward_command_controller", "unused: the step rows carry the commands (kept so "
-                                 "old parameter files load)")
-    reward_topic: str = field("lowrl/reward", "std_msgs/Float64 reward, one per robot step")
-    episode_info_topic: str = field("lowrl/episode", "Float64MultiArray [index, return, length, terminated] per "
-                                                      "episode ('' to use episode_topic)")
-    episode_topic: str = field("lowrl/episode_return",
-                               "std_msgs/Float64 return per episode, read only when episode_info_topic is ''")
-    episode_end_kind: str = field("truncated", "episode_topic only: what an end means: truncated (time limit) | "
-                                               "terminated")
-    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
-    learner: str = field("robot", "robot: learn here | offboard: stream transitions to trainer_node instead")
-    transitions_topic: str = field("lowrl/transitions", "offboard: where transitions are streamed")
-    robot_file: str = field("", "the policy node's robot YAML (its reward:/episode: sections are computed here); "
-                                "empty: the one obs_fields/input describe")
-    step_topic: str = field("lowrl/policy/step", "the policy node's step rows: what it saw and did each tick")
-    reset_topic: str = field("lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
-    demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
-
-    def __post_init__(self) -> None:
-        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
-            require(getattr(self, name) in allowed,
-                    f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
 
 
 # The observation adapter as parameters: no extra observation here (the policy node's extra_obs_dim).
@@ -148,7 +93,6 @@ class FineTuneNode(Node):
         specs = RobotSpecs.from_robot_file(self.robot, kit.contract.control_period_s)
         specs.check_against(kit)  # before anything touches the disk
         self.rewards, self.episodes = specs.rewards, specs.episodes
-        self._joints = specs.joints  # the policy's joint order (joint_effort from JointState)
         self.obs_dim, self.action_dim = kit.obs_dim, kit.action_dim
         self.work_dir = Path(get("work_dir")).expanduser()
         log_dir = self.work_dir / "transitions"
@@ -182,9 +126,9 @@ class FineTuneNode(Node):
         self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
         self._requested: dict[str, int] = {}  # artifact path -> version, for rejection reports
         # Per-episode return, reward terms and interventions, for the session report (computed rewards only).
-        self.episode_log = EpisodeTermsLog(self.work_dir, self.rewards.names) if self.computed_reward else None
+        self.episode_log = EpisodeTermsLog(self.work_dir, self.rewards.names) if specs.computed else None
         self.resets_requested = 0
-        self._effort_index = JointIndex(self._joints)  # joint_effort from JointState, the policy's joint order
+        self._effort_index = JointIndex(specs.joints)  # joint_effort from JointState, the policy's joint order
         self._effort_lacking: tuple[str, ...] = ()
         # Worker hand-over (thread-safe containers).
         self._to_learner: collections.deque = collections.deque()
@@ -284,7 +228,7 @@ class FineTuneNode(Node):
     @property
     def computed_reward(self) -> bool:
         """The reward comes from the robot file's terms (not a topic)."""
-        return self.rewards is not None and not self.rewards.topic
+        return self.recorder.computed
 
     @property
     def state(self) -> str:
