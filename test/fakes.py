@@ -9,6 +9,8 @@ records what comes back (commands, diagnostics, policy stats, bundle replies or 
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +22,13 @@ from std_msgs.msg import Float64, Float64MultiArray, String, UInt8, UInt8MultiAr
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
 from lowrl_ros.core.stream.protocol import BundleStatus
 from lowrl_ros.ros.diagnostics import level_of
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS
+from lowrl_ros.core.runtime.step_row import encode_step, row_size
+from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS
 from rosutil import spin_until
 
 JOINT = "pendulum_joint"
 COMMANDS = "/forward_command_controller/commands"
+STEP_TOPIC = "/lowrl/policy/step"
 BUNDLE_TOPIC = "/lowrl/policy_bundle"
 BUNDLE_STATUS_TOPIC = "/lowrl/policy_bundle/status"
 KEY = bytes(range(32))  # the bundle key the tests sign with
@@ -48,6 +52,8 @@ class FakeRobot:
         name: the node name.
         scripted_commands: also publish commands (``cmd``), as a scripted controller would. Off by
             default: the robot's own publisher would then count as the match ``wait_for_match`` waits for.
+        step_rows: play the policy node for the fine-tuner: :meth:`step` publishes the step row of step k
+            (``step_pub``: observation k, executed action k/1000, policy version 1) after the joint state.
         bundles: "send" to play the trainer (publish bundles on ``bundle_pub``, record the policy
             node's JSON replies in ``replies``), "receive" to play the policy node (record bundle
             messages in ``bundles``), or None. One role, for the same reason. Either role can
@@ -55,7 +61,7 @@ class FakeRobot:
     """
 
     def __init__(self, context, name: str = "fake_robot", *, scripted_commands: bool = False,
-                 bundles: str | None = None) -> None:
+                 bundles: str | None = None, step_rows: bool = False) -> None:
         if bundles not in (None, "send", "receive"):
             raise ValueError(f"bundles={bundles!r}: one of None, 'send', 'receive'")
         self.node = Node(name, context=context)
@@ -66,6 +72,7 @@ class FakeRobot:
         self.tier = self.node.create_publisher(UInt8, "/lowrl/compute_tier", LATCHED)
         self.cmd = (self.node.create_publisher(Float64MultiArray, COMMANDS, CONTROL) if scripted_commands
                     else None)
+        self.step_pub = self.node.create_publisher(Float64MultiArray, STEP_TOPIC, RECORD) if step_rows else None
         self.commands: list[float] = []
         self.diags: list = []
         self.stats: list = []
@@ -116,6 +123,13 @@ class FakeRobot:
                 self.episode_info.publish(Float64MultiArray(data=[float(self.episodes), episode_return, 10.0,
                                                                   float(terminated)]))
         self.js_pub.publish(JointState(name=[JOINT], position=[theta(k)], velocity=[float(k)], effort=[0.0]))
+        if self.step_pub is not None:
+            row = np.empty(row_size(3, 1))
+            action = np.array([k / 1000.0])
+            encode_step(row, stamp=time.time(), safe=False, intervention=False, estop=False, policy_version=1,
+                        obs=np.array([math.cos(theta(k)), math.sin(theta(k)), float(k)]), policy_action=action,
+                        action=action, command=action)
+            self.step_pub.publish(Float64MultiArray(data=row.tolist()))
 
     # -- diagnostics -----------------------------------------------------------------------------
 

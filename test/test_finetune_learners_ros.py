@@ -7,6 +7,7 @@ niceness, and to stop under the memory cap. The fresh-critic warm-up of crossq/r
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from rclpy.executors import SingleThreadedExecutor
@@ -44,7 +45,10 @@ def test_each_learner_fine_tunes_over_ros_at_full_tier_only(kit_name, algorithm,
     kit_dirs, base = kits
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
         Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=40)])
-    policy = active_policy_node(ros_context, base)
+    # The pendulum robot file (the observation FIELDS describe): until the policy-node branch is merged, a policy
+    # node without one publishes no step row, and the fine-tuner reads only those.
+    policy = active_policy_node(ros_context, base, robot_file=str(Path(__file__).resolve().parents[1]
+                                                                  / "config/robots/pendulum.yaml"))
     tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
         "kit_path": str(kit_dirs[kit_name]), "work_dir": str(tmp_path / "ft"), "base_policy_path": str(base),
         "obs_fields": FIELDS, "algorithm": algorithm, "nice": NICE, "min_transitions": 64, "batch_size": 32,

@@ -83,7 +83,7 @@ def test_legged_finetuner_computes_the_robot_files_reward_from_the_state_estimat
     try:
         tier_pub.publish(UInt8(data=0))
         assert spin_until(ex, lambda: tuner.resets_requested >= 2, timeout=30.0), \
-            (tuner.recorded, tuner.received, tuner.assembler.incomplete)
+            (tuner.recorded, tuner.received, tuner.recorder.incomplete)
         t0 = time.monotonic()
         assert spin_until(ex, lambda: sim.resets >= tuner.resets_requested or time.monotonic() - t0 > 3, timeout=4)
         falls, resets = sim.robot.falls, sim.resets

@@ -2,8 +2,10 @@
 hot-swap path with a rollback, and SIGKILL mid-session then restart (nothing recorded is lost).
 
 A "robot" node in the test publishes joint states, rewards and episode ends the way the sim robot
-node does (reward, [episode end], joint state each step); commands come from a scripted publisher
-or from a real policy node. The learner is a real (tiny) SAC kit from a real `lowrl train` run.
+node does (reward, [episode end], joint state each step); the step rows (what the policy saw and did)
+come from the same scripted node or from a real policy node. The fine-tuner here is given the old
+obs_fields parameters (it builds the robot file from them). The learner is a real (tiny) SAC kit from
+a real `lowrl train` run.
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
-from std_msgs.msg import Float64MultiArray, UInt8
+from std_msgs.msg import UInt8
 
 from lowrl_ros.core.finetune.transition_log import read_log
 from lowrl_ros.ros.finetune_node import LOG_PREFIX, FineTuneNode
@@ -31,6 +34,17 @@ pytestmark = pytest.mark.ros
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = PENDULUM_FIELDS
+
+
+def policy_robot(tmp_path: Path) -> dict:
+    """The real policy node runs the pendulum robot file (the observation FIELDS describe), torque out, no soft
+    start (the executed action is the command). Without a robot file it publishes no step row yet (the
+    policy-node branch that publishes one for every robot is not merged here)."""
+    data = yaml.safe_load((REPO / "config/robots/pendulum.yaml").read_text())
+    data.update(interface="effort", safety={"soft_start_s": 0.0})
+    path = tmp_path / "pendulum_effort.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return {"robot_file": str(path)}
 
 
 @pytest.fixture(scope="module")
@@ -70,24 +84,22 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
     kit_dir, base = kit
     node = FineTuneNode(context=ros_context, parameter_overrides=[
         Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, base_policy_path=str(base)).items()])
-    robot = FakeRobot(ros_context, scripted_commands=True)
+    robot = FakeRobot(ros_context, step_rows=True)
     ex = SingleThreadedExecutor(context=ros_context)
     ex.add_node(node)
     ex.add_node(robot.node)
     try:
-        for pub in (robot.js_pub, robot.cmd, robot.reward, robot.episode_info, robot.tier):
+        for pub in (robot.step_pub, robot.reward, robot.episode_info, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=3))  # safe tier: record, never learn
         steps = 60
         for k in range(steps):
             t0 = time.monotonic()
             robot.step(k, episode_return=-123.0 if k in (30, 45) else None, terminated=k == 45)
-            assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
-            robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
-            assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
+            assert spin_until(ex, lambda: node.received["step"] == k + 1 and node.received["reward"] == k, 5.0)
             spin_for(ex, 0.01 - (time.monotonic() - t0))  # a 100 Hz robot
         assert node.recorded == steps - 2  # the last step waits for a reward sent after its next observation
-        assert node.assembler.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
+        assert node.recorder.incomplete == 0 and node.bad_inputs == 0 and node.callback_errors == 0
         batch, report = read_log(tmp_path / "transitions")
         assert len(batch) == node.recorded and report.from_wal == 1  # the open segment, read from its WAL
         assert check_transitions(batch) == list(range(steps - 2))
@@ -116,7 +128,7 @@ def test_records_transitions_and_learns_only_at_full_tier(ros_context, kit, tmp_
 
 def test_versions_reach_the_policy_node_and_a_bad_one_is_rolled_back(ros_context, kit, tmp_path):
     kit_dir, base = kit
-    policy = active_policy_node(ros_context, base)
+    policy = active_policy_node(ros_context, base, **policy_robot(tmp_path))
     node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
         kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=20, eval_episodes=1,
         rollback_margin=100.0).items()])
@@ -169,7 +181,7 @@ def test_with_the_real_sim_robot_every_transition_is_a_true_pendulum_step(ros_co
     kit_dir, base = kit
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
         Parameter("mode", value="lockstep"), Parameter("max_episode_steps", value=50), Parameter("seed", value=3)])
-    policy = active_policy_node(ros_context, base, diagnostics_period_s=1.0, soft_start_steps=50)
+    policy = active_policy_node(ros_context, base, diagnostics_period_s=1.0, **policy_robot(tmp_path))
     node = FineTuneNode(context=ros_context, parameter_overrides=[
         Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, min_transitions=10_000).items()])
     ex = SingleThreadedExecutor(context=ros_context)
@@ -183,7 +195,7 @@ def test_with_the_real_sim_robot_every_transition_is_a_true_pendulum_step(ros_co
         for n in (sim, policy, node):
             n.destroy_node()
     batch, _ = read_log(tmp_path / "transitions")
-    assert len(batch) >= 160 and node.assembler.incomplete <= 1  # at most the step before we listened
+    assert len(batch) >= 160 and node.recorder.incomplete <= 1  # at most the step before we listened
     theta = np.arctan2(batch.obs[:, 1], batch.obs[:, 0])
     u = np.clip(batch.action[:, 0], -2.0, 2.0).astype(np.float32).astype(np.float64)
     expected = -(theta ** 2 + 0.1 * batch.obs[:, 2] ** 2 + 0.001 * u ** 2)  # Pendulum-v1's reward
@@ -196,7 +208,7 @@ def test_with_the_real_sim_robot_every_transition_is_a_true_pendulum_step(ros_co
 def test_a_version_the_policy_node_rejects_trips_a_rollback(ros_context, kit, tmp_path):
     """The real policy node rejects a corrupt v2 (its ERROR diagnostic): the fine-tuner goes back."""
     kit_dir, base = kit
-    policy = active_policy_node(ros_context, base, soft_start_steps=50)
+    policy = active_policy_node(ros_context, base, **policy_robot(tmp_path))
     node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
         kit_dir, tmp_path, base_policy_path=str(base), version_every_updates=40, eval_episodes=1).items()])
     robot = FakeRobot(ros_context, scripted_commands=True)
@@ -273,19 +285,17 @@ def test_memory_cap_pauses_learning_with_a_diagnostic(ros_context, kit, tmp_path
     # 64 MB is below what any torch process holds: learning must pause, recording must go on.
     node = FineTuneNode(context=ros_context, parameter_overrides=[
         Parameter(k, value=v) for k, v in node_params(kit_dir, tmp_path, memory_cap_mb=64.0).items()])
-    robot = FakeRobot(ros_context, scripted_commands=True)
+    robot = FakeRobot(ros_context, step_rows=True)
     ex = SingleThreadedExecutor(context=ros_context)
     ex.add_node(node)
     ex.add_node(robot.node)
     try:
-        for pub in (robot.js_pub, robot.cmd, robot.reward, robot.tier):
+        for pub in (robot.step_pub, robot.reward, robot.tier):
             assert wait_for_match(ex, pub)
         robot.tier.publish(UInt8(data=0))
         for k in range(40):
             robot.step(k)
-            assert spin_until(ex, lambda: node.received["observation"] == k + 1 and node.received["reward"] == k, 5.0)
-            robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
-            assert spin_until(ex, lambda: node.received["command"] == k + 1, 5.0)
+            assert spin_until(ex, lambda: node.received["step"] == k + 1 and node.received["reward"] == k, 5.0)
         assert spin_until(ex, lambda: robot.latest("lowrl/finetune/learner").get("state") == "paused_memory",
                           5.0)
         assert node.tuner.updates == 0 and node.recorded >= 35
@@ -312,15 +322,14 @@ def start_node(kit_dir, work_dir) -> subprocess.Popen:
 
 def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit, tmp_path):
     kit_dir, _ = kit
-    robot = FakeRobot(ros_context, scripted_commands=True)
+    robot = FakeRobot(ros_context, step_rows=True)
     ex = SingleThreadedExecutor(context=ros_context)
     ex.add_node(robot.node)
     log = "finetune_node log"
     LOG_NAME = "lowrl/finetune/log"
     proc = start_node(kit_dir, tmp_path)
     try:
-        assert wait_for_match(ex, robot.js_pub, 60.0) and wait_for_match(ex, robot.reward, 10.0)
-        assert wait_for_match(ex, robot.cmd, 10.0)
+        assert wait_for_match(ex, robot.step_pub, 60.0) and wait_for_match(ex, robot.reward, 10.0)
         robot.tier.publish(UInt8(data=0))
         k = 0
 
@@ -328,9 +337,7 @@ def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit,
             nonlocal k
             for _ in range(n):
                 robot.step(k)
-                spin_for(ex, 0.004)
-                robot.cmd.publish(Float64MultiArray(data=[k / 1000.0]))
-                spin_for(ex, 0.004)
+                spin_for(ex, 0.008)
                 k += 1
 
         run_steps(200)
@@ -355,7 +362,7 @@ def test_killed_mid_session_keeps_every_transition_and_resumes(ros_context, kit,
         assert spin_until(ex, lambda: robot.value(LOG_NAME, "resumed") > 0, 60.0), robot.diags
         assert robot.value(LOG_NAME, "resumed") == len(batch)  # the whole log came back into the buffer
         assert robot.value(LOG_NAME, "rebuilt_from_wal") >= 1
-        assert wait_for_match(ex, robot.cmd, 10.0)
+        assert wait_for_match(ex, robot.step_pub, 10.0)
         start = k
         # The killed process's DDS participant can still count as a match for a while, so feed
         # steps until the new process records them (a step it was not yet subscribed for is lost
@@ -387,7 +394,7 @@ def test_missing_kit_or_mismatched_obs_fields_is_refused_before_the_disk(ros_con
     # The shipped file itself is checked in test/test_shipped_config.py.
     with pytest.raises(ValueError, match="kit_path is empty"):
         FineTuneNode(context=ros_context)
-    with pytest.raises(ValueError, match="obs_fields give 2 observation entries"):
+    with pytest.raises(ValueError, match="builds 2 observations but the kit's policy reads 3"):
         FineTuneNode(context=ros_context, parameter_overrides=[
             Parameter("kit_path", value=str(kit[0])), Parameter("work_dir", value=str(tmp_path / "bad")),
             Parameter("obs_fields", value=FIELDS[:2])])
@@ -401,3 +408,25 @@ def test_bad_parameters_exit_with_the_fix(kit, tmp_path):
                         "-p", f"obs_fields:={FIELDS}".replace("'", "")],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "not a fine-tune kit" in r.stderr
+
+
+def test_without_a_robot_file_the_old_parameters_build_the_policy_nodes_robot_file(ros_context, kit, tmp_path):
+    """One input path: obs_fields/obs_offset/obs_scale/input become the robot file legacy_robot_file makes
+    (the one the policy node builds from the same parameters), read through the step rows."""
+    from lowrl_ros.core.runtime.robot_file import legacy_robot_file
+
+    offset, scale = [0.0, 0.1, 0.0], [1.0, 1.0, 0.5]
+    node = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in node_params(
+        kit[0], tmp_path, obs_offset=offset, obs_scale=scale, joint_states_topic="/robot/joint_states").items()])
+    try:
+        assert node.robot.raw == legacy_robot_file(tuple(FIELDS), tuple(offset), tuple(scale),
+                                                   joint_states_topic="/robot/joint_states")
+        assert node.robot.raw["observation"][1] == {"term": "joint_position", "function": "sin",
+                                                    "joints": ["pendulum_joint"], "topic": "/robot/joint_states",
+                                                    "offset": 0.1}
+        assert node.robot.joints == ("pendulum_joint",)
+        topics = {sub.topic_name for sub in node.subscriptions}
+        assert "/lowrl/policy/step" in topics and "/joint_states" not in topics  # the step rows only
+    finally:
+        node.close()
+        node.destroy_node()

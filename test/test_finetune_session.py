@@ -189,7 +189,7 @@ def test_finetune_status_levels_and_names():
         return {e.name: e.level for e in finetune_status(FineTuneFacts(**kw))}
 
     assert levels(state="learning") == {"lowrl/finetune/log": OK, "lowrl/finetune/learner": OK,
-                                        "lowrl/finetune/versions": OK}
+                                        "lowrl/finetune/versions": OK, "lowrl/finetune/reward": OK}
     assert levels(state="paused_safety")["lowrl/finetune/learner"] == ERROR
     assert levels(state="paused_memory")["lowrl/finetune/learner"] == WARN
     assert levels(state="waiting_for_full_tier")["lowrl/finetune/learner"] == OK
@@ -197,9 +197,15 @@ def test_finetune_status_levels_and_names():
     assert levels(dropped_segments=2)["lowrl/finetune/log"] == WARN
     paused = finetune_status(FineTuneFacts(state="paused_safety", paused_reason="safety: rejected v2", rss_mb=12.34,
                                            received={"reward": 3}), prefix="x")
-    assert [e.name for e in paused] == ["x/log", "x/learner", "x/versions"]
+    assert [e.name for e in paused] == ["x/log", "x/learner", "x/versions", "x/reward"]
     assert paused[1].message == "safety: rejected v2" and paused[1].values["rss_mb"] == 12.3
     assert paused[0].values["received_reward"] == 3
     off = finetune_status(FineTuneFacts(offboard=True, streamed=7, state="offboard"))
-    assert [e.name for e in off] == ["lowrl/finetune/log", "lowrl/finetune/learner"]
+    assert [e.name for e in off] == ["lowrl/finetune/log", "lowrl/finetune/learner", "lowrl/finetune/reward"]
     assert off[1].level == OK and off[1].message == "off-board: 7 transitions streamed"
+    assert off[2].message == "reward from topic" and off[2].values["demo_buffer"] == "offboard"
+    terms = finetune_status(FineTuneFacts(reward_terms=("alive", "upright"), interventions=4, demo_buffer=9,
+                                          last_terms={"alive": 12.0, "upright": -0.123456}))[3]
+    assert terms.message == "reward from terms alive, upright"
+    assert terms.values == {"interventions": 4, "resets_requested": 0, "demo_buffer": 9, "demo_rows_sampled": 0,
+                            "last_episode.alive": "12", "last_episode.upright": "-0.1235"}

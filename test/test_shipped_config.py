@@ -40,7 +40,7 @@ def _classes(name: str) -> list[tuple[type, dict[str, Any]]]:
     Imported lazily: the fine-tuner's classes import torch.
     """
     from lowrl_ros.core.finetune.config import FineTuneConfig
-    from lowrl_ros.ros.finetune_node import FineTuneNodeSettings
+    from lowrl_ros.core.finetune.config import FineTuneNodeSettings
     from lowrl_ros.ros.policy_node import PolicyNodeSettings
     from lowrl_ros.ros.sim_robot_node import SimRobotTopics
     from lowrl_ros.ros.trainer_node import TrainerNodeSettings

@@ -69,3 +69,21 @@ class Policy(Protocol):
     contract: Any
 
     def act(self, obs: Observation) -> Action: ...
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """What a learner thread drives (Acme's ``acme/core.py`` Learner): ``core/finetune/learner_loop.py:
+    run_learner`` hands it what arrived (:meth:`receive`), asks it for a slice of work (:meth:`step`), and tells
+    it when a slice failed (:meth:`fail`). The fine-tuner's session, the off-board fine-tuner and the off-board
+    identifier each sit behind it, so the thread (priority, memory gate, error pause) is written once.
+    """
+
+    def receive(self, item: Any) -> None:
+        """One item from the inbox (a transition, a batch, an episode, a rejected version)."""
+
+    def step(self, gate: Any) -> float:
+        """One slice of learning while ``gate`` (a LearnGate) allows; the seconds to wait before the next one."""
+
+    def fail(self, reason: str) -> None:
+        """The last slice raised: hold learning (an operator or a retry clears it)."""

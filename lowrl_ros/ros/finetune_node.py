@@ -1,51 +1,34 @@
 """finetune_node: records every transition on the robot and fine-tunes the running policy.
 
-In: the observation (``/joint_states`` through the same observation adapter as the policy node,
-or ``lowrl/observation``), the policy node's commands (``<controller_name>/commands``), the
-reward (``/lowrl/reward``, std_msgs/Float64), episode ends (``/lowrl/episode_return``, Float64, one
-per finished episode), the compute tier (``/lowrl/compute_tier``, latched) and the policy node's
-diagnostics (``/diagnostics``: which version it runs, and whether a swap was rejected).
+In: the policy node's step rows (``lowrl/policy/step``: what the policy saw, what was executed, whether a
+person intervened, which version ran; core/runtime/step_row.py), for every robot; the reward, either the
+robot file's ``reward:`` terms computed here (with their reward-only ``inputs``, and JointState efforts for
+a joint_effort term the policy does not observe) or a reward topic (``/lowrl/reward``, std_msgs/Float64)
+with the robot's episode ends (``/lowrl/episode`` or ``/lowrl/episode_return``); the compute tier
+(``/lowrl/compute_tier``, latched) and ``/diagnostics`` (a swap the policy node rejected). Without a
+``robot_file`` the old obs_fields/input parameters describe one (core/runtime/robot_file.py, logged once).
 
-Out: transitions on disk (lowrl_ros/core/finetune/transition_log.py: MCAP + write-ahead log); new policy
-versions to the policy node by setting its ``policy_path`` parameter through
-``/<policy_node>/set_parameters`` (so the policy node's own validation, warm-up and atomic swap
-are used); ``/diagnostics`` under ``lowrl/finetune/{log,learner,versions}``.
+Out: transitions on disk (core/finetune/transition_log.py: MCAP + write-ahead log); new versions through
+``/<policy_node>/set_parameters`` (the policy node's own validation, warm-up and atomic swap); a reset
+request on ``reset_topic`` at each end of the robot file's ``episode:``; ``/diagnostics`` under
+``lowrl/finetune/{log,learner,versions,reward}``. With ``learner: offboard`` it learns nothing and streams
+the transitions on ``transitions_topic`` to trainer_node instead (core/finetune/offboard.py).
 
-Learning runs in a worker thread at low priority (``os.nice``), only while the compute tier is
-FULL, and pauses when the process's resident memory passes ``memory_cap_mb``. The decisions
-(pairing, learning, versions, rollback) live in lowrl_ros/core; this node wires messages to them.
-This process imports torch (it trains); the policy node and budget monitor never import it.
-
-With a ``robot_file`` (the policy node's) the node reads what the policy saw and did from the policy
-node's ``/lowrl/policy/step`` (ros/policy_node.py: observation, executed action, intervention flag)
-instead of rebuilding observations; the robot file's ``reward:`` terms and ``episode:`` ends are then
-computed here (core/finetune/rewards.py), each term logged per transition (the file's reward-only
-``reward.inputs``, e.g. a state estimator's TwistStamped, are subscribed to here), and an episode end
-publishes a reset request on ``reset_topic`` (std_msgs/Empty) that the robot side honours. A
-``reward: {topic: ...}`` keeps the user's reward topic, paired as before. Transitions a person
-teleoperated (intervention) go to the learner's demo buffer as well (core/finetune/demos.py), and
-``demos_dir`` seeds that buffer from a recorded transition log.
-
-With ``learner: offboard`` the node records exactly as above but learns nothing: it streams every
-transition on ``transitions_topic`` (lowrl_ros/core/finetune/offboard.py has the format) to trainer_node,
-which fine-tunes off-board and sends versions back as signed bundles (docs/finetune.md).
+The decisions live in core: the recorder (core/finetune/recorder.py: rows -> transitions, episode ends),
+the session (learning, versions, rollback) and the learner thread (core/finetune/learner_loop.py: niced,
+only while the tier is FULL and memory is under ``memory_cap_mb``). This process imports torch; the policy
+node and budget monitor never do.
 """
 from __future__ import annotations
 
 import collections
-import dataclasses
-import gc
 import math
-import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import psutil
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist, TwistStamped
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -54,72 +37,31 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float32MultiArray, Float64, Float64MultiArray, UInt8
 
-from lowrl_ros.core.config import field, require
 from lowrl_ros.core.finetune.kit import load_kit
 from lowrl_ros.core.finetune.learner import FineTuner
-from lowrl_ros.core.finetune.config import FineTuneConfig
+from lowrl_ros.core.finetune.config import FineTuneConfig, FineTuneNodeSettings
 from lowrl_ros.core.finetune.demos import load_demos
 from lowrl_ros.core.finetune.episode_log import EpisodeTermsLog
-from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
 from lowrl_ros.core.finetune.session import Event, FineTuneSession, Paused, Rollback, VersionMade
-from lowrl_ros.core.finetune.status import LEARNING, PAUSED_MEMORY, FineTuneFacts, LearnGate, finetune_status
-from lowrl_ros.core.finetune.versions import EpisodeJudge
+from lowrl_ros.core.finetune.learner_loop import SessionLearner, drain, run_learner
+from lowrl_ros.core.finetune.status import FineTuneFacts, LearnGate, finetune_status
+from lowrl_ros.core.finetune.recorder import EpisodeEnded, EpisodeRecorder, Recorded, RobotSpecs
 from lowrl_ros.core.finetune.wire import column_names, encode_transitions
 from lowrl_ros.core.runtime import step_row
-from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationAdapter, ObservationError, from_array
+from lowrl_ros.core.runtime.joints import JointIndex
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.finetune.transition_log import (Transition, TransitionAssembler, TransitionLogConfig,
-                                                    TransitionLogWriter)
-from lowrl_ros.core.runtime.observation import ObservationSpec
-from lowrl_ros.core.runtime.robot_file import load_robot_file
-from lowrl_ros.core.types import Level, StatusEntry
+from lowrl_ros.core.finetune.transition_log import TransitionLogConfig, TransitionLogWriter
+from lowrl_ros.core.runtime.robot_file import (RobotFile, legacy_robot_file, load_robot_file, parse_robot_file,
+                                             robot_file_yaml)
+from lowrl_ros.core.types import Level
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.spinning import guarded, make_executor, run_node
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import LATCHED, RECORD, STATUS
 
 DIAG_PREFIX = "lowrl/finetune"
-INPUTS = ("joint_states", "observation")
-LEARNERS = ("robot", "offboard")
-END_KINDS = ("truncated", "terminated")
 LOG_PREFIX = "log_"  # TransitionLogConfig fields appear as log_<field> parameters
-
-
-@dataclass(frozen=True)
-class FineTuneNodeSettings:
-    """The fine-tuner's own parameters (FineTuneConfig, TransitionLogConfig and the observation adapter bring
-    the rest); all read-only except ``enabled``."""
-
-    kit_path: str = field("", "fine-tune kit directory (kit.json + agent.pt)")
-    work_dir: str = field("~/.ros/lowrl_finetune", "transitions/, versions/, learner.pt go here")
-    base_policy_path: str = field("", "the artifact the policy node starts with (first rollback target)")
-    base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
-    policy_node: str = field("policy_node", "node whose policy_path parameter receives new versions")
-    enabled: bool = field(True, "learn (recording never stops); true again clears a safety pause", live=True)
-    input: str = field("joint_states", "observation source: " + " | ".join(INPUTS))
-    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState input")
-    observation_topic: str = field("lowrl/observation", "std_msgs/Float32MultiArray input")
-    controller_name: str = field("forward_command_controller", "commands read from <controller_name>/commands")
-    reward_topic: str = field("lowrl/reward", "std_msgs/Float64 reward, one per robot step")
-    episode_info_topic: str = field("lowrl/episode", "Float64MultiArray [index, return, length, terminated] per "
-                                                      "episode ('' to use episode_topic)")
-    episode_topic: str = field("lowrl/episode_return",
-                               "std_msgs/Float64 return per episode, read only when episode_info_topic is ''")
-    episode_end_kind: str = field("truncated", "episode_topic only: what an end means: truncated (time limit) | "
-                                               "terminated")
-    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
-    learner: str = field("robot", "robot: learn here | offboard: stream transitions to trainer_node instead")
-    transitions_topic: str = field("lowrl/transitions", "offboard: where transitions are streamed")
-    robot_file: str = field("", "the policy node's robot YAML: read step_topic, compute its reward:/episode: "
-                                "sections here; empty: rebuild observations from input as before")
-    step_topic: str = field("lowrl/policy/step", "robot_file: the policy node's step messages")
-    reset_topic: str = field("lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
-    demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
-
-    def __post_init__(self) -> None:
-        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
-            require(getattr(self, name) in allowed,
-                    f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
 
 
 # The observation adapter as parameters: no extra observation here (the policy node's extra_obs_dim).
@@ -146,30 +88,12 @@ class FineTuneNode(Node):
             raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
                              "(written by lowrl_ros.core.finetune.kit.write_kit from a lowrl train run)")
         kit = load_kit(get("kit_path"))
-        self.adapter = None  # checked before anything touches the disk
-        obs_dim = kit.obs_dim
-        self.rewards: RewardSpec | None = None
-        self.episodes: EpisodeSpec | None = None
         self.robot_file = get("robot_file")
-        self._joints: tuple[str, ...] = ()
-        if self.robot_file:
-            robot = load_robot_file(self.robot_file)
-            self._joints = robot.joints  # the policy's joint order (joint_effort from JointState)
-            spec = ObservationSpec.from_robot_file(robot, kit.contract.control_period_s)
-            if spec.obs_dim != kit.obs_dim:
-                raise ValueError(f"robot_file {self.robot_file} builds {spec.obs_dim} observations but the kit's "
-                                 f"policy reads {kit.obs_dim}; give the robot file the policy node runs with")
-            self.rewards = RewardSpec.from_robot_file(robot, spec)
-            self.episodes = EpisodeSpec.from_robot_file(robot, spec)
-            if self.episodes is not None and (self.rewards is None or self.rewards.topic):
-                raise ValueError(f"robot_file {self.robot_file}: an episode: section needs reward: terms (ends are "
-                                 "computed with them); with a reward topic the episode ends come from "
-                                 "episode_info_topic: remove episode:")
-        elif get("input") == "joint_states":
-            self.adapter = ObservationAdapter(config_from_params(
-                self, ObsAdapterConfig, **_ADAPTER_PARAMS, obs_fields=tuple(f for f in get("obs_fields") if f)))
-            self.adapter.check_against(kit.contract)  # the kit's policy: use the policy node's obs_fields
-        self.obs_dim, self.action_dim = obs_dim, kit.action_dim
+        self.robot = self._robot(kit)  # what the step rows describe
+        specs = RobotSpecs.from_robot_file(self.robot, kit.contract.control_period_s)
+        specs.check_against(kit)  # before anything touches the disk
+        self.rewards, self.episodes = specs.rewards, specs.episodes
+        self.obs_dim, self.action_dim = kit.obs_dim, kit.action_dim
         self.work_dir = Path(get("work_dir")).expanduser()
         log_dir = self.work_dir / "transitions"
         # Open (and repair) the log first, then read it all back: resume = reload what is on disk.
@@ -194,55 +118,28 @@ class FineTuneNode(Node):
                                        f"learner at {report.updates} updates, running v{report.running}")
 
         # Executor-thread state.
-        self.assembler = TransitionAssembler()
+        self.recorder = EpisodeRecorder(self.rewards, self.episodes)  # rows -> transitions, episode ends
         self.recorded = 0
         self.bad_inputs = 0
         self.callback_errors = 0
         self.received: collections.Counter = collections.Counter()  # messages per input, for diagnostics
         self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
-        self.running_version = 0  # what the policy node reports running (0: not heard yet)
-        self.judge = EpisodeJudge()  # which episodes count: their version ran all of them
-        # The first observation of the episode under way (its start state values the episode for the
-        # version scores): the first one sent after the last episode end, by DDS source timestamp,
-        # whichever of the two topics arrives here first.
-        self._episode_start: tuple[float, np.ndarray | None] = (-math.inf, None)
-        self._recent_obs: collections.deque = collections.deque(maxlen=16)  # (sent, obs)
         self._requested: dict[str, int] = {}  # artifact path -> version, for rejection reports
-        # robot_file: the previous step (obs, executed action, command, intervention) and the episode so far.
-        self._prev_step: tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None = None
-        self._step_interv: collections.OrderedDict = collections.OrderedDict()  # sent -> the step's flag
-        self._last_interv = False
-        self._episode_return = 0.0
-        self._episode_obs: np.ndarray | None = None
-        self._term_sums = np.zeros(len(self.rewards.terms) if self.rewards is not None else 0)
-        self._episode_steps = self._episode_interv = 0
         # Per-episode return, reward terms and interventions, for the session report (computed rewards only).
-        self.episode_log = EpisodeTermsLog(self.work_dir, self.rewards.names) if self.computed_reward else None
-        self._last_terms: dict[str, float] = {}  # the last finished episode's per-term sums
-        self.interventions = 0
+        self.episode_log = EpisodeTermsLog(self.work_dir, self.rewards.names) if specs.computed else None
         self.resets_requested = 0
-        self._effort: np.ndarray | None = None  # newest JointState effort, the policy's joint order
-        self._effort_index: tuple[tuple[str, ...], np.ndarray | None] = ((), None)
+        self._effort_index = JointIndex(specs.joints)  # joint_effort from JointState, the policy's joint order
+        self._effort_lacking: tuple[str, ...] = ()
         # Worker hand-over (thread-safe containers).
         self._to_learner: collections.deque = collections.deque()
         self._swaps: collections.deque = collections.deque()
         self._lock = threading.Lock()
-        self.state = "starting"
         self.rss_mb = 0.0
-        self.worker_error = ""
 
-        cmd_topic = f"{get('controller_name').rstrip('/')}/commands"  # relative, as the policy node's
-        if self.robot_file:
-            self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
-            if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
-                self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
-            self._subscribe_reward_inputs()
-        elif self.adapter is not None:
-            self.create_subscription(JointState, get("joint_states_topic"), self._on_joint_state, RECORD)
-        else:
-            self.create_subscription(Float32MultiArray, get("observation_topic"), self._on_observation, RECORD)
-        if not self.robot_file:
-            self.create_subscription(Float64MultiArray, cmd_topic, self._on_command, RECORD)
+        self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
+        if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
+            self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
+        self._subscribe_reward_inputs()
         if not self.computed_reward:
             topic = self.rewards.topic if self.rewards is not None else get("reward_topic")
             self.create_subscription(Float64, topic, self._on_reward, RECORD)
@@ -261,13 +158,15 @@ class FineTuneNode(Node):
         self.create_timer(get("diagnostics_period_s"),
                           guarded(self, self._publish_diagnostics, on_error=self._callback_failed, throttle_s=1.0))
         self._stop = threading.Event()
-        self._worker = threading.Thread(target=self._work, name="finetune-learner", daemon=True)
+        self._learner = SessionLearner(self.session, self.config.updates_per_slice, self._carry) \
+            if self.session is not None else None
+        self._worker = threading.Thread(target=run_learner, name="finetune-learner", daemon=True, args=(
+            self._learner, self._to_learner, self._gate, self._stop), kwargs=dict(nice=self.config.nice, log=self._log))
         # Off-board: transitions numbered from 0 at each start (the receiver sees a restart as a new run).
         self._outbox: list = []
         self.streamed = 0
         self._next_index = 0
         if self.offboard:
-            self.state = "offboard"
             self._tx_pub = self.create_publisher(Float64MultiArray, get("transitions_topic"), RECORD)
             self.get_logger().info(f"recording to {log_dir}; learning off-board: streaming transitions on "
                                    f"{get('transitions_topic')} to trainer_node")
@@ -278,6 +177,20 @@ class FineTuneNode(Node):
 
     def _get(self, name: str) -> Any:
         return self.get_parameter(name).value
+
+    def _robot(self, kit) -> RobotFile:
+        """The robot file; without one, the one the old observation parameters describe (logged once, to keep)."""
+        if self.robot_file:
+            return load_robot_file(self.robot_file)
+        adapter = config_from_params(self, ObsAdapterConfig, **_ADAPTER_PARAMS,
+                                     obs_fields=tuple(f for f in self._get("obs_fields") if f))
+        data = legacy_robot_file(adapter.obs_fields, adapter.obs_offset, adapter.obs_scale, input=self._get("input"),
+                                 obs_dim=kit.obs_dim, joint_states_topic=self._get("joint_states_topic"),
+                                 observation_topic=self._get("observation_topic"))
+        self.get_logger().info("no robot_file: reading the step rows of this robot file, built from obs_fields/input "
+                               "(save it and pass robot_file:=... to the policy node and here):\n"
+                               + robot_file_yaml(data))
+        return parse_robot_file(data, "robot file from obs_fields/input")
 
     def _subscribe_reward_inputs(self) -> None:
         """The robot file's reward-only inputs (e.g. a state estimator's twist): read here, not by the policy
@@ -315,7 +228,25 @@ class FineTuneNode(Node):
     @property
     def computed_reward(self) -> bool:
         """The reward comes from the robot file's terms (not a topic)."""
-        return self.rewards is not None and not self.rewards.topic
+        return self.recorder.computed
+
+    @property
+    def state(self) -> str:
+        """The learner's state (status.py's states; "offboard" when it learns elsewhere)."""
+        return "offboard" if self.session is None else self.session.state
+
+    @property
+    def worker_error(self) -> str:
+        return self._learner.error if self._learner is not None else ""
+
+    @property
+    def running_version(self) -> int:
+        """What the policy node runs (0: not heard yet)."""
+        return self.recorder.running_version
+
+    @property
+    def interventions(self) -> int:
+        return self.recorder.interventions
 
     @property
     def paused_reason(self) -> str:
@@ -337,137 +268,33 @@ class FineTuneNode(Node):
     # ---- recording (executor thread) --------------------------------------------------------
     # Callbacks take (msg, info): the pairing uses each message's DDS source timestamp (when its
     # publisher sent it), so the order in which different topics arrive here does not matter.
-    def _on_joint_state(self, msg: JointState, info) -> None:
-        try:
-            obs = self.adapter.from_joint_state(msg.name, msg.position, msg.velocity, msg.effort)
-        except ObservationError as exc:
-            self._bad(str(exc))
-            return
-        self._observed(obs, _sent(info))
-
-    def _on_observation(self, msg: Float32MultiArray, info) -> None:
-        try:
-            obs = from_array(msg.data, self.obs_dim)
-        except ObservationError as exc:
-            self._bad(str(exc))
-            return
-        self._observed(obs, _sent(info))
-
-    def _observed(self, obs: np.ndarray, sent: float) -> None:
-        self.received["observation"] += 1
-        self._recent_obs.append((sent, obs))
-        after, start = self._episode_start
-        if start is None and sent > after:
-            self._episode_start = (after, obs)
-        self._record(self.assembler.observation(obs, sent, self.running_version, time.monotonic()))
-
     def _on_step(self, msg: Float64MultiArray, info) -> None:
-        """robot_file: one policy-node tick (the step row: core/runtime/step_row.py)."""
+        """One policy-node tick (the step row: core/runtime/step_row.py)."""
         try:
             row = step_row.decode_step(msg.data, self.obs_dim, self.action_dim)
         except step_row.StepRowError as exc:
             self._bad(f"{self._get('step_topic')}: {exc}")
             return
         self.received["step"] += 1
-        if row.policy_version:
-            self.running_version = row.policy_version
-        sent = _sent(info)
-        interv, obs, action, command, usable = row.intervention, row.obs, row.action, row.command, row.usable
-        m = self.action_dim
-        if interv:
-            self.interventions += 1
-        if self.computed_reward:
-            self._computed_step(obs, action, command, usable, interv, sent)
-            return
-        # A reward topic: pair as before (the step's observation and executed action, in one message).
-        self._step_interv[sent] = self._last_interv  # the transition ending at `sent` is the previous step's
-        while len(self._step_interv) > 1000:
-            self._step_interv.popitem(last=False)
-        self._last_interv = interv and usable
-        if np.isfinite(obs).all():
-            self._observed(obs, sent)
-            self._record(self.assembler.command(action if usable else np.full(m, np.nan), sent, time.monotonic()))
-
-    def _computed_step(self, obs: np.ndarray, action: np.ndarray, command: np.ndarray, usable: bool,
-                       interv: bool, sent: float) -> None:
-        """Reward terms and episode ends computed here: the previous step's transition ends at ``obs``."""
-        prev = self._prev_step
-        if prev is not None and np.isfinite(obs).all():
-            p_obs, p_action, p_command, p_interv = prev
-            end = self.episodes.step(obs, sent) if self.episodes is not None else None
-            fell = end is not None and end.kind == "terminated"
-            r = self.rewards.compute(p_obs, p_action, p_command, obs, fell, effort=self._effort, now=time.monotonic())
-            if math.isfinite(r.total):
-                self._episode_return += r.total
-                self._term_sums += r.terms
-                self._episode_steps += 1
-                self._episode_interv += int(p_interv)
-                self._record([Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
-                                         self.running_version, sent, p_interv, tuple(float(v) for v in r.terms))])
-            else:  # an input of a term is missing (no JointState effort, a stale reward input): dropped, counted
-                self.assembler.incomplete += 1
-            if end is not None:
-                self._computed_end(end.kind, end.reason, sent)
-                self._prev_step = None
-                return
-        if not usable:
-            self._prev_step = None  # a safe tick (or no observation) breaks the chain: no transition across it
-            return
-        if self._episode_obs is None:
-            self._episode_obs = obs.copy()
-        self._prev_step = (obs.copy(), action.copy(), command.copy(), interv)
+        self._record(self.recorder.step(row, _sent(info), time.monotonic()))
 
     def _on_effort(self, msg: JointState, _info) -> None:
         """joint_effort without an effort observation: the newest efforts of the policy's joints, by name."""
-        names = tuple(msg.name)
-        if names != self._effort_index[0]:
-            missing = [j for j in self._joints if j not in names]
-            index = None if missing or len(msg.effort) != len(names) else \
-                np.array([names.index(j) for j in self._joints])
-            if index is None:
-                what = ", ".join(missing) or "its joints"
-                self._bad(f"{self._get('joint_states_topic')} lacks the effort of {what}; the joint_effort "
-                          "reward needs the driver to fill JointState.effort")
-            self._effort_index = (names, index)
-        index = self._effort_index[1]
-        if index is not None and len(msg.effort) == len(names):
-            self._effort = np.asarray(msg.effort, dtype=np.float64)[index]
-
-    def _computed_end(self, kind: str, reason: str, sent: float) -> None:
-        """An episode end of the robot file: judge it, ask the robot to reset, start counting again."""
-        self.received["episode"] += 1
-        self._last_terms = dict(zip(self.rewards.names, (float(v) for v in self._term_sums)))
-        terms = ", ".join(f"{k} {v:.2f}" for k, v in self._last_terms.items())
-        self.get_logger().info(f"episode end ({reason}): return {self._episode_return:.2f} ({terms}); "
-                               f"reset requested on {self._get('reset_topic')}")
-        episode = self.judge.end(self._episode_return, self.running_version, start_obs=self._episode_obs)
-        self.judge.begin(self.running_version)
-        if episode is not None:
-            self._to_learner.append(("episode", episode))
-        if self.episode_log is not None:
-            self.episode_log.append(time.time(), self.episode_log.rows + 1, kind, self._episode_return,
-                                    self._episode_steps, self._episode_interv, self.running_version, self._term_sums)
-        self._episode_return, self._episode_obs = 0.0, None
-        self._term_sums[:] = 0.0
-        self._episode_steps = self._episode_interv = 0
-        self.rewards.reset()
-        self._reset_pub.publish(Empty())
-        self.resets_requested += 1
-
-    def _on_command(self, msg: Float64MultiArray, info) -> None:
-        action = np.asarray(msg.data, dtype=np.float64)
-        if action.size != self.action_dim or not np.isfinite(action).all():
-            self._bad(f"command has {action.size} values (need {self.action_dim}) or is not finite")
-            return
-        self.received["command"] += 1
-        self._record(self.assembler.command(action, _sent(info), time.monotonic()))
+        effort = self._effort_index.take(msg.name, msg.effort)
+        if effort is not None:
+            self.recorder.effort = effort
+        elif tuple(msg.name) != self._effort_lacking:  # said once per name list
+            self._effort_lacking = tuple(msg.name)
+            what = ", ".join(self._effort_index.missing(msg.name)) or "its joints"
+            self._bad(f"{self._get('joint_states_topic')} lacks the effort of {what}; the joint_effort "
+                      "reward needs the driver to fill JointState.effort")
 
     def _on_reward(self, msg: Float64, info) -> None:
         if not math.isfinite(msg.data):
             self._bad(f"reward {msg.data} is not finite")
             return
         self.received["reward"] += 1
-        self._record(self.assembler.reward(msg.data, _sent(info), time.monotonic()))
+        self._record(self.recorder.reward(msg.data, _sent(info), time.monotonic()))
 
     def _on_episode_info(self, msg: Float64MultiArray, info) -> None:
         if len(msg.data) < 4:
@@ -480,28 +307,18 @@ class FineTuneNode(Node):
         self._episode_ended(float(msg.data), self._get("episode_end_kind"), _sent(info))
 
     def _episode_ended(self, ret: float, kind: str, sent: float) -> None:
-        self.received["episode"] += 1
-        self.assembler.episode_end(kind, sent)
-        start = self._episode_start[1]
-        self._episode_start = (sent, next((o for t, o in self._recent_obs if t > sent), None))
-        # An episode counts for a version only if that version ran all of it (as far as we know).
-        episode = self.judge.end(ret, self.running_version, start_obs=start)
-        self.judge.begin(self.running_version)
-        if episode is not None:
-            self._to_learner.append(("episode", episode))
+        self._record(self.recorder.episode_end(ret, kind, sent))
 
     def _bad(self, reason: str) -> None:
         self.bad_inputs += 1
         self.get_logger().warning(f"ignoring input: {reason}", throttle_duration_sec=2.0)
 
-    def _record(self, transitions) -> None:
-        for t in transitions:
-            if self.robot_file and not self.computed_reward:
-                if not np.isfinite(t.action).all():  # a safe tick: no policy action to learn from
-                    self.assembler.incomplete += 1
-                    continue
-                if self._step_interv.pop(t.stamp, False):
-                    t = dataclasses.replace(t, intervention=True)
+    def _record(self, recorded: list[Recorded]) -> None:
+        """Act on what the recorder completed: transitions to disk and the learner, episode ends judged."""
+        for t in recorded:
+            if isinstance(t, EpisodeEnded):
+                self._ended(t)
+                continue
             self.writer.append(t)  # durable when it returns (write-ahead log)
             self.recorded += 1
             if self.offboard:
@@ -510,6 +327,22 @@ class FineTuneNode(Node):
                 self._to_learner.append(("transition", t))
         if len(self._outbox) >= 50:
             self._stream_transitions()
+
+    def _ended(self, end: EpisodeEnded) -> None:
+        self.received["episode"] += 1
+        if end.judged is not None:
+            self._to_learner.append(("episode", end.judged))
+        if not end.reset:
+            return
+        # The robot file's episode: ended it: log it, ask the robot to reset.
+        terms = ", ".join(f"{k} {v:.2f}" for k, v in end.term_sums.items())
+        self.get_logger().info(f"episode end ({end.reason}): return {end.ret:.2f} ({terms}); "
+                               f"reset requested on {self._get('reset_topic')}")
+        if self.episode_log is not None:
+            self.episode_log.append(time.time(), self.episode_log.rows + 1, end.kind, end.ret, end.steps,
+                                    end.interventions, end.version, list(end.term_sums.values()))
+        self._reset_pub.publish(Empty())
+        self.resets_requested += 1
 
     def _stream_transitions(self) -> None:
         """Off-board: send what was recorded since the last batch (one message, numbered rows)."""
@@ -544,23 +377,18 @@ class FineTuneNode(Node):
         for status in msg.status:
             if status.name != diag.robot_name(diag.POLICY_STATUS, self.get_namespace()):  # ours only
                 continue
-            values = {kv.key: kv.value for kv in status.values}
             rejected = diag.swap_rejection(status, self.get_namespace())  # swap_* keys (CONTRACTS.md), not text
             if rejected is not None:
                 version = self._requested.pop(rejected[0], None)
                 if version is not None:
-                    self._to_learner.append(("rejected", version, values.get("swap", "")))
-            if "version" in values:
-                try:
-                    self.running_version = int(values["version"])
-                except ValueError:
-                    pass
+                    swap = next((kv.value for kv in status.values if kv.key == "swap"), "")
+                    self._to_learner.append(("rejected", version, swap))
 
     # ---- publishing versions (executor thread) ----------------------------------------------
     def _housekeeping(self) -> None:
         self.writer.roll_if_due()
         # Steps whose reward never came are given up here too when no message arrives at all.
-        self._record(self.assembler.observation_timeout(time.monotonic()))
+        self._record(self.recorder.timeout(time.monotonic()))
         if self.offboard:
             self._stream_transitions()
         if not self._swaps:
@@ -573,7 +401,7 @@ class FineTuneNode(Node):
             path, version, why = self._swaps[-1]  # newest wins
             self._swaps.clear()
         self._requested[path] = version
-        self.judge.spoil()  # the episode under way will have run two versions: not judged
+        self.recorder.swap_requested()  # the episode under way will have run two versions: not judged
         req = SetParameters.Request(parameters=[Parameter(
             name="policy_path", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path))])
         future = self._set_params.call_async(req)
@@ -591,48 +419,14 @@ class FineTuneNode(Node):
             self._to_learner.append(("rejected", version, f"refused: {result.reason}"))
 
     # ---- learning (worker thread) -----------------------------------------------------------
-    def _work(self) -> None:
-        try:
-            os.nice(self.config.nice)  # Linux: this thread only (the learner), never the callbacks
-        except OSError as exc:
-            self.get_logger().warning(f"could not lower the learner's priority: {exc}")
-        proc = psutil.Process()
-        while not self._stop.is_set():
-            try:
-                self._drain()
-                self.rss_mb = proc.memory_info().rss / 2**20
-                gate = LearnGate(enabled=self._get("enabled"), tier=self.tier, rss_mb=self.rss_mb,
-                                 memory_cap_mb=self.config.memory_cap_mb)
-                events = self.session.step(self.config.updates_per_slice, gate)
-                self.state = self.session.state
-                self._carry(events)
-                if self.state == PAUSED_MEMORY:
-                    gc.collect()
-                    self.get_logger().warning(f"resident memory {self.rss_mb:.0f} MB is above memory_cap_mb="
-                                              f"{self.config.memory_cap_mb:.0f}: learning paused; lower buffer_size "
-                                              "or batch_size, or raise the cap", throttle_duration_sec=10.0)
-                if self.state != LEARNING:
-                    self._stop.wait(0.1)
-                elif self.session.last_updates == 0:
-                    self._stop.wait(0.02)
-            except Exception as exc:  # noqa: BLE001 - the learner failing must not stop recording
-                self.worker_error = f"{type(exc).__name__}: {exc}"
-                self.session.pause(f"learner error: {self.worker_error}")
-                self.get_logger().error(f"learner paused: {self.worker_error}")
-                self._stop.wait(1.0)
+    def _gate(self, rss_mb: float) -> LearnGate:
+        self.rss_mb = rss_mb
+        return LearnGate(enabled=self._get("enabled"), tier=self.tier, rss_mb=rss_mb,
+                         memory_cap_mb=self.config.memory_cap_mb)
 
-    def _drain(self) -> None:
-        """Hand the learner what had arrived when it looked: not what arrives meanwhile, or a robot
-        publishing faster than the (niced) learner drains would starve the updates for good."""
-        for _ in range(len(self._to_learner)):
-            item = self._to_learner.popleft()
-            if item[0] == "transition":
-                self.session.add(item[1])
-            elif item[0] == "episode":
-                episode = item[1]
-                self._carry(self.session.episode_ended(episode.version, episode.ret, episode.start_obs))
-            else:  # ("rejected", version, reason)
-                self._carry(self.session.on_rejected(item[1], item[2], by="the policy node"))
+    def _log(self, level: Level, line: str) -> None:
+        log = self.get_logger()
+        (log.error if level == Level.ERROR else log.warning)(line, throttle_duration_sec=10.0)
 
     def _carry(self, events: list[Event]) -> None:
         """Carry the session's events to the robot: versions and rollbacks become swap requests."""
@@ -655,7 +449,7 @@ class FineTuneNode(Node):
         t = self.tuner
         facts = FineTuneFacts(
             recorded=self.recorded, resumed=self.resumed, rebuilt_from_wal=self.resumed_from_wal,
-            incomplete_steps=self.assembler.incomplete, bad_inputs=self.bad_inputs,
+            incomplete_steps=self.recorder.incomplete, bad_inputs=self.bad_inputs,
             callback_errors=self.callback_errors, dropped_segments=self.writer.dropped_segments,
             log_dir=str(self.writer.directory), received=dict(self.received), offboard=t is None,
             streamed=self.streamed, transitions_topic=self._get("transitions_topic"), state=self.state,
@@ -667,15 +461,11 @@ class FineTuneNode(Node):
             facts.learner, facts.updates_per_s = t.learner, t.updates_per_s
             facts.prior = len(t.prior) if t.prior is not None else 0
             facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
+            facts.demo_buffer, facts.demo_rows_sampled = len(t.demos), t.demos.sampled
+        facts.reward_terms = self.rewards.names if self.computed_reward else ()
+        facts.interventions, facts.resets_requested = self.interventions, self.resets_requested
+        facts.last_terms = self.recorder.last_terms
         statuses = diag.from_entries(finetune_status(facts, DIAG_PREFIX))
-        if self.robot_file:
-            values = {"interventions": str(self.interventions), "resets_requested": str(self.resets_requested),
-                      "demo_buffer": str(len(t.demos)) if t is not None else "offboard",
-                      "demo_rows_sampled": str(t.demos.sampled) if t is not None else "0"}
-            values.update({f"last_episode.{k}": f"{v:.4g}" for k, v in self._last_terms.items()})
-            source = "terms " + ", ".join(self.rewards.names) if self.computed_reward else "topic"
-            statuses.extend(diag.from_entries([StatusEntry(f"{DIAG_PREFIX}/reward", Level.OK,
-                                                           f"reward from {source}", values)]))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 
     def close(self) -> None:
@@ -683,14 +473,14 @@ class FineTuneNode(Node):
         self._stop.set()
         if self._worker.is_alive():
             self._worker.join(timeout=30.0)
-        self._record(self.assembler.flush())
+        self._record(self.recorder.flush())
         if self.offboard:
             self._stream_transitions()
         self.writer.close()
         if self.episode_log is not None:
             self.episode_log.close()
         if self.session is not None and not self._worker.is_alive():
-            self._drain()
+            drain(self._learner, self._to_learner)
             self.session.close()
 
 

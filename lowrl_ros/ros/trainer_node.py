@@ -133,14 +133,13 @@ class TrainerNode(Node):
                                        Path(config.watch_dir).expanduser(),
                                        base_path=self.get_parameter("base_policy_path").value,
                                        base_version=self.get_parameter("base_version").value or None)
-        self._start_worker((kit.obs_dim, kit.action_dim))
+        self._start_worker()
         self.get_logger().info(f"off-board fine-tuning: kit {self.get_parameter('finetune_kit').value}, "
                                f"transitions from {self.get_parameter('transitions_topic').value}, "
                                f"{self.learner.resumed} resumed from disk; versions into {config.watch_dir}")
 
     def _start_sysid(self, config: StreamConfig) -> None:
         from lowrl_ros.core.finetune.offboard_sysid import OffboardSysid, SysidSettings
-        from lowrl_ros.core.sim import legged
 
         if not config.watch_dir:
             raise ValueError("offboard_method sysid needs watch_dir: the directory the corrected version is "
@@ -152,51 +151,45 @@ class TrainerNode(Node):
                                      Path(self.get_parameter("finetune_work_dir").value).expanduser(),
                                      Path(config.watch_dir).expanduser(), settings,
                                      log=lambda line: self.get_logger().info(f"sysid: {line}"))
-        self._start_worker((legged.OBS_DIM, len(legged.JOINTS)))
+        self._start_worker()
         self.get_logger().info(f"off-board identification (sysid): transitions from "
                                f"{self.get_parameter('transitions_topic').value}; after {settings.episodes} episodes "
                                f"of v{self.learner.base_version}, the corrected version goes into {config.watch_dir}; "
                                f"{self.learner.resumed} transitions resumed from disk ({self.learner.state})")
 
-    def _start_worker(self, dims: tuple[int, int]) -> None:
-        self._kit_dims = dims
+    def _start_worker(self) -> None:
+        """Transitions in (their size from the learner's policy contract), the learner in a worker thread."""
+        from lowrl_ros.core.finetune.learner_loop import ReleasingLearner, open_gate, run_learner
+
+        self._dims = (self.learner.obs_dim, self.learner.action_dim)
         self._inbox: collections.deque = collections.deque()
         self.bad_transitions = 0
-        self.learner_error = ""
+        self._loop = ReleasingLearner(self.learner, self._released)
         self.create_subscription(Float64MultiArray, self.get_parameter("transitions_topic").value,
                                  self._on_transitions, 200)
         self._stop = threading.Event()
-        self._worker = threading.Thread(target=self._learn, name="offboard-learner", daemon=True)
+        self._worker = threading.Thread(target=run_learner, name="offboard-learner", daemon=True,
+                                        args=(self._loop, self._inbox, open_gate, self._stop),
+                                        kwargs=dict(log=self._log))
         self._worker.start()
+
+    @property
+    def learner_error(self) -> str:
+        return self._loop.error if self.learner is not None else ""
+
+    def _released(self, path: Path) -> None:
+        self.get_logger().info(f"released {path.name}: {self.learner.last_decision}")
+
+    def _log(self, level: Level, line: str) -> None:
+        log = self.get_logger()
+        (log.error if level == Level.ERROR else log.warning)(f"off-board {line}", throttle_duration_sec=5.0)
 
     def _on_transitions(self, msg: Float64MultiArray) -> None:
         try:
-            self._inbox.append(("batch",) + decode_transitions(msg.data, *self._kit_dims))
+            self._inbox.append(("batch",) + decode_transitions(msg.data, *self._dims))
         except ValueError as exc:
             self.bad_transitions += 1
             self.get_logger().warning(f"ignoring transitions: {exc}", throttle_duration_sec=5.0)
-
-    def _learn(self) -> None:
-        learner = self.learner
-        while not self._stop.is_set():
-            try:
-                released = []
-                while self._inbox:
-                    item = self._inbox.popleft()
-                    if item[0] == "batch":
-                        released += learner.receive(item[1], item[2])
-                    else:
-                        released += learner.on_rejected(item[1], item[2])
-                stepped = learner.step(8)
-                released += stepped
-                for path in released:
-                    self.get_logger().info(f"released {path.name}: {learner.last_decision}")
-                if not released and not learner.can_learn():
-                    self._stop.wait(0.05)
-            except Exception as exc:  # noqa: BLE001 - learning failing must not stop the stream
-                self.learner_error = f"{type(exc).__name__}: {exc}"
-                self.get_logger().error(f"off-board learner: {self.learner_error}", throttle_duration_sec=5.0)
-                self._stop.wait(1.0)
 
     def destroy_node(self) -> None:
         if getattr(self, "learner", None) is not None:

@@ -1,5 +1,6 @@
 """FineTuneConfig: how the robot fine-tunes (no torch; the fine-tuner node, the trainer node's
-``finetune.<name>`` parameters and `lowrl bench sim2real` all read it)."""
+``finetune.<name>`` parameters and `lowrl bench sim2real` all read it); FineTuneNodeSettings: the rest of
+finetune_node's parameters (its topics, kit and work directory)."""
 from __future__ import annotations
 
 import functools
@@ -90,3 +91,48 @@ class FineTuneConfig:
         need(self.seed >= 0, f"seed={self.seed} must be >= 0")
         need(self.memory_cap_mb >= 64, f"memory_cap_mb={self.memory_cap_mb} must be >= 64 (torch alone is ~230 MB)")
         need(0 <= self.nice <= 19, f"nice={self.nice} must be in 0..19 (10: below the control path)")
+
+
+# finetune_node's own parameters.
+INPUTS = ("joint_states", "observation")
+LEARNERS = ("robot", "offboard")
+END_KINDS = ("truncated", "terminated")
+
+
+@dataclass(frozen=True)
+class FineTuneNodeSettings:
+    """finetune_node's own parameters (FineTuneConfig, TransitionLogConfig and the observation adapter bring
+    the rest); all read-only except ``enabled``. Here, not in the node, so a config check needs no ROS."""
+
+    kit_path: str = field("", "fine-tune kit directory (kit.json + agent.pt)")
+    work_dir: str = field("~/.ros/lowrl_finetune", "transitions/, versions/, learner.pt go here")
+    base_policy_path: str = field("", "the artifact the policy node starts with (first rollback target)")
+    base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
+    policy_node: str = field("policy_node", "node whose policy_path parameter receives new versions")
+    enabled: bool = field(True, "learn (recording never stops); true again clears a safety pause", live=True)
+    input: str = field("joint_states", "no robot_file: the policy node's observation source (" + " | ".join(INPUTS)
+                       + "), with obs_fields it builds the robot file")
+    joint_states_topic: str = field("joint_states", "sensor_msgs/JointState: the joint_effort reward's efforts")
+    observation_topic: str = field("lowrl/observation", "no robot_file, input observation: the policy node's input")
+    controller_name: str = field("forward_command_controller", "unused: the step rows carry the commands (kept so "
+                                 "old parameter files load)")
+    reward_topic: str = field("lowrl/reward", "std_msgs/Float64 reward, one per robot step")
+    episode_info_topic: str = field("lowrl/episode", "Float64MultiArray [index, return, length, terminated] per "
+                                                      "episode ('' to use episode_topic)")
+    episode_topic: str = field("lowrl/episode_return",
+                               "std_msgs/Float64 return per episode, read only when episode_info_topic is ''")
+    episode_end_kind: str = field("truncated", "episode_topic only: what an end means: truncated (time limit) | "
+                                               "terminated")
+    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
+    learner: str = field("robot", "robot: learn here | offboard: stream transitions to trainer_node instead")
+    transitions_topic: str = field("lowrl/transitions", "offboard: where transitions are streamed")
+    robot_file: str = field("", "the policy node's robot YAML (its reward:/episode: sections are computed here); "
+                                "empty: the one obs_fields/input describe")
+    step_topic: str = field("lowrl/policy/step", "the policy node's step rows: what it saw and did each tick")
+    reset_topic: str = field("lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
+    demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
+            require(getattr(self, name) in allowed,
+                    f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")

@@ -53,6 +53,7 @@ class OffboardLearner:
         self.judge = EpisodeJudge()
         self.received = 0
         self.released: list[int] = []
+        self.obs_dim, self.action_dim = kit.obs_dim, kit.action_dim  # the transitions' size
 
     @property
     def tuner(self) -> FineTuner:

@@ -1,4 +1,4 @@
-"""Off-board real-to-sim for the legged robot: the robot's streamed transitions identify its gap, the
+"""Off-board real-to-sim: the robot's streamed transitions identify its gap, the
 policy is corrected off-board and released as the next version, which is judged and rolled back if worse.
 
 trainer_node runs this with ``offboard_method: sysid`` (finetune_node on the robot with ``learner:
@@ -69,15 +69,14 @@ class OffboardSysid:
                  settings: SysidSettings = SysidSettings(), log: Callable[[str], None] = lambda _line: None,
                  log_config: TransitionLogConfig | None = None) -> None:
         from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
-        from lowrl_ros.core.sim import legged
+        from lowrl_ros.core.sim import sysid
 
         if not str(base_path) or not Path(base_path).is_file():
             raise ValueError(f"offboard_method sysid needs base_policy_path: the artifact the robot runs "
                              f"(got {str(base_path)!r})")
         contract = parse_artifact(read_artifact_bytes(base_path), str(base_path)).contract
-        if tuple(contract.obs_names) != tuple(legged.OBS_NAMES):
-            raise ValueError(f"{base_path}: offboard_method sysid identifies the legged example robot's gap; this "
-                             f"artifact reads {len(contract.obs_names)} other observations")
+        sysid.check_contract(contract, str(base_path))  # the identifier replays one simulator: the policy's robot?
+        self.obs_dim, self.action_dim = contract.obs_dim, contract.action_dim  # the transitions' size
         self.base_path, self.base_version = Path(base_path), int(base_version or contract.version)
         self.work_dir, self.release_dir = Path(work_dir), Path(release_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)

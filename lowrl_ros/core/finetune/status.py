@@ -101,10 +101,18 @@ class FineTuneFacts:
     current: int | None = None
     best: int | None = None
     next_version: int = 1
+    # reward and interventions
+    reward_terms: tuple[str, ...] = ()  # the robot file's reward terms (empty: a reward topic)
+    interventions: int = 0
+    resets_requested: int = 0
+    demo_buffer: int = 0  # demo rows held (learning here)
+    demo_rows_sampled: int = 0
+    last_terms: dict[str, float] = field(default_factory=dict)  # the last computed episode's term sums
 
 
 def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> list[StatusEntry]:
-    """The fine-tuner's diagnostics: ``<prefix>/log``, ``<prefix>/learner`` and (learning here) ``<prefix>/versions``.
+    """The fine-tuner's diagnostics: ``<prefix>/log``, ``<prefix>/learner``, (learning here) ``<prefix>/versions``
+    and ``<prefix>/reward`` (where the reward comes from, interventions, resets, the demo buffer).
 
     Levels: the log WARNs while steps are incomplete or segments were dropped; the learner is
     ERROR under a safety pause (or a learner error), WARN while memory holds it, else OK;
@@ -117,10 +125,15 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
          "incomplete_steps": f.incomplete_steps, "bad_inputs": f.bad_inputs, "callback_errors": f.callback_errors,
          "dropped_segments": f.dropped_segments, "dir": f.log_dir,
          **{f"received_{k}": v for k, v in sorted(f.received.items())}})
+    reward = StatusEntry(
+        f"{prefix}/reward", OK, "reward from " + ("terms " + ", ".join(f.reward_terms) if f.reward_terms else "topic"),
+        {"interventions": f.interventions, "resets_requested": f.resets_requested,
+         "demo_buffer": "offboard" if f.offboard else f.demo_buffer, "demo_rows_sampled": f.demo_rows_sampled,
+         **{f"last_episode.{k}": f"{v:.4g}" for k, v in f.last_terms.items()}})
     if f.offboard:  # off-board learning: this node records and streams
         return [log, StatusEntry(f"{prefix}/learner", OK, f"off-board: {f.streamed} transitions streamed",
                                  {"state": f.state, "streamed": f.streamed, "topic": f.transitions_topic,
-                                  "running_version": f.running_version})]
+                                  "running_version": f.running_version}), reward]
     level = {PAUSED_SAFETY: ERROR, PAUSED_MEMORY: WARN}.get(f.state, OK)
     return [
         log,
@@ -131,4 +144,5 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
                      "updates_per_s": round(f.updates_per_s, 1), "prior": f.prior}),
         StatusEntry(f"{prefix}/versions", OK, f.last_decision,
                     {"running": f.running_version, "current": f.current, "best": f.best, "next": f.next_version}),
+        reward,
     ]

@@ -50,6 +50,14 @@ PHYSICS_RANGES = {"mass_scale": (0.5, 2.0), "friction_scale": (0.3, 1.5), "motor
 SENSOR_FIELDS = ("encoder_offset", "gyro_bias", "tilt_bias", "imu_noise_std", "obs_noise_std")
 
 
+def check_contract(contract, where: str = "the policy") -> None:
+    """Raise ValueError unless ``contract`` (a PolicyContract) reads the observation this identifier replays
+    (the legged example's, legged.OBS_NAMES): the gap is identified by replaying that simulator."""
+    if tuple(contract.obs_names) != tuple(legged.OBS_NAMES):
+        raise ValueError(f"{where}: offboard_method sysid identifies the legged example robot's gap; this "
+                         f"artifact reads {len(contract.obs_names)} other observations")
+
+
 @dataclass
 class Recording:
     """The robot's recorded episodes: per episode its observations (T+1, 33) and actions sent (T, 8)."""
