@@ -25,13 +25,8 @@ NODE_FILES = sorted((ROOT / "lowrl_ros" / "ros").glob("*_node.py"))
 MAX_LINES = 500
 RCLPY_NODES = {("rclpy.node", "Node"), ("rclpy.lifecycle", "LifecycleNode"), ("rclpy.lifecycle.node", "LifecycleNode")}
 
-# (file stem, rule) -> why it still fails; another engineer is moving these (issue 26).
-KNOWN = {
-    ("finetune_node", "size"): "finetune_node.py is being thinned (EpisodeRecorder, run_learner) in its own branch",
-    ("finetune_node", "classes"): "FineTuneNodeSettings is a dataclass in the node file; it moves to core",
-    ("trainer_node", "classes"): "TrainerNodeSettings is a dataclass in the node file; it moves to core",
-    ("sim_robot_node", "classes"): "SimRobotTopics is a dataclass in the node file; it moves to core",
-}
+# (file stem, rule) -> why it still fails (xfail strict): none today.
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def rclpy_node_names(tree: ast.Module) -> set[str]:

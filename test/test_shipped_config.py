@@ -42,8 +42,8 @@ def _classes(name: str) -> list[tuple[type, dict[str, Any]]]:
     from lowrl_ros.core.finetune.config import FineTuneConfig
     from lowrl_ros.core.finetune.config import FineTuneNodeSettings
     from lowrl_ros.ros.policy_node import PolicyNodeSettings
-    from lowrl_ros.ros.sim_robot_node import SimRobotTopics
-    from lowrl_ros.ros.trainer_node import TrainerNodeSettings
+    from lowrl_ros.core.sim.sim_robot import SimRobotTopics
+    from lowrl_ros.core.finetune.config import TrainerNodeSettings
 
     return {
         "policy_node": [(PolicyNodeSettings, {}), (ObsAdapterConfig, {}), (ControlConfig, {}),

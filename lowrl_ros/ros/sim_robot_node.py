@@ -41,7 +41,6 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +50,10 @@ from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray
 
-from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.session.files import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
 from lowrl_ros.core.sim.legged import LeggedSim
-from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig
+from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig, SimRobotTopics
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
 from lowrl_ros.ros.params import config_from_params, declare_config
@@ -63,24 +61,6 @@ from lowrl_ros.ros.spinning import run_node
 
 POLICY_DIAG = diag.POLICY_STATUS
 GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
-
-
-@dataclass(frozen=True)
-class SimRobotTopics:
-    """The sim robot node's own parameters: where its joint states go and its commands come from."""
-
-    joint_states_topic: str = field("joint_states", "joint state output")
-    command_topic: str = field("forward_command_controller/commands", "command input")
-    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
-    ready_topic: str = field("lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
-
-    imu_topic: str = field("imu", "LeggedAnt: sensor_msgs/Imu of the torso")
-    cmd_vel_topic: str = field("cmd_vel", "LeggedAnt: geometry_msgs/Twist velocity command (for the reward)")
-    command_velocity: list = field([], "LeggedAnt: [vx, vy, yaw rate] published on cmd_vel_topic at 20 Hz "
-                                       "(a joystick stand-in); []: publish nothing")
-    state_estimate_topic: str = field("state_estimator/twist", "LeggedAnt: geometry_msgs/TwistStamped ground-truth "
-                                      "base velocity at 50 Hz (heading frame; angular.z = yaw rate), a state "
-                                      "estimator's stand-in for the fine-tuner's reward; '': none")
 
 
 class SimRobotNode(Node):

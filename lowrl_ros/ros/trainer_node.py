@@ -35,7 +35,6 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
-from lowrl_ros.core.config import field
+from lowrl_ros.core.finetune.config import TrainerNodeSettings
 from lowrl_ros.core.finetune.wire import decode_transitions
 from lowrl_ros.core.stream.protocol import BundleStatus, load_key
 from lowrl_ros.core.stream.sender import BundleSender, SendEvent, StreamConfig
@@ -54,22 +53,6 @@ from lowrl_ros.ros.spinning import guarded, run_node
 from lowrl_ros.ros.qos import LATCHED, STATUS
 
 DIAG_PREFIX = "lowrl/trainer"
-
-
-@dataclass(frozen=True)
-class TrainerNodeSettings:
-    """The trainer node's own parameters (StreamConfig brings the stream's; ``finetune.<field>`` FineTuneConfig's)."""
-
-    bundle_topic: str = field("lowrl/policy_bundle", "where bundles go; the robot answers on <topic>/status")
-    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
-    finetune_kit: str = field("", "off-board fine-tuning: the kit of the robot's policy ('' = off)")
-    finetune_work_dir: str = field("~/.ros/lowrl_offboard", "transitions received, learner.pt, versions/")
-    base_policy_path: str = field("", "the artifact the robot starts with (first rollback target)")
-    base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
-    transitions_topic: str = field("lowrl/transitions", "the robot's transitions (finetune_node learner:=offboard)")
-    offboard_method: str = field("finetune", "learning from the robot's transitions: finetune (needs finetune_kit) "
-                                 "| sysid (the legged robot: identify its gap, fold the sensor biases into "
-                                 "base_policy_path, release, judge; sysid.* parameters)")
 
 
 FINETUNE_PREFIX = "finetune."  # FineTuneConfig fields appear as finetune.<field> parameters

@@ -136,3 +136,19 @@ class FineTuneNodeSettings:
         for name, allowed in (("input", INPUTS), ("episode_end_kind", END_KINDS), ("learner", LEARNERS)):
             require(getattr(self, name) in allowed,
                     f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
+
+
+@dataclass(frozen=True)
+class TrainerNodeSettings:
+    """The trainer node's own parameters (StreamConfig brings the stream's; ``finetune.<field>`` FineTuneConfig's)."""
+
+    bundle_topic: str = field("lowrl/policy_bundle", "where bundles go; the robot answers on <topic>/status")
+    diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
+    finetune_kit: str = field("", "off-board fine-tuning: the kit of the robot's policy ('' = off)")
+    finetune_work_dir: str = field("~/.ros/lowrl_offboard", "transitions received, learner.pt, versions/")
+    base_policy_path: str = field("", "the artifact the robot starts with (first rollback target)")
+    base_version: int = field(0, "its version (0: the kit contract's)", range=(0, 2**31 - 1))
+    transitions_topic: str = field("lowrl/transitions", "the robot's transitions (finetune_node learner:=offboard)")
+    offboard_method: str = field("finetune", "learning from the robot's transitions: finetune (needs finetune_kit) "
+                                 "| sysid (the legged robot: identify its gap, fold the sensor biases into "
+                                 "base_policy_path, release, judge; sysid.* parameters)")

@@ -36,6 +36,24 @@ MODES = ("realtime", "lockstep")
 
 
 @dataclass(frozen=True)
+class SimRobotTopics:
+    """The sim robot node's own parameters: where its joint states go and its commands come from."""
+
+    joint_states_topic: str = field("joint_states", "joint state output")
+    command_topic: str = field("forward_command_controller/commands", "command input")
+    reset_topic: str = field("lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
+    ready_topic: str = field("lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
+
+    imu_topic: str = field("imu", "LeggedAnt: sensor_msgs/Imu of the torso")
+    cmd_vel_topic: str = field("cmd_vel", "LeggedAnt: geometry_msgs/Twist velocity command (for the reward)")
+    command_velocity: list = field([], "LeggedAnt: [vx, vy, yaw rate] published on cmd_vel_topic at 20 Hz "
+                                       "(a joystick stand-in); []: publish nothing")
+    state_estimate_topic: str = field("state_estimator/twist", "LeggedAnt: geometry_msgs/TwistStamped ground-truth "
+                                      "base velocity at 50 Hz (heading frame; angular.z = yaw rate), a state "
+                                      "estimator's stand-in for the fine-tuner's reward; '': none")
+
+
+@dataclass(frozen=True)
 class SimRobotConfig:
     """Settings of the simulated robot (sim_robot_node's parameters of the same names)."""
 
