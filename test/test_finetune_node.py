@@ -38,13 +38,14 @@ FIELDS = PENDULUM_FIELDS
 
 def policy_robot(tmp_path: Path) -> dict:
     """The real policy node runs the pendulum robot file (the observation FIELDS describe), torque out, no soft
-    start (the executed action is the command). Without a robot file it publishes no step row yet (the
-    policy-node branch that publishes one for every robot is not merged here)."""
+    start (the executed action is the command), acting on each observation (robot_timing: parameters, event
+    mode, as the demo does): the lockstep sim robot then steps as fast as the nodes answer, not at the
+    contract's 50 Hz."""
     data = yaml.safe_load((REPO / "config/robots/pendulum.yaml").read_text())
     data.update(interface="effort", safety={"soft_start_s": 0.0})
     path = tmp_path / "pendulum_effort.yaml"
     path.write_text(yaml.safe_dump(data))
-    return {"robot_file": str(path)}
+    return {"robot_file": str(path), "robot_timing": "parameters"}
 
 
 @pytest.fixture(scope="module")

@@ -85,3 +85,13 @@ def test_the_legacy_observation_parameters_become_the_shipped_pendulum_robot_fil
     assert extra["observation"] == [{"term": "joint_position", "joints": ["j"], "topic": "joint_states",
                                      "offset": 0.5, "scale": 2.0}, {"term": "array", "topic": "x", "size": 4}]
     assert legacy_robot_file((), input="observation", obs_dim=5)["observation"][0]["size"] == 5
+
+
+def test_peek_version_reads_only_format_2_rows():
+    from lowrl_ros.core.runtime.step_row import peek_version
+
+    buf = np.zeros(row_size(1, 1))
+    encode_step(buf, stamp=1.0, safe=False, intervention=False, estop=False, policy_version=4, obs=np.zeros(1),
+                policy_action=np.zeros(1), action=np.zeros(1), command=np.zeros(1))
+    assert peek_version(buf) == 4
+    assert peek_version([1.7e9, 0, 0, 0, 3, 1, 1]) is None and peek_version([2.0]) is None

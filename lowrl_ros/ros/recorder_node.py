@@ -17,9 +17,9 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, Float64MultiArray, UInt8
 
+from lowrl_ros.core.runtime.step_row import peek_version
 from lowrl_ros.core.session import files as sr
-from lowrl_ros.ros.diagnostics import POLICY_STATUS
-from lowrl_ros.ros.qos import LATCHED, STATS
+from lowrl_ros.ros.qos import LATCHED, RECORD, STATS
 
 BUDGET_PREFIX = "lowrl/budget/"  # budget_monitor_node's diagnostics (core.budget.monitor.budget_status)
 LEARNER_STATUS = "lowrl/finetune/learner"  # the fine-tuner's learner state (core.finetune.status.finetune_status)
@@ -52,6 +52,7 @@ class Recorder:
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
         self.node.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/step", self._on_step, RECORD)
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
         self._stop = threading.Event()
@@ -82,14 +83,16 @@ class Recorder:
             elif status.name == LEARNER_STATUS:
                 self.learner_states.append(values.get("state", ""))
                 self._log("learner", [values.get("state", ""), values.get("updates") or "nan"])
-            if status.name == POLICY_STATUS:
-                version = next((kv.value for kv in status.values if kv.key == "version"), "")
-                if version.isdigit() and int(version) != self.version:
-                    self.version = int(version)
-                    self._log("version", [self.version])
         if budget:  # the budget monitor's own view, at its diagnostics period (1 s): what the tier follows
             self._log("budget", [budget.get("cpu_load") or "nan", budget.get("deadline_miss_rate") or "nan",
                                  budget.get("latency_p99") or "nan", budget.get("wanted", "")])
+
+    def _on_step(self, msg) -> None:
+        """The running version, from the step row the policy node publishes each tick (a swap shows at once)."""
+        version = peek_version(msg.data)
+        if version and version != self.version:
+            self.version = version
+            self._log("version", [version])
 
     def _on_tier(self, msg) -> None:
         self.tiers.append(msg.data)

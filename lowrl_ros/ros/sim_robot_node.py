@@ -44,22 +44,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist, TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray
 
+from lowrl_ros.core.runtime.step_row import peek_version
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.session.files import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
 from lowrl_ros.core.sim.legged import LeggedSim
 from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig, SimRobotTopics
-from lowrl_ros.ros import diagnostics as diag
-from lowrl_ros.ros.qos import CONTROL, LATCHED, STATS, STATUS
+from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
 from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import run_node
 
-POLICY_DIAG = diag.POLICY_STATUS
 GAP_PREFIX = "gap."  # RealityGapConfig fields appear as gap.<field> parameters
 
 
@@ -123,7 +121,7 @@ class SimRobotNode(Node):
             write_session_info(session, {"env_id": self.config.env_id, "gap": self.gap.describe(),
                                          "gap_config": self.gap.to_dict(), "mode": self.config.mode,
                                          "started_unix": time.time()})
-            self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+            self.create_subscription(Float64MultiArray, get("policy_step_topic"), self._on_step, RECORD)
         self._lockstep = self.config.mode == "lockstep"
         self._started = False  # lockstep: the first joint state has gone out
         self._last_command_at = time.monotonic()
@@ -223,15 +221,10 @@ class SimRobotNode(Node):
     def _on_cmd_vel(self, msg: Twist) -> None:
         self.robot.set_velocity_command(msg.linear.x, msg.linear.y, msg.angular.z)
 
-    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
-        for status in msg.status:
-            if status.name == diag.robot_name(POLICY_DIAG, self.get_namespace()):
-                for kv in status.values:
-                    if kv.key == "version":
-                        try:
-                            self.policy_version = int(kv.value)
-                        except ValueError:
-                            pass
+    def _on_step(self, msg: Float64MultiArray) -> None:
+        version = peek_version(msg.data)
+        if version:
+            self.policy_version = version
 
     def _lockstep_watch(self) -> None:
         """Lockstep: send the first joint state once matched; re-send it when the policy went quiet."""

@@ -108,3 +108,12 @@ def decode_step(data, obs_dim: int, action_dim: int) -> StepRow:
     o = _H + n
     return StepRow(float(row[1]), bool(row[2]), bool(row[3]), bool(row[4]), int(row[5]), row[_H:o], row[o:o + m],
                    row[o + m:o + 2 * m], row[o + 2 * m:o + 3 * m])
+
+
+def peek_version(data) -> int | None:
+    """The ``policy_version`` of a step row without knowing its sizes (None: not a format-2 row).
+
+    For listeners that want only which policy runs (the demo's recorder, the sim robot's episode log)."""
+    if len(data) < _H or data[0] != STEP_ROW_VERSION:
+        return None
+    return int(data[5])

@@ -43,6 +43,8 @@ class SimRobotTopics:
     command_topic: str = field("forward_command_controller/commands", "command input")
     reset_topic: str = field("lowrl/reset", "std_msgs/Empty: start a new episode now (the fine-tuner's episode end)")
     ready_topic: str = field("lowrl/ready", "std_msgs/Bool true after each reset (latched): the robot stands again")
+    policy_step_topic: str = field("lowrl/policy/step", "with session_dir: the policy node's step rows, read for "
+                                   "the version that ran each episode")
 
     imu_topic: str = field("imu", "LeggedAnt: sensor_msgs/Imu of the torso")
     cmd_vel_topic: str = field("cmd_vel", "LeggedAnt: geometry_msgs/Twist velocity command (for the reward)")
