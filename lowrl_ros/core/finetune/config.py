@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from lowrl_ros.core.config import field, require
 
-# docs/finetune.md, "Learners" (finetune_node's own `learner` parameter is robot | offboard): kit = the kit's own
-# SAC/TD3 (the default until `lowrl bench sim2real --methods` says otherwise); crossq = CrossQ, UTD 1; rlpd = the
-# kit's sim replay in half of each batch, LayerNorm critics, rlpd_updates_per_transition updates per transition.
+# docs/finetune_reference.md, "Learners" (finetune_node's own `learner` parameter is robot | offboard): kit = the
+# kit's own SAC/TD3 (the default until `lowrl bench sim2real --methods` says otherwise); crossq = CrossQ, UTD 1;
+# rlpd = the kit's sim replay in half of each batch, LayerNorm critics, rlpd_updates_per_transition updates per
+# transition.
 ALGORITHMS = ("kit", "sac", "td3", "crossq", "rlpd")
 
 
@@ -73,7 +74,7 @@ class FineTuneConfig:
         need = functools.partial(require, owner="FineTuneConfig")
 
         need(self.algorithm in ALGORITHMS, f"algorithm={self.algorithm!r} is not one of {', '.join(ALGORITHMS)} "
-                                       "(docs/finetune.md, Learners)")
+                                       "(docs/finetune_reference.md, Learners)")
         need(self.rlpd_updates_per_transition > 0,
              f"rlpd_updates_per_transition={self.rlpd_updates_per_transition} must be > 0 (e.g. 2)")
         need(self.prior_size >= 0, f"prior_size={self.prior_size} must be >= 0 (0: no prior data)")

@@ -1,6 +1,6 @@
 """The fine-tune kit: what the robot needs to continue training a deployed policy (torch).
 
-A kit is a directory (docs/finetune.md)::
+A kit is a directory (docs/finetune_reference.md, "The fine-tune kit")::
 
     kit.json   {"format": "lowrl.finetune_kit", "format_version": 1, "train_config": {...TrainConfig},
                 "obs_dim", "action_dim", "contract": {...PolicyContract of the deployed actor}}

@@ -1,7 +1,7 @@
 """Rewards and episode ends computed on the robot from the robot file (ROS-free).
 
-The robot file's ``reward:`` and ``episode:`` sections (docs/finetune.md, "Rewards and episode ends on
-the robot") name observation terms by their ``name`` (or their index in ``observation``, when two
+The robot file's ``reward:`` and ``episode:`` sections (docs/robot_file.md, "Reward" and "Episode ends
+and resets") name observation terms by their ``name`` (or their index in ``observation``, when two
 terms share a name). Each step the fine-tuner hands :meth:`RewardSpec.compute` the observation the
 policy saw (from ``lowrl/policy/step``), the action it executed (the policy's units: the teleop
 action while a person intervened), and the command that went out (robot units); it returns the

@@ -3,7 +3,7 @@
 ``learn_gate`` says whether the learner may run now and, if not, why (the ``state`` the
 ``lowrl/finetune/learner`` diagnostic shows); ``finetune_status`` turns the fine-tuner's state into
 its three diagnostic statuses (name, level, message, values). The node only fills the inputs and
-maps the levels to ROS (docs/finetune.md: "Gates, in order").
+maps the levels to ROS (docs/finetune_reference.md, "Learning": the gates, in order).
 """
 from __future__ import annotations
 

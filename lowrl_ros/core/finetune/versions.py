@@ -78,7 +78,7 @@ _MIN_BASELINE_EPISODES = 6  # episodes with a baseline before the score adjustme
 # A judged version takes the best's place only when its score is higher by this many standard errors
 # of the difference: with 3-5 episodes a version and ~10 versions a run, the highest score is often
 # the luckiest, not the best. Chosen by replaying the rules on six fine-tuning runs' versions
-# (scripts/selection_study.py, docs/finetune.md): 2 kept the large gains and lost <= 1.6 on average
+# (scripts/selection_study.py, docs/finetune_reference.md): 2 kept the large gains and lost <= 1.6 on average
 # where no version was better; 1 lost up to 11, plain first-3-episode means up to 57.
 PROMOTE_Z = 2.0
 _FIT_EPISODES = 64  # at most this many (the latest) episodes of a version enter the fit: O(64^2) pairs each

@@ -1,6 +1,6 @@
 """What happens to a policy's output before it reaches the robot, from the robot file (ROS-free).
 
-The robot file (docs/policy_node.md, "Robot file: actions, outputs, safety") has four sections read
+The robot file (docs/robot_file.md: "Action", "Output", "Safety") has four sections read
 here: ``interface`` (what the controller's command means: position | velocity | effort), ``action``
 (post-processing), ``output`` (message type, topic, the controller's joint order) and ``safety``
 (e-stop topics, soft start, the safe action). ``ActionConfig``, ``OutputConfig`` and

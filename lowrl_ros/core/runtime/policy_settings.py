@@ -43,7 +43,7 @@ class PolicyNodeSettings:
                               "signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status")
     key_file: str = field("", "HMAC key shared with the trainer (chmod 600); empty: no bundle is accepted unless "
                               "require_signature is false")
-    robot_file: str = field("", "robot YAML: observation terms, joints, actions (docs/policy_node.md); empty: "
+    robot_file: str = field("", "robot YAML: observation terms, joints, actions (docs/robot_file.md); empty: "
                                 "the robot file obs_fields/extra_obs_dim and input describe (logged at configure)")
     robot_timing: str = field("contract", "contract (fixed_rate at the policy contract's control period) | "
                                           "parameters (mode and control_period_s as set; a WARN if not the contract's)")

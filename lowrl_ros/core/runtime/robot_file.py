@@ -1,7 +1,7 @@
 """The robot file: one YAML file that describes a robot's I/O in the policy's order (ROS-free).
 
-The policy node's ``robot_file`` parameter points to it (docs/policy_node.md, "Robot file:
-observation terms"). Top-level keys, the complete set::
+The policy node's ``robot_file`` parameter points to it (the reference: docs/robot_file.md).
+Top-level keys, the complete set::
 
     joints        the POLICY's joint order (names as in sensor_msgs/JointState)
     default_pose  rad, one per joint in that order (joint_position relative: true, action offset)

@@ -16,8 +16,8 @@ from lowrl_ros.core.finetune.status import LEARNING, WAITING_FOR_FULL_TIER
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.session.files import SessionData
 
-# The policy node reports its version in /diagnostics every diagnostics_period_s (1 s): a change is
-# seen up to that late, so the misses of a swap are counted from this long before it is seen.
+# The recorder sees a version change in the first step row the new version runs (its policy_version).
+# The 1.5 s lead was sized when the version came from the 1 s /diagnostics, up to 1 s late; it is unchanged.
 SWAP_WINDOW_BEFORE_S, SWAP_WINDOW_AFTER_S = 1.5, 0.5
 
 

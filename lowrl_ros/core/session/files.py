@@ -9,11 +9,11 @@ SESSION_DIR/
   policy_stats.csv    recorder (lowrl demo): /lowrl/policy/stats rows (STATS_FIELDS), 10 Hz
   latency_us.csv      recorder: /lowrl/policy/latency_us, one row per inference
   tiers.csv           recorder: /lowrl/compute_tier, one row per tier message
-  policy_versions.csv recorder: each change of the version the policy node reports (its diagnostics, 1 Hz)
+  policy_versions.csv recorder: each change of the version in the policy node's step rows (policy_version)
   budget_signals.csv  recorder: the budget monitor's CPU load, miss rate, p99 and wanted tier (its diagnostics, 1 Hz)
   finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, 1 Hz)
   process_cpu.csv     lowrl demo: each node's and load burner's CPU use, % of one core, 1 Hz
-  finetune/           the fine-tuner's work_dir: versions.json, versions/, transitions/ (docs/finetune.md),
+  finetune/           the fine-tuner's work_dir: versions.json, versions/, transitions/ (docs/finetune_reference.md),
                       episode_terms.csv (robot-file reward terms: per episode each term's sum, interventions)
 ```
 
@@ -40,7 +40,7 @@ EPISODES_CSV = "episodes.csv"
 POLICY_STATS_CSV = "policy_stats.csv"
 LATENCY_CSV = "latency_us.csv"
 TIERS_CSV = "tiers.csv"
-SWAPS_CSV = "policy_versions.csv"  # (time_s, version): each change of the version the policy node reports
+SWAPS_CSV = "policy_versions.csv"  # (time_s, version): each change of the version in the policy node's step rows
 FINETUNE_DIR = "finetune"
 SYSID_STATUS = "offboard/sysid/status.json"  # trainer_node offboard_method sysid (lowrl demo --robot legged --sysid)
 REPORT_PNG = "session_report.png"
