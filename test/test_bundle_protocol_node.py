@@ -311,7 +311,10 @@ def test_trainer_restarted_mid_stream(rig, tmp_path, key_file):
                 second = _trainer(releases, key_file)
                 assert _loop_until(loop, lambda: robot.commands[-1] > 0.99, 90.0), (
                     f"no v3 from a restarted trainer either; its log:\n{second.log_path.read_text()}\n"
-                    f"the first trainer's log:\n{first.log_path.read_text()}")
+                    f"the first trainer's log:\n{first.log_path.read_text()}\n"
+                    # Which side lost it: discovery (the robot sees no publisher) or data (it sees one, got nothing).
+                    f"the robot sees {node.count_publishers('/lowrl/policy_bundle')} publisher(s) on the bundle "
+                    f"topic; its stream status: {node.swapper.stream_status()}")
             assert spin_until(loop.executor, lambda: robot.accepted(3))
             assert node.controller.bundle.version == 3
             loop.assert_none_missed()
