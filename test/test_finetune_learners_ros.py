@@ -52,6 +52,7 @@ def test_each_learner_fine_tunes_over_ros_at_full_tier_only(kit_name, algorithm,
     tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
         "kit_path": str(kit_dirs[kit_name]), "work_dir": str(tmp_path / "ft"), "base_policy_path": str(base),
         "obs_fields": FIELDS, "algorithm": algorithm, "nice": NICE, "min_transitions": 64, "batch_size": 32,
+        "memory_cap_mb": 1e6,  # the cap would measure this whole pytest process (after the tiers' training tests)
         "version_every_updates": 20, "eval_episodes": 1, "rollback_margin": 1e6, "prior_size": 2000,
         "diagnostics_period_s": 0.2}.items()])
     tier = Node("tier", context=ros_context)

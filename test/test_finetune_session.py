@@ -209,3 +209,16 @@ def test_finetune_status_levels_and_names():
     assert terms.message == "reward from terms alive, upright"
     assert terms.values == {"interventions": 4, "resets_requested": 0, "demo_buffer": 9, "demo_rows_sampled": 0,
                             "last_episode.alive": "12", "last_episode.upright": "-0.1235"}
+
+
+def test_a_version_waiting_only_for_a_judgement_is_made_when_the_episode_is_judged(tiny_kit, tmp_path):
+    """The updates for v2 are done while v1 is not yet judged; the episode that judges v1 makes v2 at once,
+    with no further update (the robot may send no data meanwhile: a reset, a stopped test loop)."""
+    session = FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(**SMALL), tmp_path, base_path="base.onnx")
+    feed(session, episode(1))
+    while session.tuner.updates < SMALL["version_every_updates"]:
+        assert session.step(8) == []  # v1 unjudged: no version is due yet
+    updates = session.tuner.updates
+    events = session.episode_ended(1, -300.0)
+    assert [type(e) for e in events] == [Judged, VersionMade] and events[1].record.version == 2
+    assert session.tuner.updates == updates

@@ -127,7 +127,8 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
     policy = policy_node(ros_context, base, robot, ready_topic="/lowrl/ready")
     tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
         "kit_path": str(kit_dir), "work_dir": str(tmp_path / "ft"), "robot_file": str(robot),
-        "min_transitions": 10, "batch_size": 16, "diagnostics_period_s": 0.2}.items()])
+        "min_transitions": 10, "batch_size": 16, "diagnostics_period_s": 0.2,
+        "memory_cap_mb": 1e6}.items()])  # the cap would measure this whole pytest process
     op = Operator(ros_context)
     ex = SingleThreadedExecutor(context=ros_context)
     for n in (sim, policy, tuner, op.node):

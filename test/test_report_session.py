@@ -37,6 +37,7 @@ def test_report_from_a_real_session_shows_terms_interventions_versions_tiers_lat
     tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
         "kit_path": str(kit_dir), "work_dir": str(session / "finetune"), "robot_file": str(robot),
         "base_policy_path": str(base), "min_transitions": 40, "batch_size": 16, "version_every_updates": 30,
+        "memory_cap_mb": 1e6,
         "eval_episodes": 1, "rollback_margin": 1e6, "diagnostics_period_s": 0.2}.items()])
     op = Operator(ros_context)
     nodes = (sim, policy, tuner, op.node)

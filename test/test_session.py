@@ -53,6 +53,7 @@ def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_
         Parameter("kit_path", value=str(kit_dir)), Parameter("work_dir", value=str(session / "finetune")),
         Parameter("base_policy_path", value=str(base)), Parameter("obs_fields", value=FIELDS),
         Parameter("min_transitions", value=64), Parameter("batch_size", value=32),
+        Parameter("memory_cap_mb", value=1e6),  # the cap would measure this whole pytest process
         Parameter("version_every_updates", value=40), Parameter("eval_episodes", value=1),
         Parameter("rollback_margin", value=1e6), Parameter("diagnostics_period_s", value=0.2)])
     nodes = (sim, policy, budget, tuner)

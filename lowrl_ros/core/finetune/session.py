@@ -89,7 +89,8 @@ class FineTuneSession:
         newer_only: a rollback is delivered as a newer version carrying the best one's weights
             (the bundle stream accepts only newer versions).
         versions_between_episodes: make versions only when an episode ends, after it is judged
-            (lockstep: every episode then runs one version); else as soon as one is due after a step.
+            (lockstep: every episode then runs one version); else as soon as one is due, after an update or
+            after the judgement it waited for.
     """
 
     def __init__(self, kit: FineTuneKit, config: FineTuneConfig, work_dir: str | Path, *, base_path: str = "",
@@ -148,7 +149,9 @@ class FineTuneSession:
     def episode_ended(self, version: int, ret: float, start_obs: Any = None) -> list[Event]:
         """An episode that counts for ``version`` (EpisodeJudge) returned ``ret``: judge it."""
         events = self._decide(self.tuner.on_episode(version, ret, start_obs))
-        if self.versions_between_episodes:
+        # A version whose updates are done and that waited only for this judgement is made now, not at the
+        # next update: that one may wait for data the robot no longer sends (e.g. it stopped for a reset).
+        if self.versions_between_episodes or not self.paused_reason:
             events += self._version_if_due()
         return events
 
