@@ -12,7 +12,7 @@ from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
 from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.policy_settings import PolicyNodeSettings
 from lowrl_ros.core.runtime.realtime import RealtimeResult
-from lowrl_ros.core.runtime.robot_file import parse_robot_file
+from lowrl_ros.core.runtime.robot_file import legacy_robot_file, parse_robot_file, robot_file_yaml
 from lowrl_ros.core.runtime.status import INTERVENTION_STATUS, REALTIME_STATUS, robot_io_status
 from lowrl_ros.core.types import Level
 
@@ -82,3 +82,20 @@ def test_robot_io_status_only_what_applies():
     assert by_name[INTERVENTION_STATUS].level == Level.WARN
     assert by_name[INTERVENTION_STATUS].values == {"teleop_topic": "/teleop", "intervention_ticks": "7"}
     assert (by_name[REALTIME_STATUS].level, by_name[REALTIME_STATUS].message) == (Level.WARN, "SCHED_FIFO refused")
+
+
+def test_the_legacy_observation_parameters_become_the_shipped_pendulum_robot_file():
+    """config/policy_node.yaml's obs_fields and config/robots/pendulum.yaml describe the same observation."""
+    params = next(iter(yaml.safe_load((ROOT / "config/policy_node.yaml").read_text()).values()))["ros__parameters"]
+    built = legacy_robot_file(tuple(params["obs_fields"]), tuple(params["obs_offset"]), tuple(params["obs_scale"]),
+                              params["extra_obs_dim"])
+    shipped = yaml.safe_load((ROOT / "config/robots/pendulum.yaml").read_text())
+    strip = [{k: v for k, v in t.items() if k not in ("timeout_s", "joints")} for t in shipped["observation"]]
+    assert [{k: v for k, v in t.items() if k != "joints"} for t in built["observation"]] == strip
+    assert built["joints"] == shipped["joints"]
+    again = parse_robot_file(yaml.safe_load(robot_file_yaml(built)))
+    assert again.joints == ("pendulum_joint",) and len(again.observation) == 3
+    extra = legacy_robot_file(("j.position",), (0.5,), (2.0,), 4, extra_observation_topic="x")
+    assert extra["observation"] == [{"term": "joint_position", "joints": ["j"], "topic": "joint_states",
+                                     "offset": 0.5, "scale": 2.0}, {"term": "array", "topic": "x", "size": 4}]
+    assert legacy_robot_file((), input="observation", obs_dim=5)["observation"][0]["size"] == 5

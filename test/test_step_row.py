@@ -52,41 +52,6 @@ def test_a_version_1_row_and_a_wrong_size_are_refused_with_the_reason():
         decode_step([], 3, 1)
 
 
-def test_joint_index_finds_joints_in_any_order_and_names_the_missing():
-    from lowrl_ros.core.runtime.joints import JointIndex
-
-    idx = JointIndex(["b", "a"])
-    names = ("a", "x", "b")
-    assert idx.take(names, [1.0, 2.0, 3.0]).tolist() == [3.0, 1.0]
-    assert idx.take(names, [1.0, 2.0]) is None  # values shorter than names (no efforts)
-    assert idx.missing(("a", "x")) == ["b"] and idx.take(("a", "x"), [1.0, 2.0]) is None
-    assert idx.missing(["b", "a"]) == [] and idx.take(["b", "a"], [5, 6]).tolist() == [5.0, 6.0]
-
-
-def test_the_legacy_observation_parameters_become_the_shipped_pendulum_robot_file():
-    """config/policy_node.yaml's obs_fields and config/robots/pendulum.yaml describe the same observation."""
-    from pathlib import Path
-
-    import yaml
-
-    from lowrl_ros.core.runtime.robot_file import legacy_robot_file, parse_robot_file, robot_file_yaml
-
-    root = Path(__file__).resolve().parents[1]
-    params = next(iter(yaml.safe_load((root / "config/policy_node.yaml").read_text()).values()))["ros__parameters"]
-    built = legacy_robot_file(tuple(params["obs_fields"]), tuple(params["obs_offset"]), tuple(params["obs_scale"]),
-                              params["extra_obs_dim"])
-    shipped = yaml.safe_load((root / "config/robots/pendulum.yaml").read_text())
-    strip = [{k: v for k, v in t.items() if k not in ("timeout_s", "joints")} for t in shipped["observation"]]
-    assert [{k: v for k, v in t.items() if k != "joints"} for t in built["observation"]] == strip
-    assert built["joints"] == shipped["joints"]
-    again = parse_robot_file(yaml.safe_load(robot_file_yaml(built)))
-    assert again.joints == ("pendulum_joint",) and len(again.observation) == 3
-    extra = legacy_robot_file(("j.position",), (0.5,), (2.0,), 4, extra_observation_topic="x")
-    assert extra["observation"] == [{"term": "joint_position", "joints": ["j"], "topic": "joint_states",
-                                     "offset": 0.5, "scale": 2.0}, {"term": "array", "topic": "x", "size": 4}]
-    assert legacy_robot_file((), input="observation", obs_dim=5)["observation"][0]["size"] == 5
-
-
 def test_peek_version_reads_only_format_2_rows():
     from lowrl_ros.core.runtime.step_row import peek_version
 

@@ -59,7 +59,8 @@ INTEGRATION = (
     "test/test_bench_sim2real.py::test_legged_fine_tuning_runs_on_the_gapped_robot_with_the_shipped_artifact",
     "test/test_bench_sim2real.py::test_fine_tune_runs_the_asked_updates_per_robot_step",
     "test/test_bench_loop.py::test_a_killed_bench_leaves_no_busy_loop_behind",
-    "test/test_markers.py::",
+    "test/test_markers.py::test_the_core_selection_imports_no_rclpy",
+    "test/test_markers.py::test_an_unmarked_module_importing_rclpy_is_caught",
     "test/test_report_session.py::test_report_from_a_real_session_shows_terms_interventions_versions_tiers_latency",
     "test/test_demo_load.py::test_burners_exit_when_the_demo_is_killed",
 )

@@ -170,11 +170,7 @@ def robot_file_yaml(data: dict[str, Any]) -> str:
     """A robot file dict as the YAML a user would write (flow style per term, one term a line)."""
     import yaml
 
-    lines = [f"joints: [{', '.join(data.get('joints', []))}]"]
-    for key in ("default_pose",):
-        if key in data:
-            lines.append(f"{key}: {yaml.safe_dump(data[key], default_flow_style=True).strip()}")
-    lines.append("observation:")
+    lines = [f"joints: [{', '.join(data.get('joints', []))}]", "observation:"]
     for term in data["observation"]:
         lines.append("  - " + yaml.safe_dump(term, default_flow_style=True, sort_keys=False, width=1000).strip())
     return "\n".join(lines) + "\n"
