@@ -130,7 +130,7 @@ class DeployReport:
         """The term-by-term table (what the policy expects | what the robot file gives | ok/MISMATCH/WARN)."""
         head = ("check", "policy expects", "robot file gives", "")
         rows = [head] + [(r.what, r.expects, r.gives, r.verdict) for r in self.rows]
-        widths = [min(max(len(row[i]) for row in rows), 48) for i in range(3)]
+        widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((56, 40, 44))]
         lines = []
         for row in rows:
             cells = [c if len(c) <= w else c[:w - 3] + "..." for c, w in zip(row[:3], widths)]
