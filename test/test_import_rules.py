@@ -130,7 +130,8 @@ CORE_ALLOWED = {
     "finetune": {"types", "config", "runtime", "train", "sim"},  # sim: off-board identification (offboard_sysid)
     "compress": {"types", "config", "runtime", "train", "sim", "importers"},  # importers: the SB3 teacher
     "importers": {"runtime"},
-    "session": {"runtime", "finetune", "sim"},  # finetune: the learner states, the episode log; sim: the Agg pyplot
+    "session": {"config", "runtime", "finetune", "sim"},  # finetune: the learner states, the episode log; sim: the Agg
+    # pyplot; config: the monitor's parameters (core/session/recording.py MonitorConfig)
 }
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)
     "ros": {"core", "ros"},
