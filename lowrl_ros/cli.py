@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kit": ("lowrl_ros.commands.kit", "a fine-tune kit from any artifact: critics learned from an env or a robot log"),
     "inspect": ("lowrl_ros.commands.inspect", "validate an artifact or bundle and print its contract"),
     "launch": ("lowrl_ros.commands.launch", "run a ROS 2 YAML launch file without ROS 2's launch"),
+    "monitor": ("lowrl_ros.commands.monitor", "watch a running robot: --foxglove (Foxglove), --record FILE.mcap"),
     "train": ("lowrl_ros.commands.train", "train SAC/TD3 (dense or RLx2 sparse) in simulation"),
     "report": ("lowrl_ros.commands.report", "draw a run's learning curves and sparsity to PNG"),
     "distill": ("lowrl_ros.commands.distill", "distil a teacher actor into small sparse students"),

@@ -78,7 +78,8 @@ CASES = [
                                                                          "config", "rewards", "demos")],
      WRITE_LOG + JUDGE, ROBOT_FORBIDDEN),
     # The session's writers run in the nodes; the report draws with matplotlib only when called.
-    ("session", ["lowrl_ros.core.session." + m for m in ("files", "analysis", "report", "recording")], "", ROBOT_FORBIDDEN),
+    ("session", ["lowrl_ros.core.session." + m for m in ("files", "analysis", "report", "recording")], "",
+     ROBOT_FORBIDDEN),
     ("ros.policy_node", ["lowrl_ros.ros.policy_node"], RUN_ARTIFACT, HEAVY),
     ("ros.budget_monitor_node", ["lowrl_ros.ros.budget_monitor_node"], "", HEAVY),
     # Off-board modules that run where torch may be absent (numpy-only int8 actors, gates, export).

@@ -81,8 +81,8 @@ class MonitorConfig:
     foxglove_port: int = field(8765, "the Foxglove server's port (0: any free port, printed at start)",
                                range=(0, 65535))
     record_path: str = field("", "write the session to this MCAP file (rotated beside it); '' records nothing")
-    record_max_mb: float = field(512.0, "size after which the MCAP file rotates (file_001.mcap, ...); 0 never",
-                                 range=(0.0, 1e6))
+    record_max_mb: int = field(512, "size after which the MCAP file rotates (file_001.mcap, ...); 0 never",
+                               range=(0, 1000000))
     robot_rate_hz: float = field(10.0, "cap on the robot's joint states, IMU and commands (0: their own rate); "
                                  "the step row carries every tick", range=(0.0, 1000.0))
     joint_states_topic: str = field("joint_states", "the robot's sensor_msgs/JointState ('' leaves it out)")
