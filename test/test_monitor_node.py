@@ -20,6 +20,8 @@ from lowrl_ros.core.session.recording import recorded_files
 from lowrl_ros.ros.monitor_node import MonitorNode
 from lowrl_ros.ros.qos import STATS
 
+pytestmark = pytest.mark.ros
+
 
 class Session:
     """A publisher standing in for the robot: stats, diagnostics and joint states, published on a timer."""
