@@ -60,3 +60,12 @@ def test_monitor_config_refuses_nothing_to_do():
         MonitorConfig()
     names = [t.name for t in MonitorConfig(foxglove=True, imu_topic="").topics()]
     assert "imu" not in names and "/diagnostics" in names and "joint_states" in names
+
+
+def test_latency_cap_hands_out_the_worst_of_each_period():
+    from lowrl_ros.core.runtime.policy_stats import WindowMax
+
+    cap = WindowMax(10.0)
+    out = [cap.offer(v, t / 100) for t, v in enumerate([5, 1, 1, 9, 1, 1, 1, 1, 1, 1, 2, 3, 1])]  # 100 Hz
+    assert [v for v in out if v is not None] == [5, 9] and out[10] == 9  # the spike at t=0.03 is not lost
+    assert [WindowMax(0).offer(v, 0.0) for v in (1.0, 2.0)] == [1.0, 2.0]

@@ -9,8 +9,7 @@ publisher's CDR bytes as ``cdr`` messages, which is what foxglove_bridge serves.
 them as ROS messages: its Diagnostics panel reads /diagnostics as a DiagnosticArray, its Plot panel
 takes ``/lowrl/policy/stats.data[3]`` or ``/joint_states.position[0]``, and no byte is re-encoded
 here (a JSON schema would mean deserializing and re-encoding every message in Python). The server
-(foxglove-sdk, Rust) keeps at most ``BACKLOG`` messages per client and drops the rest for a slow
-one; a client that connects and goes away costs nothing after it left.
+(lowrl_ros/core/session/foxglove_sink.py) drops for a slow client instead of waiting for it.
 
 Recording: lowrl_ros/core/session/recording.py ``McapSessionWriter`` (ros2 profile, rotated by size).
 """
@@ -23,41 +22,10 @@ import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
+from lowrl_ros.core.session.foxglove_sink import FoxgloveSink
 from lowrl_ros.core.session.recording import McapSessionWriter, MonitorConfig, message_definition, share_dirs
 from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.topic_tap import TopicTap
-
-BACKLOG = 256  # messages queued per Foxglove client before the oldest are dropped for it
-
-
-class FoxgloveSink:
-    """A Foxglove WebSocket server with one ``cdr``/``ros2msg`` channel per topic."""
-
-    def __init__(self, topics: dict[str, str], definitions: dict[str, str], host: str, port: int,
-                 name: str = "lowrl_ros") -> None:
-        import foxglove
-
-        self.context = foxglove.Context()
-        self.channels = {
-            topic: foxglove.Channel(topic, message_encoding="cdr", context=self.context,
-                                    schema=foxglove.Schema(name=kind, encoding="ros2msg",
-                                                           data=definitions[kind].encode()))
-            for topic, kind in topics.items()}
-        self.server = foxglove.start_server(name=name, host=host, port=port, context=self.context,
-                                            message_backlog_size=BACKLOG)
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    def __call__(self, topic: str, data: bytes, t_ns: int) -> None:
-        channel = self.channels[topic]
-        if channel.has_sinks():  # nobody subscribed: not even a copy into Rust
-            channel.log(data, log_time=t_ns)
-
-    def close(self) -> None:
-        self.server.stop()
-
 
 class MonitorNode(Node):
     """Subscribes to the session's topics and serves/records them (see the module docstring)."""
