@@ -57,7 +57,7 @@ class MonitorNode(Node):
                                    f"({len(self.tap.topics)} topics; layout config/foxglove_layout.json)")
 
     def close(self) -> None:
-        self.tap.sinks.clear()
+        self.tap.destroy()
         if self.foxglove is not None:
             self.foxglove.close()
         if self.recorder is not None:
