@@ -49,7 +49,8 @@ def running(ros_context, tmp_path):
     executor = SingleThreadedExecutor(context=ros_context)
     monitor = MonitorNode(context=ros_context, parameter_overrides=[
         Parameter("foxglove", value=True), Parameter("foxglove_host", value="127.0.0.1"),
-        Parameter("foxglove_port", value=0), Parameter("record_path", value=str(tmp_path / "s.mcap"))])
+        Parameter("foxglove_port", value=0), Parameter("record_path", value=str(tmp_path / "s.mcap")),
+        Parameter("robot_topics", value=True)])
     executor.add_node(monitor)
     session = Session(ros_context, executor)
     stop = threading.Event()

@@ -38,7 +38,7 @@ def free_port() -> int:
 def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path):
     port, record = free_port(), tmp_path / "session.mcap"
     proc = subprocess.Popen(LOWRL + ["launch", "demo.launch.yaml", "foxglove:=true", f"foxglove_port:={port}",
-                                     f"record:={record}", "--log-dir", str(tmp_path / "logs")],
+                                     f"record:={record}", "robot_topics:=true", "--log-dir", str(tmp_path / "logs")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     node = Node("monitor_probe", context=ros_context)
     executor = SingleThreadedExecutor(context=ros_context)

@@ -58,8 +58,10 @@ def test_writer_rotates_at_the_size_cap_into_complete_files(tmp_path):
 def test_monitor_config_refuses_nothing_to_do():
     with pytest.raises(ValueError, match="foxglove:=true"):
         MonitorConfig()
-    names = [t.name for t in MonitorConfig(foxglove=True, imu_topic="").topics()]
+    names = [t.name for t in MonitorConfig(foxglove=True, robot_topics=True, imu_topic="").topics()]
     assert "imu" not in names and "/diagnostics" in names and "joint_states" in names
+    # by default no robot topic: a 1 kHz joint state would cost the robot more than all the rest
+    assert not any(t.robot for t in MonitorConfig(foxglove=True).topics())
 
 
 def test_latency_cap_hands_out_the_worst_of_each_period():

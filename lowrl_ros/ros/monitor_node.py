@@ -41,7 +41,7 @@ class MonitorNode(Node):
         self.recorder: McapSessionWriter | None = None
         self.foxglove: FoxgloveSink | None = None
         # The tap resolves names under this node's namespace; build it first, then the sinks that use them.
-        self.tap = TopicTap(self, specs, sinks, self.config.robot_rate_hz)
+        self.tap = TopicTap(self, specs, sinks, self.config.robot_rate_hz, self.config.poll_hz)
         if self.config.record_path:
             self.recorder = McapSessionWriter(Path(self.config.record_path).expanduser(), definitions,
                                               max_bytes=int(self.config.record_max_mb * 1e6))

@@ -5,8 +5,9 @@ deserialize it), with its absolute topic and its DDS receive time, to ``sink(top
 MCAP recorder and the Foxglove server both take those bytes as they are.
 
 No callback per message: the subscriptions belong to a node no executor spins, and a timer of the
-owning node takes what waits in them ``poll_hz`` times a second. A per-message Python callback is the
-cost to avoid (docs/DESIGN.md: a bare subscriber to 1 kHz joint states uses ~26 % of a core): the
+owning node takes what waits in them ``poll_hz`` times a second (each take of all readers costs ~1 ms of
+Python: at 10 Hz ~1 % of a core, hence 2 Hz by default). A per-message Python callback is the cost to
+avoid (docs/DESIGN.md: a bare subscriber to 1 kHz joint states uses ~26 % of a core): the
 robot's topics keep only their newest sample in DDS (KEEP_LAST 1), so the rate cap costs nothing per
 message, and the session's data topics are taken in batches (a reader queue of ``DATA_DEPTH``, their
 natural rate). Every subscription is one a publisher never waits on: best effort for the robot's
@@ -26,7 +27,7 @@ from lowrl_ros.ros import qos as qos_profiles
 Sink = Callable[[str, bytes, int], None]
 SENSOR = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # matches best-effort and reliable publishers
 EVENTS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)  # /diagnostics: several nodes at 1 Hz
-DATA_DEPTH = 1000  # a data topic's reader queue: 1 s at 1 kHz between polls at 10 Hz
+DATA_DEPTH = 1000  # a data topic's reader queue: 0.5 s of a 1 kHz step row between polls at 2 Hz
 
 
 def message_class(type_name: str) -> type:
@@ -55,11 +56,11 @@ class TopicTap:
         sinks: called with (absolute topic, CDR bytes, DDS receive time in ns) for each message let through,
             in the order they arrived per topic.
         robot_rate_hz: the cap on robot topics (``TopicSpec.robot``); 0: their own rate.
-        poll_hz: how often waiting messages are taken (at least ``robot_rate_hz``).
+        poll_hz: how often waiting messages are taken (at least ``robot_rate_hz`` when a robot topic is taken).
     """
 
     def __init__(self, node, topics: Iterable[TopicSpec], sinks: list[Sink], robot_rate_hz: float = 10.0,
-                 poll_hz: float = 10.0) -> None:
+                 poll_hz: float = 2.0) -> None:
         self.sinks = sinks
         self.topics: dict[str, TopicSpec] = {}
         self.counts: dict[str, int] = {}
@@ -74,7 +75,8 @@ class TopicTap:
             sub = self.reader.create_subscription(message_class(spec.type), topic, lambda _m: None,
                                                   profile(spec.qos, robot_rate_hz), raw=True)
             self._subs.append((topic, sub, RateCap(robot_rate_hz if spec.robot else 0.0)))
-        self.timer = node.create_timer(1.0 / max(poll_hz, robot_rate_hz), self.poll)
+        robots = any(spec.robot for spec in self.topics.values())
+        self.timer = node.create_timer(1.0 / max(poll_hz, robot_rate_hz if robots else 0.0), self.poll)
 
     def poll(self) -> None:
         """Take every waiting message and hand on those the rate caps let through."""

@@ -10,10 +10,11 @@ Rates, decided per topic (docs/monitoring_foxglove.md):
 
 - the lowrl topics, /diagnostics and the episode signals are the session's data: their natural rate
   (the step row at the control rate is what the fine-tuner learns from; a report needs every one);
-- the robot's joint states, IMU and commands are capped at ``robot_rate_hz`` (default 10 Hz): the
-  step row already carries the observation, the action and the command of every tick, so the raw
-  robot topics are for plots only, and a 1 kHz joint_state_broadcaster would otherwise dominate the
-  file and the watcher's CPU.
+- the robot's joint states, IMU and commands only when asked (``robot_topics``), then capped at
+  ``robot_rate_hz`` (default 10 Hz): the step row already carries the observation, the action and the
+  command of every tick, so the raw robot topics are for plots only. Off by default because the cap
+  cannot stop DDS from handing the watcher every sample: a 1 kHz joint_state_broadcaster alone costs
+  the watcher ~1.4 % of a core (bench_results/loop/monitoring.md), more than the rest of monitoring.
 
 The file follows the MCAP ``ros2`` profile as rosbag2_storage_mcap writes and reads it: profile
 ``ros2``, schema encoding ``ros2msg`` (the .msg text with each dependency after a ``====`` line and
@@ -83,8 +84,14 @@ class MonitorConfig:
     record_path: str = field("", "write the session to this MCAP file (rotated beside it); '' records nothing")
     record_max_mb: int = field(512, "size after which the MCAP file rotates (file_001.mcap, ...); 0 never",
                                range=(0, 1000000))
+    robot_topics: bool = field(False, "also take the robot's joint states, IMU and commands (capped at "
+                               "robot_rate_hz); off by default: DDS hands this process every sample of a 1 kHz "
+                               "joint state (~2 % of a core) and the step row already carries every tick")
     robot_rate_hz: float = field(10.0, "cap on the robot's joint states, IMU and commands (0: their own rate); "
                                  "the step row carries every tick", range=(0.0, 1000.0))
+    poll_hz: float = field(2.0, "how often the monitor takes what waits in its readers (at least robot_rate_hz "
+                           "with robot_topics): a viewer sees data up to 1/poll_hz late; each take costs Python time "
+                           "(10 Hz: ~1 % of a core)", range=(0.5, 100.0))
     joint_states_topic: str = field("joint_states", "the robot's sensor_msgs/JointState ('' leaves it out)")
     imu_topic: str = field("imu", "the robot's sensor_msgs/Imu ('' leaves it out)")
     commands_topic: str = field("forward_command_controller/commands", "the policy's commands ('' leaves them out)")
@@ -96,6 +103,8 @@ class MonitorConfig:
                 owner="monitor")
 
     def topics(self) -> tuple[TopicSpec, ...]:
+        if not self.robot_topics:
+            return SESSION_TOPICS
         return SESSION_TOPICS + robot_topics(self.joint_states_topic, self.imu_topic, self.commands_topic)
 
 
