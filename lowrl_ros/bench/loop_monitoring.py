@@ -3,8 +3,9 @@
 The legged bench robot of ``--legged`` (12-joint JointState at 1 kHz, Imu at 200 Hz, from this process) and
 the policy node at 50 Hz on its robot file; phases alternate monitoring off and on in the same run
 (off, on, off, on, ...), so both see the same machine. "On" is lowrl_ros/ros/monitor_node.py beside the
-policy node, as ``lowrl launch robot.launch.yaml foxglove:=true record:=FILE`` starts it: the Foxglove
-server with a client subscribed to every channel (in this process) and the MCAP recording. Measured per
+policy node with its defaults, as ``lowrl launch robot.launch.yaml foxglove:=true record:=FILE`` starts
+it: the Foxglove server with a client subscribed to every channel (in this process) and the MCAP recording
+of the session's topics (the robot's own topics only with robot_topics:=true, left off here). Measured per
 phase: the policy node's CPU and the monitor's (% of one core, psutil), the policy node's command
 periods (missed periods, late by > 1 ms) and the rate of each monitoring topic the robot side publishes.
 The cost is monitor CPU + (policy node CPU on - off); the target: <= 1 % of a core, 0 missed periods.
@@ -171,7 +172,8 @@ def run_monitoring(args: argparse.Namespace) -> int:
                               "0 missed periods with monitoring on": missed_on == 0,
                               "monitoring topics <= 10 Hz": max_hz <= 10.5}
     s = results["summary"]
-    line = (f"monitoring on (Foxglove + client + MCAP, 1 kHz joint states): {s['cost_percent_of_a_core']:.1f} % of "
+    line = (f"monitoring on (monitor defaults: Foxglove + client + MCAP of the session topics; robot at 1 kHz joint "
+            f"states): {s['cost_percent_of_a_core']:.1f} % of "
             f"a core (monitor {s['monitor_cpu_percent']:.1f} %, policy node {policy_delta:+.1f} %), missed periods "
             f"{missed_on}, monitoring topics <= {max_hz:.1f} Hz")
     rows = "\n".join(f"| {p['phase']} | {p['policy_cpu_percent']:.1f} | {p['monitor_cpu_percent']:.1f} | "
