@@ -39,6 +39,7 @@ setup(
             "budget_monitor_node = lowrl_ros.ros.budget_monitor_node:main",
             "finetune_node = lowrl_ros.ros.finetune_node:main",
             "trainer_node = lowrl_ros.ros.trainer_node:main",
+            "monitor_node = lowrl_ros.ros.monitor_node:main",
         ],
     },
 )

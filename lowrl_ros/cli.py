@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim2sim": ("lowrl_ros.commands.sim2sim", "before the robot: the policy node and robot file against the robot's "
                 "MuJoCo model; observation parity, tracking, falls"),
     "launch": ("lowrl_ros.commands.launch", "run a ROS 2 YAML launch file without ROS 2's launch"),
+    "monitor": ("lowrl_ros.commands.monitor", "watch a running robot: --foxglove (Foxglove), --record FILE.mcap"),
     "train": ("lowrl_ros.commands.train", "train SAC/TD3 (dense or RLx2 sparse) in simulation"),
     "report": ("lowrl_ros.commands.report", "draw a run's learning curves and sparsity to PNG"),
     "distill": ("lowrl_ros.commands.distill", "distil a teacher actor into small sparse students"),

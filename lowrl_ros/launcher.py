@@ -7,7 +7,9 @@ Supported, with ROS 2's meaning (launch_yaml / launch_ros):
 - ``node``: ``pkg``, ``exec``, ``name``, ``namespace``, ``output``, ``param`` (a list of ``from: FILE``
   and ``name:``/``value:`` entries), ``remap`` (a list of ``from:``/``to:``), ``args``, and the
   conditions ``if`` / ``unless`` (true/false/1/0, as launch's IfCondition);
-- substitutions ``$(var NAME)`` and ``$(find-pkg-share PKG)``.
+- substitutions ``$(var NAME)``, ``$(find-pkg-share PKG)``, and ``$(equals A B)`` / ``$(not-equals A B)``
+  (launch's EqualsSubstitution, Iron and later: "true"/"false"), nested innermost first with quoted
+  arguments, e.g. ``if: $(not-equals '$(var record)' '')``.
 
 Anything else is an error that names the key, so a launch file never half-runs. Each node is one
 process (``--ros-args -r __node:=NAME -r __ns:=NS --params-file FILE -p k:=v -r from:=to``), its
@@ -20,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -36,7 +39,7 @@ PACKAGE = "lowrl_ros"
 TOP_KEYS = {"arg", "node"}
 ARG_KEYS = {"name", "default", "description"}
 NODE_KEYS = {"pkg", "exec", "name", "namespace", "param", "remap", "output", "args", "if", "unless"}
-_SUBST = re.compile(r"\$\(([^)]*)\)")
+_SUBST = re.compile(r"\$\(([^()]*)\)")  # an innermost substitution: resolved first, then its outer one
 # A ROS namespace: parts of letters, digits and _, none starting with a digit (rcl's rule; "" = none).
 _NAMESPACE = re.compile(r"^/?([A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*/?)?$")
 
@@ -90,7 +93,10 @@ def substitute(text, variables: dict[str, str], where: str) -> str:
         return text
 
     def one(match: re.Match) -> str:
-        parts = match.group(1).split()
+        try:
+            parts = shlex.split(match.group(1))
+        except ValueError as exc:
+            raise LaunchError(f"{where}: $({match.group(1)}): {exc}") from None
         if len(parts) == 2 and parts[0] == "var":
             if parts[1] not in variables:
                 raise LaunchError(f"{where}: $(var {parts[1]}) is not a declared arg; add "
@@ -98,10 +104,17 @@ def substitute(text, variables: dict[str, str], where: str) -> str:
             return variables[parts[1]]
         if len(parts) == 2 and parts[0] == "find-pkg-share":
             return str(package_share(parts[1]))
+        if len(parts) == 3 and parts[0] in ("equals", "not-equals"):
+            return str((parts[1] == parts[2]) == (parts[0] == "equals")).lower()
         raise LaunchError(f"{where}: substitution $({match.group(1)}) is not supported by lowrl launch "
-                          "(only $(var NAME) and $(find-pkg-share PKG)); use ros2 launch for it")
+                          "(only $(var NAME), $(find-pkg-share PKG), $(equals A B), $(not-equals A B)); "
+                          "use ros2 launch for it")
 
-    return _SUBST.sub(one, text)
+    for _ in range(16):  # innermost first; a value is not expected to hold "$(" itself
+        text, n = _SUBST.subn(one, text)
+        if n == 0:
+            break
+    return text
 
 
 def _condition(text: str, where: str) -> bool:

@@ -78,7 +78,8 @@ CASES = [
                                                                          "config", "rewards", "demos")],
      WRITE_LOG + JUDGE, ROBOT_FORBIDDEN),
     # The session's writers run in the nodes; the report draws with matplotlib only when called.
-    ("session", ["lowrl_ros.core.session." + m for m in ("files", "analysis", "report")], "", ROBOT_FORBIDDEN),
+    ("session", ["lowrl_ros.core.session." + m for m in ("files", "analysis", "report", "recording")], "",
+     ROBOT_FORBIDDEN),
     ("ros.policy_node", ["lowrl_ros.ros.policy_node"], RUN_ARTIFACT, HEAVY),
     ("ros.budget_monitor_node", ["lowrl_ros.ros.budget_monitor_node"], "", HEAVY),
     # Off-board modules that run where torch may be absent (numpy-only int8 actors, gates, export).
@@ -130,7 +131,8 @@ CORE_ALLOWED = {
     "finetune": {"types", "config", "runtime", "train", "sim"},  # sim: off-board identification (offboard_sysid)
     "compress": {"types", "config", "runtime", "train", "sim", "importers"},  # importers: the SB3 teacher
     "importers": {"runtime"},
-    "session": {"runtime", "finetune", "sim"},  # finetune: the learner states, the episode log; sim: the Agg pyplot
+    "session": {"config", "runtime", "finetune", "sim"},  # finetune: the learner states, the episode log; sim: the Agg
+    # pyplot; config: the monitor's parameters (core/session/recording.py MonitorConfig)
 }
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)
     "ros": {"core", "ros"},

@@ -191,9 +191,13 @@ def test_launcher_exits_non_zero_when_a_node_dies(tmp_path):
 
 
 def test_lowrl_demo_prints_figures_from_the_running_nodes(tmp_path):
-    out = subprocess.run(LOWRL + ["demo", "--seconds", "7", "--quiet", "--log-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(LOWRL + ["demo", "--seconds", "7", "--quiet", "--log-dir", str(tmp_path),
+                                  "--session-dir", str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+    # the session recorded as MCAP (monitor_node), which the report was built from
+    from lowrl_ros.core.session.files import read_session
+
+    assert len(read_session(tmp_path / "s", source="mcap").stats["ticks"]) > 10
     calls = int(out.stdout.split("inference latency over ")[1].split()[0])
     assert calls > 100  # the policy really answered the sim robot over DDS
     assert "episodes finished: " in out.stdout and "deadline misses" in out.stdout
@@ -205,7 +209,9 @@ def test_legged_session_launch_gives_the_fine_tuner_the_robot_file_and_the_sim_r
     base file, the robot file to the policy node and the fine-tuner, one key, the shipped kit."""
     nodes = {n.name: n for n in parse_launch(ROOT / "launch/legged_sim_to_real.launch.yaml",
                                              {"session_dir": str(tmp_path)})}
-    assert set(nodes) == {"sim_robot", "policy_node", "budget_monitor", "finetune_node", "trainer_node"}
+    assert set(nodes) == {"sim_robot", "policy_node", "budget_monitor", "finetune_node", "trainer_node",
+                          "session_recorder"}  # the session's topics to session_dir/session.mcap (SESSION_MCAP)
+    assert dict(nodes["session_recorder"].params)["record_path"] == f"{tmp_path}/session.mcap"
     sim_args = nodes["sim_robot"].ros_args()
     files = [sim_args[i + 1] for i, a in enumerate(sim_args) if a == "--params-file"]
     assert [Path(f).name for f in files] == ["sim_robot.yaml", "legged_example.yaml"]

@@ -15,7 +15,7 @@ import pkgutil
 from pathlib import Path
 
 _HERE = Path(__file__).parent
-_NOT_BENCHMARKS = {"record"}  # helpers, not benchmarks
+_NOT_BENCHMARKS = {"record", "loop_monitoring"}  # helpers (loop_monitoring: lowrl bench loop --monitoring)
 
 
 def names() -> list[str]:

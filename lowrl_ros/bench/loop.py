@@ -61,7 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "publish at 50 Hz, no policy), command period error idle and under two pinned CPU "
                              "burners with RT requested, RSS (result: <root>/loop/legged.*)")
     parser.add_argument("--phase-seconds", type=float, default=20.0,
-                        help="--legged: measured seconds per phase (default 20)")
+                        help="--legged, --monitoring: measured seconds per phase (default 20)")
+    parser.add_argument("--monitoring", action="store_true",
+                        help="instead: the --legged robot with monitoring off and on in alternate phases (monitor_node:"
+                             " Foxglove server + a subscribed client + MCAP recording): its CPU cost in %% of a core, "
+                             "missed periods, monitoring topic rates (result: <root>/loop/monitoring.*)")
+    parser.add_argument("--phase-pairs", type=int, default=3, help="--monitoring: off/on pairs (default 3)")
 
 
 class RoundTrips:
@@ -201,6 +206,10 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "legged", False):
         return run_legged(args)
+    if getattr(args, "monitoring", False):
+        import importlib  # by name, as cli.py loads commands: loop_monitoring builds on this module's robot
+
+        return importlib.import_module("lowrl_ros.bench.loop_monitoring").run_monitoring(args)
 
     try:  # a result of another command there: refused before the measurement, not after
         record.check_free(record.result_path("loop", root=args.out), record.command_line())

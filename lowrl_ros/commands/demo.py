@@ -7,7 +7,9 @@ session) and, when a fine-tune kit is given (``--kit``, with ``--policy`` its ac
 fine-tuner; each its own process, talking over DDS, for ``--seconds``. A recorder node in this process
 (lowrl_ros/ros/recorder_node.py) listens to the episode returns, the per-inference latency, the
 policy node's stats and the compute tier, and writes them into the session directory beside the sim
-robot's episodes.csv; at the end the session report (lowrl_ros/core/session/report.py) is written there and its
+robot's episodes.csv; the monitor node (lowrl_ros/ros/monitor_node.py) records the session's topics to
+SESSION/session.mcap (``--no-record``: not; ``--record-max-mb``: its rotation size); at the end the session
+report (lowrl_ros/core/session/report.py, from the recording when there is one) is written there and its
 summary printed. Nothing in the summary is computed anywhere but from those messages and files.
 
 By default the robot starts with the shipped sim policy models/pendulum_rlx2/actor_int8.onnx (RLx2
@@ -44,6 +46,7 @@ import numpy as np
 
 from lowrl_ros.launcher import Launcher, LaunchError, package_share, parse_launch, PACKAGE
 from lowrl_ros.core.session.files import PROCESS_CPU_CSV, PROCESS_CPU_FIELDS, CsvLog, LoadPhase, write_session_info
+from lowrl_ros.core.session.recorded import SESSION_MCAP
 
 if TYPE_CHECKING:
     from lowrl_ros.ros.recorder_node import Recorder
@@ -87,6 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rt-priority", type=int, default=0, metavar="P",
                         help="SCHED_FIFO priority of the policy node's control thread (its rt_priority parameter; "
                              "0: off; needs rtprio rights, else a WARN diagnostic and the node runs on)")
+    parser.add_argument("--no-record", action="store_true",
+                        help="do not record the session to SESSION/session.mcap (by default monitor_node records its "
+                             "topics there, lowrl_ros/core/session/recording.py; the report reads it)")
+    parser.add_argument("--record-max-mb", type=int, default=200, metavar="MB",
+                        help="the recording rotates (session_001.mcap, ...) past this size (default 200)")
     parser.add_argument("--burners", type=int, default=None, metavar="N",
                         help="busy-looping processes of the load (default: one per CPU core, which fills the machine)")
 
@@ -304,6 +312,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     session = (args.session_dir or Path("lowrl_sessions") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     overrides = {"session_dir": str(session)}
+    # The launch file records the session's topics to SESSION/session.mcap (SESSION_MCAP), beside the recorder's CSVs.
+    overrides.update(record="" if getattr(args, "no_record", False) else str(session / SESSION_MCAP),
+                     record_max_mb=str(getattr(args, "record_max_mb", 200)))
     models = package_share(PACKAGE) / "models"
     if not args.policy and (models / robot.kit / "kit.json").is_file():
         args.policy = str(models / robot.policy)

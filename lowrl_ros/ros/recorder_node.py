@@ -1,8 +1,9 @@
 """The demo's recorder: a node in `lowrl demo`'s own process that listens to what the session summary
 reports (episode returns, per-inference latency, the policy node's stats and version, the compute tier,
 the budget monitor's CPU-load and miss-rate signals, the fine-tuner's learner state) and appends it to
-the session directory's CSV logs (lowrl_ros/core/session/files.py names and reads them). `lowrl sim2sim`
-uses it too, keeping every step row and the sim robot's truth rows (``keep_rows``, ``truth_topic``).
+the session directory's CSV logs (lowrl_ros/core/session/files.py names and reads them); the rows from
+diagnostics and step rows follow lowrl_ros/core/session/recorded.py, which reads the same rows from a recording.
+`lowrl sim2sim` uses it too, keeping every step row and the sim robot's truth rows (``keep_rows``, ``truth_topic``).
 It spins its own executor on a thread, in a context of its own, so the demo's main thread only waits.
 """
 from __future__ import annotations
@@ -18,12 +19,9 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, Float64MultiArray, UInt8
 
-from lowrl_ros.core.runtime.step_row import peek_version
 from lowrl_ros.core.session import files as sr
+from lowrl_ros.core.session.recorded import VersionChanges, budget_row, learner_rows
 from lowrl_ros.ros.qos import LATCHED, RECORD, STATS
-
-BUDGET_PREFIX = "lowrl/budget/"  # budget_monitor_node's diagnostics (core.budget.monitor.budget_status)
-LEARNER_STATUS = "lowrl/finetune/learner"  # the fine-tuner's learner state (core.finetune.status.finetune_status)
 
 
 class Recorder:
@@ -47,10 +45,10 @@ class Recorder:
                           "budget": sr.CsvLog(session_dir / sr.BUDGET_CSV, sr.BUDGET_FIELDS),
                           "learner": sr.CsvLog(session_dir / sr.LEARNER_CSV, sr.LEARNER_FIELDS)}
         self.learner_states: list[str] = []  # the fine-tuner's learner state, one per diagnostics message
-        self.version: int | None = None
+        self.versions = VersionChanges()
         self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
-        self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, STATS)
-        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
+        self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, RECORD)
+        self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, RECORD)
         self.node.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/step", self._on_step, RECORD)
@@ -80,27 +78,19 @@ class Recorder:
         self._log("stats", [f"{v:g}" for v in msg.data])
 
     def _on_diagnostics(self, msg) -> None:
-        budget: dict[str, str] = {}
-        for status in msg.status:
-            values = {kv.key: kv.value for kv in status.values}
-            if status.name.startswith(BUDGET_PREFIX):
-                budget[status.name[len(BUDGET_PREFIX):]] = values.get("value", "")
-                if status.name == BUDGET_PREFIX + "tier":
-                    budget["wanted"] = values.get("wanted", "")
-            elif status.name == LEARNER_STATUS:
-                self.learner_states.append(values.get("state", ""))
-                self._log("learner", [values.get("state", ""), values.get("updates") or "nan"])
-        if budget:  # the budget monitor's own view, at its diagnostics period (1 s): what the tier follows
-            self._log("budget", [budget.get("cpu_load") or "nan", budget.get("deadline_miss_rate") or "nan",
-                                 budget.get("latency_p99") or "nan", budget.get("wanted", "")])
+        for row in learner_rows(msg.status):
+            self.learner_states.append(row[0])
+            self._log("learner", row)
+        budget = budget_row(msg.status)
+        if budget is not None:  # the budget monitor's own view, at its diagnostics period (1 s): what the tier follows
+            self._log("budget", budget)
 
     def _on_step(self, msg) -> None:
         """The running version, from the step row the policy node publishes each tick (a swap shows at once)."""
         if self.keep_rows:
             self.step_rows.append(list(msg.data))
-        version = peek_version(msg.data)
-        if version and version != self.version:
-            self.version = version
+        version = self.versions.seen(msg.data)
+        if version is not None:
             self._log("version", [version])
 
     def _on_tier(self, msg) -> None:

@@ -28,7 +28,7 @@ from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray, MultiArrayDime
 
 from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.actions import ActionProcessor
-from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS
+from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, WindowMax
 from lowrl_ros.ros.qos import CONTROL, RECORD, STATS
 
 try:  # rclpy >= Iron (Jazzy, Kilted): publisher events, with ``matched``
@@ -235,6 +235,9 @@ class PolicyOutputs:
         self._cmd_msg = Float64MultiArray()
         self.latency = Listened(node, Float64, "lowrl/policy/latency_us", STATS)
         self._latency_msg = Float64()  # one message, reused: no construction per tick
+        # Capped (WindowMax: the worst of each period) at the latency_rate_hz parameter where the node has one.
+        hz = node.get_parameter("latency_rate_hz").value if node.has_parameter("latency_rate_hz") else 0.0
+        self._latency_cap = WindowMax(hz)
         self.stats = node.create_lifecycle_publisher(Float64MultiArray, "lowrl/policy/stats", STATS)
         n = len(STATS_FIELDS)
         self._stats_msg = Float64MultiArray()
@@ -271,8 +274,10 @@ class PolicyOutputs:
                                  command=command)
             self._step_out.publish()
         if result is not None and result.latency_s is not None and self.latency.count():
-            self._latency_msg.data = result.latency_s * 1e6
-            self.latency.publisher.publish(self._latency_msg)
+            worst = self._latency_cap.offer(result.latency_s * 1e6, time.monotonic())
+            if worst is not None:
+                self._latency_msg.data = worst
+                self.latency.publisher.publish(self._latency_msg)
 
     def publish_stats(self, values: list[float]) -> None:
         self._stats_msg.data = values

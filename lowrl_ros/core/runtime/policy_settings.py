@@ -39,6 +39,8 @@ class PolicyNodeSettings:
                                          "Float32MultiArray appended to the joint observation")
     controller_name: str = field("forward_command_controller", "commands go to <controller_name>/commands")
     stats_rate_hz: float = field(10.0, "rate of /lowrl/policy/stats", range=(0.1, 100.0))
+    latency_rate_hz: float = field(10.0, "cap on /lowrl/policy/latency_us: the largest inference latency of each "
+                                   "period (0: one message per inference)", range=(0.0, 1000.0))
     diagnostics_period_s: float = field(1.0, "period of /diagnostics", range=(0.05, 60.0))
     bundle_topic: str = field("lowrl/policy_bundle",
                               "signed bundles from the trainer (UInt8MultiArray, latched); replies on <topic>/status")

@@ -13,6 +13,8 @@ SESSION_DIR/
   budget_signals.csv  recorder: the budget monitor's CPU load, miss rate, p99 and wanted tier (its diagnostics, 1 Hz)
   finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, 1 Hz)
   process_cpu.csv     lowrl demo: each node's and load burner's CPU use, % of one core, 1 Hz
+  session.mcap        lowrl demo: the session's topics (lowrl_ros/ros/monitor_node.py), rotated session_001.mcap...;
+                      when present, the report takes the recorder's frames (the CSVs above) from it
   finetune/           the fine-tuner's work_dir: versions.json, versions/, transitions/ (docs/finetune_reference.md),
                       episode_terms.csv (robot-file reward terms: per episode each term's sum, interventions)
 ```
@@ -34,6 +36,7 @@ import numpy as np
 
 from lowrl_ros.core.finetune.episode_log import EPISODE_TERMS_CSV, TERM_PREFIX
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS
+from lowrl_ros.core.session.recorded import SESSION_MCAP, read_recording
 
 SESSION_JSON = "session.json"
 EPISODES_CSV = "episodes.csv"
@@ -180,8 +183,34 @@ class SessionData:
         return len(self.episodes.get("return", ()))
 
 
-def read_session(session_dir: str | Path) -> SessionData:
-    """Read a session directory; ValueError (with the fix) when it is not one."""
+def _frame(fields: tuple[str, ...], rows: list[list], text: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Rows as the columns _read_csv gives (floats; the ``text`` columns as strings); {} for no rows."""
+    if not rows:
+        return {}
+    text = set(text)
+    return {name: np.asarray([r[i] if name in text else float(r[i]) for r in rows],
+                             dtype=str if name in text else np.float64) for i, name in enumerate(fields)}
+
+
+def recorder_frames(p: Path, source: str = "auto") -> tuple[dict[str, np.ndarray], ...]:
+    """(stats, latency, tiers, swaps, budget, learner): from the session's recording (SESSION_MCAP) when
+    ``source`` is "mcap", or "auto" and the directory holds one; else from the recorder's CSV files."""
+    if source not in ("auto", "mcap", "csv"):
+        raise ValueError(f"source {source!r}: auto, mcap or csv")
+    if source == "mcap" or (source == "auto" and (p / SESSION_MCAP).is_file()):
+        rows = read_recording(p / SESSION_MCAP)
+        return (_frame(STATS_CSV_FIELDS, rows["stats"]), _frame(LATENCY_FIELDS, rows["latency"]),
+                _frame(TIER_FIELDS, rows["tiers"]), _frame(SWAP_FIELDS, rows["swaps"]),
+                _frame(BUDGET_FIELDS, rows["budget"], text=("wanted",)),
+                _frame(LEARNER_FIELDS, rows["learner"], text=("state",)))
+    return (_read_csv(p / POLICY_STATS_CSV), _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV),
+            _read_csv(p / SWAPS_CSV), _read_csv(p / BUDGET_CSV, text=("wanted",)),
+            _read_csv(p / LEARNER_CSV, text=("state",)))
+
+
+def read_session(session_dir: str | Path, source: str = "auto") -> SessionData:
+    """Read a session directory; ValueError (with the fix) when it is not one. ``source``: where the
+    recorder's frames come from (``recorder_frames``: the recording when there is one, by default)."""
     p = Path(session_dir)
     if not is_session_dir(p):
         raise ValueError(f"{p} is not a session directory (no {SESSION_JSON} or {EPISODES_CSV}); give the "
@@ -189,8 +218,7 @@ def read_session(session_dir: str | Path) -> SessionData:
     info = json.loads((p / SESSION_JSON).read_text()) if (p / SESSION_JSON).is_file() else {}
     versions_path = p / FINETUNE_DIR / "versions.json"
     versions = json.loads(versions_path.read_text()) if versions_path.is_file() else {}
-    return SessionData(p, info, _read_csv(p / EPISODES_CSV), _read_csv(p / POLICY_STATS_CSV),
-                       _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV), versions, _read_csv(p / SWAPS_CSV),
-                       _read_csv(p / BUDGET_CSV, text=("wanted",)), _read_csv(p / LEARNER_CSV, text=("state",)),
+    stats, latency, tiers, swaps, budget, learner = recorder_frames(p, source)
+    return SessionData(p, info, _read_csv(p / EPISODES_CSV), stats, latency, tiers, versions, swaps, budget, learner,
                        _read_csv(p / PROCESS_CPU_CSV, text=("process",)),
                        _read_csv(p / FINETUNE_DIR / EPISODE_TERMS_CSV, text=("end",)))
