@@ -133,7 +133,7 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
     proc = subprocess.Popen(LOWRL + ["launch", "robot.launch.yaml", "namespace:=arm", "key_file:=~/.lowrl/bundle.key",
                                      "--log-dir", str(log_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, HOME=str(tmp_path)))
+                            env=dict(os.environ, HOME=str(tmp_path)), start_new_session=True)
     node = Node("launch_probe", context=ros_context)
     executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(node)
@@ -169,8 +169,8 @@ def test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint(ros_context, tm
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # the launcher and every node it started (its own process group)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
         executor.shutdown()
         node.destroy_node()

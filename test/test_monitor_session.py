@@ -39,7 +39,7 @@ def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path)
     port, record = free_port(), tmp_path / "session.mcap"
     proc = subprocess.Popen(LOWRL + ["launch", "demo.launch.yaml", "foxglove:=true", f"foxglove_port:={port}",
                                      f"record:={record}", "robot_topics:=true", "--log-dir", str(tmp_path / "logs")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     node = Node("monitor_probe", context=ros_context)
     executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(node)
@@ -72,8 +72,8 @@ def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # the launcher and every node it started (its own process group)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
         executor.shutdown()
         node.destroy_node()
