@@ -242,3 +242,22 @@ def test_without_a_robot_file_the_monitor_keeps_every_tier():
         m.on_policy_stats(i / 10, stats(60_000.0, 25 * i, T.FULL))
         a = m.step(i / 10, {})
     assert a.tier == T.DECIMATED and m.ladder.describe() == "full -> lite -> decimated -> safe"
+
+
+def test_the_shipped_legged_bundle_has_a_lite_student_on_the_teachers_contract():
+    """models/legged_ant.lowrl (config/compress_legged_ant.yaml): the imported gait as full, a distilled lite."""
+    from pathlib import Path
+
+    from lowrl_ros.core.runtime.bundle import load_bundle
+    from lowrl_ros.core.runtime.robot_file import load_robot_file
+
+    root = Path(__file__).resolve().parents[1]
+    path = root / "models" / "legged_ant.lowrl"
+    assert path.stat().st_size < 100_000
+    bundle = load_bundle(path, engine="numpy")
+    assert set(bundle.policies) == {"full", "lite"}
+    full, lite = bundle.policies["full"], bundle.policies["lite"]
+    assert lite.macs < full.macs / 3 and lite.contract.control_period_s == full.contract.control_period_s == 0.04
+    FallbackLadder.parse(GAIT).check_bundle(bundle.policies)  # the same contract: a gait ladder accepts it
+    raw = load_robot_file(root / "config" / "robots" / "legged_ant.yaml").raw
+    assert FallbackLadder.for_robot(raw, has_lite=True).describe() == "full -> lite -> safe"  # never decimated
