@@ -104,6 +104,7 @@ class Policy:
 class Bundle:
     policies: dict
     version: int = 1
+    path: str = ""
 
     def smallest(self):
         return self.policies.get("lite") or next(iter(self.policies.values()))
@@ -141,6 +142,29 @@ def test_a_swap_to_a_bundle_without_lite_is_refused_while_the_ladder_names_it():
     ctl, _ = controller({"full": Policy(1.0), "lite": Policy(0.5)}, FallbackLadder.parse(GAIT))
     with pytest.raises(LadderError, match="fallback lists 'lite'"):
         ctl.swap(Bundle({"full": Policy(2.0)}))
+
+
+def test_a_fine_tuned_one_tier_version_keeps_the_running_lite_tier_and_a_misfit_does_not():
+    """The fine-tuner exports one network: swapping to it keeps the bundle's lite student (same contract), so
+    the gait ladder still steps to lite at full rate under load; a version on another contract loses it."""
+    from lowrl_ros.core.runtime.swap import PolicySwapper, SwapState
+
+    student = Policy(0.5)
+    ctl, _ = controller({"full": Policy(1.0), "lite": student})  # the robot's default ladder
+    files = {"v2.onnx": Bundle({"full": Policy(2.0)}, 2, "v2.onnx"),
+             "v3.onnx": Bundle({"full": Policy(3.0, Contract(control_period_s=0.02))}, 3, "v3.onnx")}
+    swapper = PolicySwapper(ctl, files.__getitem__, active_path="v1.lowrl")
+    swapper.request_path("v2.onnx")
+    assert swapper.wait(5.0) and swapper.take() is not None
+    assert ctl.bundle.policies["lite"] is student and ctl.bundle.version == 2
+    assert "lite" not in files["v2.onnx"].policies  # the loaded file is not changed
+    assert swapper.status().state == SwapState.SWAPPED and "lite tier kept from v1" in swapper.status().message
+    assert ctl.ladder.describe() == "full -> lite -> decimated -> safe"
+    ctl.set_tier(T.LITE)
+    assert ctl.tier == T.LITE and ctl.step().action[0] == 0.5  # the student, at full rate
+    swapper.request_path("v3.onnx")  # another rate: the student no longer fits, the ladder loses lite
+    assert swapper.wait(5.0) and swapper.take() is not None
+    assert set(ctl.bundle.policies) == {"full"} and ctl.tier == T.DECIMATED
 
 
 # --- the controller follows it ------------------------------------------------------------------

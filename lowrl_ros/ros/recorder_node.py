@@ -23,6 +23,7 @@ from lowrl_ros.ros.qos import LATCHED, RECORD, STATS
 
 BUDGET_PREFIX = "lowrl/budget/"  # budget_monitor_node's diagnostics (core.budget.monitor.budget_status)
 LEARNER_STATUS = "lowrl/finetune/learner"  # the fine-tuner's learner state (core.finetune.status.finetune_status)
+POLICY_TIER_STATUS = "lowrl/policy/tier"  # the ladder step the policy node applies (core.runtime.status.TierView)
 
 
 class Recorder:
@@ -44,9 +45,12 @@ class Recorder:
                           "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS),
                           "version": sr.CsvLog(session_dir / sr.SWAPS_CSV, sr.SWAP_FIELDS),
                           "budget": sr.CsvLog(session_dir / sr.BUDGET_CSV, sr.BUDGET_FIELDS),
-                          "learner": sr.CsvLog(session_dir / sr.LEARNER_CSV, sr.LEARNER_FIELDS)}
+                          "learner": sr.CsvLog(session_dir / sr.LEARNER_CSV, sr.LEARNER_FIELDS),
+                          "policy_tier": sr.CsvLog(session_dir / sr.POLICY_TIER_CSV, sr.POLICY_TIER_FIELDS)}
         self.learner_states: list[str] = []  # the fine-tuner's learner state, one per diagnostics message
         self.version: int | None = None
+        self.steps: list[str] = []  # the ladder steps the policy node applied, one per change
+        self._last_step: list[str] = []
         self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
         self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, STATS)
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, STATS)
@@ -80,6 +84,12 @@ class Recorder:
                 budget[status.name[len(BUDGET_PREFIX):]] = values.get("value", "")
                 if status.name == BUDGET_PREFIX + "tier":
                     budget["wanted"] = values.get("wanted", "")
+            elif status.name == POLICY_TIER_STATUS and "step" in values:  # on change: a step, or the ladder
+                row = [values["step"]] + [values.get(k, "") for k in ("requested", "ladder", "declared")]
+                if row != self._last_step:
+                    self.steps.append(row[0])
+                    self._last_step = row
+                    self._log("policy_tier", row)
             elif status.name == LEARNER_STATUS:
                 self.learner_states.append(values.get("state", ""))
                 self._log("learner", [values.get("state", ""), values.get("updates") or "nan"])

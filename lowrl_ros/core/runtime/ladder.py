@@ -25,9 +25,15 @@ Without a ``fallback`` entry the default is the robot's: a position interface (a
 trained at its rate stumbles at half of it: docs/robot.md) never decimates, ``[lite, safe]``;
 anything else keeps the old behaviour, ``[lite, decimated, safe]``. A default leaves out ``lite``
 when the bundle has none; a declared ladder naming a tier the bundle lacks is refused.
+
+A new version without a lite tier (a fine-tuned version, streamed or swapped in by path: the fine-tuner
+exports one network) keeps the running bundle's lite tier when the contracts still match
+(:func:`keep_lite`): the distilled student stays the robot's same-rate fallback, instead of the ladder
+losing its lite step and a position robot falling from full straight to hold under load.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -37,6 +43,39 @@ STOPS = ("safe", "hold")
 STEP_TIERS = {"lite": ComputeTier.LITE, "decimated": ComputeTier.DECIMATED, "safe": ComputeTier.SAFE,
               "hold": ComputeTier.SAFE}
 EXAMPLE = "e.g. fallback: [lite, hold] or [lite, decimated:2, safe]"
+# What a lite student must share with its full tier: observation, rate, action limits.
+CONTRACT_KEYS = ("obs_names", "obs_offset", "obs_scale", "obs_clip", "control_period_s", "action_names",
+                 "action_low", "action_high")
+
+
+def contract_difference(lite: Any, full: Any) -> str:
+    """The first contract field (CONTRACT_KEYS) where ``lite`` differs from ``full``, with both values; "" if none."""
+    for key in CONTRACT_KEYS:
+        mine, theirs = getattr(lite, key, None), getattr(full, key, None)
+        if mine != theirs:
+            return f"{key} ({mine!r} vs {theirs!r})"
+    return ""
+
+
+def keep_lite(new: Any, running: Any) -> Any:
+    """``new`` with the running bundle's lite tier when ``new`` has one tier and the running lite still fits
+    its contract; otherwise ``new`` unchanged. A shallow copy: the loaded policies are shared, not rebuilt.
+
+    Why: a fine-tuned version is one network (the fine-tuner exports its actor); without this, a swap to it
+    would drop the lite step from the robot's ladder. The student was distilled from an earlier version,
+    but on the same contract, so it remains a same-rate policy that walks (docs/budget.md).
+    """
+    policies = getattr(new, "policies", {})
+    old = getattr(running, "policies", {})
+    if len(policies) != 1 or "lite" not in old or len(old) < 2:
+        return new
+    full = next(iter(policies.values()))
+    if contract_difference(old["lite"].contract, full.contract):
+        return new
+    kept = copy.copy(new)
+    kept.policies = {"full": full, "lite": old["lite"]}
+    kept.lite_from = int(getattr(running, "lite_from", 0) or getattr(running, "version", 0))
+    return kept
 
 
 class LadderError(ValueError):
@@ -169,14 +208,11 @@ class FallbackLadder:
                               "build one with a lite tier (lowrl compress --lite, docs/budget.md) or drop lite "
                               "from fallback")
         full = policies.get("full", next(iter(policies.values()))).contract
-        lite = policies["lite"].contract
-        for key in ("obs_names", "obs_offset", "obs_scale", "obs_clip", "control_period_s", "action_names",
-                    "action_low", "action_high"):
-            mine, theirs = getattr(lite, key, None), getattr(full, key, None)
-            if mine != theirs:
-                raise LadderError(f"{where}: fallback lists 'lite' but the bundle's lite tier has another {key} than "
-                                  f"its full tier ({mine!r} vs {theirs!r}); a lite student must keep the teacher's "
-                                  "contract (same observation, rate, action limits)")
+        difference = contract_difference(policies["lite"].contract, full)
+        if difference:
+            raise LadderError(f"{where}: fallback lists 'lite' but the bundle's lite tier has another {difference} "
+                              "than its full tier; a lite student must keep the teacher's contract (same "
+                              "observation, rate, action limits)")
 
     def check_interface(self, interface: str | None, where: str = "robot file") -> None:
         """``hold`` holds joint positions: refused on a velocity or effort interface."""

@@ -9,6 +9,7 @@ SESSION_DIR/
   policy_stats.csv    recorder (lowrl demo): /lowrl/policy/stats rows (STATS_FIELDS), 10 Hz
   latency_us.csv      recorder: /lowrl/policy/latency_us, one row per inference
   tiers.csv           recorder: /lowrl/compute_tier, one row per tier message
+  policy_tier.csv     recorder: the policy's ladder step (lowrl/policy/tier step, ladder, declared), on change
   policy_versions.csv recorder: each change of the version in the policy node's step rows (policy_version)
   budget_signals.csv  recorder: the budget monitor's CPU load, miss rate, p99 and wanted tier (its diagnostics, 1 Hz)
   finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, 1 Hz)
@@ -49,6 +50,8 @@ EPISODE_FIELDS = ("time_s", "episode", "return", "length", "terminated", "versio
 STATS_CSV_FIELDS = ("time_s",) + STATS_FIELDS
 LATENCY_FIELDS = ("time_s", "latency_us")
 TIER_FIELDS = ("time_s", "tier")
+POLICY_TIER_CSV = "policy_tier.csv"
+POLICY_TIER_FIELDS = ("time_s", "step", "requested", "ladder", "declared")
 SWAP_FIELDS = ("time_s", "version")
 BUDGET_CSV = "budget_signals.csv"
 BUDGET_FIELDS = ("time_s", "cpu_load_pct", "miss_rate", "latency_p99_us", "wanted")
@@ -161,6 +164,7 @@ class SessionData:
     learner: dict[str, np.ndarray] = field(default_factory=dict)
     process_cpu: dict[str, np.ndarray] = field(default_factory=dict)
     episode_terms: dict[str, np.ndarray] = field(default_factory=dict)  # finetune/episode_terms.csv
+    policy_tier: dict[str, np.ndarray] = field(default_factory=dict)  # the ladder step the policy applied
 
     @property
     def term_names(self) -> list[str]:
@@ -193,4 +197,5 @@ def read_session(session_dir: str | Path) -> SessionData:
                        _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV), versions, _read_csv(p / SWAPS_CSV),
                        _read_csv(p / BUDGET_CSV, text=("wanted",)), _read_csv(p / LEARNER_CSV, text=("state",)),
                        _read_csv(p / PROCESS_CPU_CSV, text=("process",)),
-                       _read_csv(p / FINETUNE_DIR / EPISODE_TERMS_CSV, text=("end",)))
+                       _read_csv(p / FINETUNE_DIR / EPISODE_TERMS_CSV, text=("end",)),
+                       _read_csv(p / POLICY_TIER_CSV, text=("step", "requested", "ladder", "declared")))
