@@ -15,7 +15,7 @@ import pkgutil
 from pathlib import Path
 
 _HERE = Path(__file__).parent
-_NOT_BENCHMARKS = {"record"}  # helpers, not benchmarks
+_NOT_BENCHMARKS = {"record", "budget_ladder"}  # helpers, not benchmarks (budget_ladder: `lowrl bench budget --ladder`)
 
 
 def names() -> list[str]:
