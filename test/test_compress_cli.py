@@ -91,7 +91,7 @@ def test_shipped_presets_load_into_the_config_dataclasses(preset):
     dcfg = config_from(DistillConfig, empty, doc["distill"])
     rcfg = config_from(ReleaseConfig, empty, doc["release"])
     assert rcfg.parity_tol <= 1e-5 and rcfg.return_fraction >= 0.97 and rcfg.env_id
-    assert {s.name for s in dcfg.specs} == {"full", "lite"}
+    assert "lite" in {s.name for s in dcfg.specs} <= {"full", "lite"}  # lite only: `--lite` keeps the teacher
 
 
 def test_compress_from_a_teacher_distils_then_gates(tmp_path):

@@ -220,7 +220,11 @@ def test_legged_session_launch_gives_the_fine_tuner_the_robot_file_and_the_sim_r
     robot_file = str(ROOT / "config/robots/legged_ant.yaml")
     policy, tuner = dict(nodes["policy_node"].params), dict(nodes["finetune_node"].params)
     assert policy["robot_file"] == tuner["robot_file"] == robot_file
-    assert policy["policy_path"] == tuner["base_policy_path"] == str(ROOT / "models/legged_ant_int8.onnx")
+    # The robot runs the bundle (gait + distilled lite); the fine-tuner's base is the gait alone, its kit's artifact.
+    assert policy["policy_path"] == str(ROOT / "models/legged_ant.lowrl")
+    assert tuner["base_policy_path"] == dict(nodes["trainer_node"].params)["base_policy_path"] == str(
+        ROOT / "models/legged_ant_int8.onnx")
+    assert dict(nodes["budget_monitor"].params)["robot_file"] == robot_file  # the monitor follows the same ladder
     assert policy["key_file"] == dict(nodes["trainer_node"].params)["key_file"] == f"{tmp_path}/bundle.key"
     assert policy["ready_topic"] == "lowrl/ready"  # the sim robot's (config/sim_robot.yaml): no step spans a reset
     # The shipped kit is the policy's (the fine-tuner's base) and reads what the robot file builds.
@@ -231,7 +235,7 @@ def test_legged_session_launch_gives_the_fine_tuner_the_robot_file_and_the_sim_r
     from lowrl_ros.core.runtime.robot_file import load_robot_file
 
     kit = json.loads((Path(tuner["kit_path"]) / "kit.json").read_text())
-    assert kit["actor"]["artifact_sha256"] == hashlib.sha256(Path(policy["policy_path"]).read_bytes()).hexdigest()
+    assert kit["actor"]["artifact_sha256"] == hashlib.sha256(Path(tuner["base_policy_path"]).read_bytes()).hexdigest()
     spec = ObservationSpec.from_robot_file(load_robot_file(robot_file), kit["contract"]["control_period_s"])
     assert (spec.obs_dim, kit["action_dim"]) == (kit["obs_dim"], 8)
 

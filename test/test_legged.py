@@ -220,7 +220,10 @@ def test_launch_file_declares_the_nodes():
     turning = {n.name: n for n in parse_launch(ROOT / "launch" / "legged.launch.yaml", {"yaw_rate": "-0.3"})}
     assert ("command_velocity", "[0.3, 0.0, -0.3]") in turning["sim_robot"].params
     params = dict(nodes["policy_node"].params)
-    assert Path(params["policy_path"]) == MODEL and Path(params["robot_file"]) == ROBOT_FILE
+    # the bundle (the gait MODEL as full, its distilled student as lite): under load the ladder steps to lite
+    assert Path(params["policy_path"]) == ROOT / "models" / "legged_ant.lowrl"
+    assert Path(params["robot_file"]) == ROBOT_FILE
+    assert Path(dict(nodes["budget_monitor"].params)["robot_file"]) == ROBOT_FILE
 
 
 def test_shipped_policy_fits_the_robot_file():

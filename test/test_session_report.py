@@ -214,3 +214,20 @@ def test_report_shows_the_trainer_nodes_identification_and_decision(tmp_path):
     text = write_session_report(tmp_path).read_text()
     assert "Off-board identification (trainer node, offboard/sysid/status.json): v2 kept: 589.0 over 3" in text
     assert "identified from 2000 robot steps in 21.1 s: mass_scale=1.46, encoder_offset=0.1,-0.1" in text
+
+
+def test_report_shows_the_ladder_steps_over_time_and_which_ladder_the_robot_allowed(tmp_path):
+    """A legged session: the policy node stepped full -> lite (asked decimated by the latency limit) -> full,
+    on the robot default ladder (lowrl/policy/tier step, requested, ladder, declared: the recorder's rows)."""
+    from lowrl_ros.core.session.files import POLICY_TIER_CSV, POLICY_TIER_FIELDS
+
+    make_load_session(tmp_path)
+    log = CsvLog(tmp_path / POLICY_TIER_CSV, POLICY_TIER_FIELDS)
+    for t, step, asked in ((0.5, "full", "full"), (21.0, "lite", "lite"), (23.0, "lite", "decimated"),
+                           (35.0, "full", "full")):
+        log.append([1000.0 + t, step, asked, "full -> lite -> safe", "False"])
+    log.close()
+    text = summarize(read_session(tmp_path))
+    assert ("- ladder steps the policy applied: full (t=0.5 s) -> lite (t=21.0 s) -> lite (t=23.0 s, asked decimated)"
+            " -> full (t=35.0 s)") in text
+    assert "- the robot's ladder: full -> lite -> safe (the robot default)" in text

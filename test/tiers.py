@@ -25,6 +25,7 @@ REALTIME = (
     "test/test_bench_loop.py::test_floor_process_takes_the_topics_and_commands_at_50_hz_on_the_control_thread",
     "test/test_legged.py::test_legged_launch_in_process_walks_upright",
     "test/test_demo_load.py::test_burners_load_the_cpu_and_stop",
+    "test/test_budget_ladder.py::test_every_arm_walks_and_the_ladder_never_decimates",
     "test/test_distill.py::test_deployed_int8_sparse_student_keeps_97_percent_of_the_teacher_return",
     # The fine-tuner's learner thread must make 40 updates on the wall clock before the version under test
     # exists (21 s and a failure once with the machine loaded; ~3-5 s idle).

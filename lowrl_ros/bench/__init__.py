@@ -15,7 +15,8 @@ import pkgutil
 from pathlib import Path
 
 _HERE = Path(__file__).parent
-_NOT_BENCHMARKS = {"record", "loop_monitoring"}  # helpers (loop_monitoring: lowrl bench loop --monitoring)
+_NOT_BENCHMARKS = {"record", "loop_monitoring", "budget_ladder"}  # helpers of `lowrl bench loop --monitoring`
+# and `lowrl bench budget --ladder`, not benchmarks of their own
 
 
 def names() -> list[str]:

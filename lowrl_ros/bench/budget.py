@@ -490,6 +490,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=("auto", "policy_node", "stand-in"), default="auto",
                         help="policy process for reaction and misses: the project's policy_node, the stand-in "
                              "(numpy MLP work per tick), or auto: both (policy_node only where present)")
+    parser.add_argument("--ladder", action="store_true",
+                        help="instead: the legged robot walking under 2 CPU burners for --seconds, with its fallback "
+                             "ladder, with the old decimation and without the monitor, against the unloaded walk "
+                             "(lowrl_ros/bench/budget_ladder.py; docs/budget.md)")
 
 
 def headline(r: dict) -> str:
@@ -516,6 +520,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+    if args.ladder:
+        from lowrl_ros.bench.budget_ladder import bench_ladder, markdown
+
+        r = bench_ladder(args.seconds)
+        md = markdown(r)
+        lad = r["arms"]["ladder"]
+        path = record.write_result("budget", r, "\n".join(md), setting=setting, headline=(
+            f"legged under 2 burners: ladder tracking {lad['tracking_pct_of_unloaded']:.1f} % of unloaded, "
+            f"{lad['falls']} falls, {lad['deadline_misses']} misses"))
+        print("\n".join(md))
+        print(f"results: {path}")
+        return 0
     parts = args.only or ["cpu", "reaction", "misses"]
     if args.policy == "auto":
         kinds = ["policy_node", "stand-in"] if policy_node_available() else ["stand-in"]

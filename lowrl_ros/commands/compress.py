@@ -6,6 +6,11 @@ is distilled first with the preset's ``distill:`` section. Then every tier passe
 (fp32 ONNX vs torch parity, int8 vs fp32 action error, deployed return vs the teacher's); only if
 all pass is the bundle written (atomically). ``BUNDLE.release.json`` / ``.release.md`` say what
 was measured either way. Exit status: 0 released, 1 a gate stopped the release, 2 bad input.
+
+``--lite NAME:WIDTHxDEPTH@SPARSITY`` gives any policy a lite tier: the teacher itself (an imported
+artifact, as it is) becomes the "full" tier and only the lite student is distilled, in the teacher's
+environment, on the teacher's contract (same observation, rate and action transform). The gates run
+on both; a student that fails them is not released and an existing bundle stays as it was.
 """
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="teacher of a students dir (default: the one distill.json names)")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where to keep the students when distilling a teacher (default: a temporary dir)")
+    parser.add_argument("--lite", default=None, metavar="WIDTHxDEPTH@SPARSITY",
+                        help="keep the teacher as the full tier and distil only a lite student, e.g. 64x2@0.8 "
+                             "(a lite tier for any imported policy: docs/budget.md)")
     add_config_flags(parser, ReleaseConfig)
     add_config_flags(parser, DistillConfig, skip=SHARED, title="DistillConfig fields (only when SOURCE is a teacher)")
 
@@ -135,11 +143,18 @@ def run(args: argparse.Namespace) -> int:
                 if args.work_dir is not None:
                     raise ValueError(f"--work-dir keeps the students compress distils from a teacher; {source} is "
                                      "a students dir already: drop --work-dir")
+                if args.lite:
+                    raise ValueError(f"--lite distils a student from a teacher; {source} is a students dir already: "
+                                     "give the teacher instead")
                 teacher, cands = candidates_from_dir(source, args.teacher)
             else:
                 dpreset = read_preset(args.config, "distill")
                 for name in SHARED:
                     dpreset[name] = getattr(rcfg, name)  # one value for both stages
+                if args.lite:
+                    if getattr(args, "students", None):
+                        raise ValueError("--lite names the one student to distil; drop --students")
+                    dpreset["students"] = [f"lite:{args.lite.removeprefix('lite:')}"]
                 dcfg = config_from(DistillConfig, args, dpreset)
                 redistill = Redistill("", dcfg.qat_steps, dcfg.dagger_rounds)  # the flags are this command's
                 teacher = load_teacher(source, env_id=dcfg.env_id or None)
@@ -147,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
                 result = distill(teacher, dcfg, work)
                 cands = [Candidate(s.spec.name, s.weights, torch_action_fn(s.state, s.contract),
                                    {"student": str(s.spec)}) for s in result.students]
+                if args.lite:  # the teacher as it is: the full tier
+                    cands.insert(0, Candidate("full", teacher.weights, teacher.actions, {"student": "teacher"}))
             report = release(cands, teacher.weights, teacher.contract, rcfg, args.output,
                              provenance={"teacher": Path(teacher.source).name, "teacher_kind": teacher.kind},
                              redistill=redistill)

@@ -17,10 +17,11 @@ SAC, 90 % sparse int8, trained in simulation by scripts/make_demo_kit.py) and th
 learns on the gapped robot from its kit (models/pendulum_rlx2/kit).
 
 ``--robot legged`` runs the same session on the legged example robot (launch/legged_sim_to_real.launch.yaml):
-the 8-joint sim robot with config/gaps/legged_example.yaml, the walking policy models/legged_ant_int8.onnx
-driven by config/robots/legged_ant.yaml, and the fine-tuner learning from that file's reward terms and
-episode ends with the shipped kit models/legged_ant_kit (``lowrl kit models/legged_ant_int8.onnx -o
-models/legged_ant_kit --env lowrl/LeggedAnt-v0``).
+the 8-joint sim robot with config/gaps/legged_example.yaml, the walking policy's bundle models/legged_ant.lowrl
+(the imported gait as full, its distilled student as lite: under load the robot file's ladder steps to
+lite at the full rate, docs/budget.md) driven by config/robots/legged_ant.yaml, and the fine-tuner learning
+from that file's reward terms and episode ends with the shipped kit models/legged_ant_kit (``lowrl kit
+models/legged_ant_int8.onnx -o models/legged_ant_kit --env lowrl/LeggedAnt-v0``; the gait alone is its base).
 
 Adaptive compute: halfway through, the demo makes the robot computer busy itself (``--burners``
 busy-looping processes for ``--load-seconds``, announced in its output; ``--no-load`` skips it). The
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long to run (default 90; --robot legged: 240, for a version to be judged on "
                              "its 20 s episodes)")
     parser.add_argument("--policy", default=None, help="artifact or bundle to run (default: the robot's shipped "
-                        "policy, with its kit: models/pendulum_rlx2/actor_int8.onnx, models/legged_ant_int8.onnx)")
+                        "policy, with its kit: models/pendulum_rlx2/actor_int8.onnx, models/legged_ant.lowrl)")
     parser.add_argument("--kit", default=None,
                         help="fine-tune kit of --policy (lowrl_ros.core.finetune.kit.write_kit); "
                         "without it the session runs without the fine-tuner")
@@ -101,7 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class DemoRobot:
-    """What ``--robot`` picks: the launch file, the shipped policy and kit (under models/), the default length."""
+    """What ``--robot`` picks: the launch file, the shipped policy and kit (under models/), the default length;
+    ``base``: the kit's artifact when the policy is a bundle of it and a lite student ("": the policy)."""
 
     title: str
     launch: str
@@ -109,6 +111,7 @@ class DemoRobot:
     kit: str
     seconds: float
     returns_note: str
+    base: str = ""
 
 
 SYSID_SECONDS = 270.0  # --sysid: 20 s skipped, 80 s recorded, ~40 s identifying, 3 judged 20 s episodes, margin
@@ -117,8 +120,8 @@ ROBOTS = {
     "pendulum": DemoRobot("Pendulum-v1 sim robot (with a reality gap)", "sim_to_real.launch.yaml",
                           "pendulum_rlx2/actor_int8.onnx", "pendulum_rlx2/kit", 90.0, "Pendulum-v1: 0 is best"),
     "legged": DemoRobot("legged sim robot (8 joints, config/gaps/legged_example.yaml)",
-                        "legged_sim_to_real.launch.yaml", "legged_ant_int8.onnx", "legged_ant_kit", 240.0,
-                        "higher is better; at most 500 x 2.5 per 20 s episode"),
+                        "legged_sim_to_real.launch.yaml", "legged_ant.lowrl", "legged_ant_kit", 240.0,
+                        "higher is better; at most 500 x 2.5 per 20 s episode", base="legged_ant_int8.onnx"),
 }
 
 
@@ -282,6 +285,8 @@ def summary(rec: "Recorder", seconds: float, robot: DemoRobot = ROBOTS["pendulum
         changes = sum(1 for a, b in zip(rec.tiers, rec.tiers[1:]) if a != b)
         lines.append(f"  budget monitor: {changes} tier changes published, tiers seen: "
                      f"{', '.join(ComputeTier(t).label for t in sorted(set(rec.tiers)))}")
+    if rec.steps:  # what the robot's ladder made of them (lowrl/policy/tier)
+        lines.append(f"  policy node's ladder steps: {' -> '.join(rec.steps)}")
     return "\n".join(lines)
 
 
@@ -316,13 +321,17 @@ def run(args: argparse.Namespace) -> int:
     overrides.update(record="" if getattr(args, "no_record", False) else str(session / SESSION_MCAP),
                      record_max_mb=str(getattr(args, "record_max_mb", 200)))
     models = package_share(PACKAGE) / "models"
+    base = None  # the fine-tuner's base version: the policy, or the kit's artifact of a shipped bundle
     if not args.policy and (models / robot.kit / "kit.json").is_file():
         args.policy = str(models / robot.policy)
         args.kit = None if args.no_finetune else str(models / robot.kit)
+        base = str(models / robot.base) if robot.base else None
     if args.no_finetune:
         args.kit = None
     if args.policy:
         overrides["policy_path"] = str(Path(args.policy).resolve())
+    if robot.base:  # a launch file with a base_policy_path argument
+        overrides["base_policy_path"] = str(Path(base or args.policy or models / robot.base).resolve())
     if args.kit:
         overrides["kit_path"] = str(Path(args.kit).resolve())
     if getattr(args, "sysid", False):

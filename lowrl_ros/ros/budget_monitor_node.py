@@ -69,6 +69,7 @@ class BudgetMonitorNode(Node):
         self.probes = self._make_probes(self.config)
         self.last: Assessment | None = None
         self.last_change = "none yet"
+        self._note = ""  # the last "no cheaper step left" note logged
 
         self.tier_pub = self.create_publisher(UInt8, TIER_TOPIC, LATCHED)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -195,6 +196,10 @@ class BudgetMonitorNode(Node):
         except Exception as e:  # a bug here must not stop the tier from being published
             self.get_logger().error(f"budget sample failed: {type(e).__name__}: {e}", throttle_duration_sec=5.0)
             return
+        if self.last.note and self.last.note != self._note:
+            self.get_logger().warning(f"compute tier {self.last.tier.label}: {self.last.note}")
+            self._publish_diagnostics()  # said before the stop is taken
+        self._note = self.last.note
         if self.last.changed:
             self.last_change = self.last.reason
             # rclpy loggers need one severity per call site, hence two calls.
@@ -220,7 +225,8 @@ class BudgetMonitorNode(Node):
     def _publish_diagnostics(self) -> None:
         if self.last is None:
             return
-        entries = budget_status(self.last, self.tier, self.monitor.policy, self.last_change, DIAG_PREFIX)
+        entries = budget_status(self.last, self.tier, self.monitor.policy, self.last_change, DIAG_PREFIX,
+                                self.monitor.ladder)
         self.diag_pub.publish(diag.array(self.get_clock().now().to_msg(), diag.from_entries(entries),
                                                self.get_namespace()))
 

@@ -153,7 +153,7 @@ class PolicyNode(LifecycleNode):
             self._timing, self._deploy = setup.timing, setup.deploy  # deploy: the deploy check's diagnostic
             config = self._control_config()
             controller = PolicyController(config, bundle, clock=time.perf_counter, actions=setup.actions,
-                                          estop=setup.estop)
+                                          estop=setup.estop, ladder=setup.ladder)
             receiver = self._make_receiver()
         except Exception as exc:  # noqa: BLE001 - any load failure must become a FAILURE, not a crash
             self.get_logger().error(f"configure failed: {exc}")
@@ -480,7 +480,7 @@ class PolicyNode(LifecycleNode):
                                 active=c.active, last_error=c.last_error, last_error_time=c.last_error_time,
                                 bundle_topic=self._get("bundle_topic"))
         entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
-                                TierView(c.tier, c.requested_tier), time.perf_counter(), running)
+                                TierView(c.tier, c.requested_tier, c.ladder), time.perf_counter(), running)
         entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
                                    override_held=c.override_held(), interventions=c.interventions,
                                    realtime=self._realtime, deploy=self._deploy)

@@ -20,7 +20,7 @@ from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, Float64MultiArray, UInt8
 
 from lowrl_ros.core.session import files as sr
-from lowrl_ros.core.session.recorded import VersionChanges, budget_row, learner_rows
+from lowrl_ros.core.session.recorded import LadderSteps, VersionChanges, budget_row, learner_rows
 from lowrl_ros.ros.qos import LATCHED, RECORD, STATS
 
 
@@ -43,9 +43,12 @@ class Recorder:
                           "tier": sr.CsvLog(session_dir / sr.TIERS_CSV, sr.TIER_FIELDS),
                           "version": sr.CsvLog(session_dir / sr.SWAPS_CSV, sr.SWAP_FIELDS),
                           "budget": sr.CsvLog(session_dir / sr.BUDGET_CSV, sr.BUDGET_FIELDS),
-                          "learner": sr.CsvLog(session_dir / sr.LEARNER_CSV, sr.LEARNER_FIELDS)}
+                          "learner": sr.CsvLog(session_dir / sr.LEARNER_CSV, sr.LEARNER_FIELDS),
+                          "policy_tier": sr.CsvLog(session_dir / sr.POLICY_TIER_CSV, sr.POLICY_TIER_FIELDS)}
         self.learner_states: list[str] = []  # the fine-tuner's learner state, one per diagnostics message
         self.versions = VersionChanges()
+        self.ladder = LadderSteps()
+        self.steps: list[str] = []  # the ladder steps the policy node applied, one per change
         self.node.create_subscription(Float64, "/lowrl/episode_return", lambda m: self.returns.append(m.data), STATS)
         self.node.create_subscription(Float64, "/lowrl/policy/latency_us", self._on_latency, RECORD)
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/stats", self._on_stats, RECORD)
@@ -84,6 +87,9 @@ class Recorder:
         budget = budget_row(msg.status)
         if budget is not None:  # the budget monitor's own view, at its diagnostics period (1 s): what the tier follows
             self._log("budget", budget)
+        for row in self.ladder.seen(msg.status):  # on change: a step, or the ladder
+            self.steps.append(row[0])
+            self._log("policy_tier", row)
 
     def _on_step(self, msg) -> None:
         """The running version, from the step row the policy node publishes each tick (a swap shows at once)."""

@@ -34,6 +34,12 @@ samples that all ask for less (hysteresis, as in Autoware's system_monitor); a t
 drop again right after a step up doubles that dwell (flap damping, see ``TierDecider``). A STALE signal (no
 sensor, a probe that failed, no policy statistics yet) is reported but never moves the tier: the
 monitor does not act on what it cannot see.
+
+The robot's ladder. With ``robot_file`` set, every tier the signals ask for maps onto that robot
+file's ``fallback`` ladder (core/runtime/ladder.py, the same mapping the policy node applies), deepening
+and recovery go step by step along it, and while a signal past its limit asks for more than the
+ladder's last policy step the tier status says so (the next step is the stop) before the stop is
+taken. Without it the ladder is every tier: full, lite, decimated, safe.
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
 from lowrl_ros.core.config import field as config_field
+from lowrl_ros.core.runtime.ladder import FallbackLadder
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level, StatusEntry
 
@@ -133,6 +140,8 @@ class BudgetConfig:
     cpu_load_window_s: float = config_field(0.0, "CPU load over the last this many seconds at each sample "
                                                  "(0: since the previous sample); smooths out single 10 ms ticks",
                                             range=(0.0, 60.0), live=True)
+    robot_file: str = config_field("", "the policy node's robot file: its fallback ladder bounds the tiers asked for "
+                                       "(docs/budget.md); empty: full, lite, decimated, safe", live=True)
 
     def __post_init__(self) -> None:
         # Lists arrive from YAML/ROS; store tuples so the config stays hashable and frozen.
@@ -182,6 +191,16 @@ class BudgetConfig:
         self._check_range("cpu_load_limit_pct", 0.0, 100.0, "percent 0..100; 0 switches it off")
         self._check_range("cpu_load_window_s", 0.0, 60.0, "0..60 s; 0 measures since the previous sample, 0.5 "
                                                          "smooths out single ticks at 10 Hz")
+        self.ladder()  # an unreadable robot file or a bad fallback entry is refused here, with its fix
+
+    def ladder(self) -> FallbackLadder:
+        """The robot file's fallback ladder (its default when it declares none), or every tier without one."""
+        if not self.robot_file:
+            return FallbackLadder.default(None, has_lite=True)
+        from lowrl_ros.core.runtime.robot_file import load_robot_file  # reads YAML: only when set
+
+        robot = load_robot_file(self.robot_file)
+        return FallbackLadder.for_robot(robot.raw, where=robot.path or "robot file")
 
     def _check_range(self, name: str, low: float, high: float, hint: str) -> None:
         value = getattr(self, name)
@@ -305,6 +324,7 @@ class TierDecider:
 
     escalate_after: int = 3
     recover_dwell_s: float = 5.0
+    ladder: FallbackLadder = field(default_factory=lambda: FallbackLadder.default(None, has_lite=True))
     tier: ComputeTier = ComputeTier.FULL
     max_backoff: int = 8
     backoff: int = 1  # current dwell = recover_dwell_s * backoff
@@ -341,7 +361,7 @@ class TierDecider:
         if self._good_since is None:
             self._good_since = now
         if now - self._good_since >= self.dwell_s:
-            self.tier = ComputeTier(self.tier - 1)
+            self.tier = self.ladder.dearer(self.tier)
             self._last_up = now
             # Each further step up needs a full dwell of its own.
             self._good_since = now if wanted < self.tier else None
@@ -362,6 +382,7 @@ class Assessment:
     wanted: ComputeTier
     changed: bool
     reason: str
+    note: str = ""  # a limit is crossed and the ladder has no cheaper policy step left (the stop is next)
 
 
 @dataclass
@@ -389,14 +410,20 @@ class BudgetMonitor:
     _applied_since: float | None = field(init=False, default=None)  # policy runs decider.tier since
 
     def __post_init__(self) -> None:
-        self.decider = TierDecider(self.config.escalate_after, self.config.recover_dwell_s)
+        self.decider = TierDecider(self.config.escalate_after, self.config.recover_dwell_s, self.config.ladder())
         self._misses = MissRateWindow(self.config.miss_window_s)
 
+    @property
+    def ladder(self) -> FallbackLadder:
+        return self.decider.ladder
+
     def reconfigure(self, config: BudgetConfig) -> None:
-        """Take new limits live; the current tier and the miss window are kept."""
+        """Take new limits live; the current tier (moved onto a new ladder) and the miss window are kept."""
         self.config = config
         self.decider.escalate_after = config.escalate_after
         self.decider.recover_dwell_s = config.recover_dwell_s
+        self.decider.ladder = config.ladder()
+        self.decider.tier = self.decider.ladder.apply(self.decider.tier)
         self._misses.window_s = config.miss_window_s
 
     @property
@@ -469,12 +496,13 @@ class BudgetMonitor:
         has run that tier for ``miss_window_s``, asks for one tier cheaper (down to the safe
         action): if even the decimated lite policy misses its deadline, its output cannot be
         trusted."""
-        tier = self.decider.tier
+        tier, ladder = self.decider.tier, self.decider.ladder
         settled = self._applied_since is not None and now - self._applied_since >= self.config.miss_window_s
-        if not settled or tier == ComputeTier.SAFE:
+        cheaper = ladder.cheaper(tier)
+        if not settled or cheaper is None:
             return statuses
-        return [replace(s, tier=ComputeTier(tier + 1), message=f"{s.message}, still on the {tier.label} tier")
-                if s.kind in DEADLINE_KINDS and s.severity == Severity.HARD and s.tier <= tier else s
+        return [replace(s, tier=cheaper, message=f"{s.message}, still on the {tier.label} tier")
+                if s.kind in DEADLINE_KINDS and s.severity == Severity.HARD and ladder.apply(s.tier) <= tier else s
                 for s in statuses]
 
     def step(self, now: float, readings: Mapping[str, Reading]) -> Assessment:
@@ -482,7 +510,8 @@ class BudgetMonitor:
         statuses = self._deepen(now, self.judge_all(now, readings))
         active = [s for s in statuses if s.severity != Severity.STALE]
         worst = max(active, key=lambda s: (s.tier, s.severity), default=None)
-        wanted = worst.tier if worst is not None else ComputeTier.FULL
+        ladder = self.decider.ladder
+        wanted = ladder.apply(worst.tier) if worst is not None else ComputeTier.FULL
         before = self.decider.tier
         changed = self.decider.update(now, wanted)
         if not changed:
@@ -495,7 +524,13 @@ class BudgetMonitor:
             self._applied_since = None  # the policy has to show it runs the new tier
         if changed and self.decider.backoff > 1:
             reason += f" (dwell now {self.decider.dwell_s:g} s: flap damping)"
-        return Assessment(tuple(statuses), self.decider.tier, wanted, changed, reason)
+        tier, note = self.decider.tier, ""
+        if worst is not None and worst.tier > tier and ladder.last_policy_step(tier):
+            step = ladder.step(tier)
+            note = (f"{worst.name} {worst.message}: the ladder {ladder.describe()} has no cheaper policy step than "
+                    f"{step.label if step else tier.label}; if it stays past its limit the next step is "
+                    f"{ladder.stop.label}")
+        return Assessment(tuple(statuses), tier, wanted, changed, reason, note)
 
 
 def _tier_label(value: float) -> str:
@@ -506,7 +541,7 @@ def _tier_label(value: float) -> str:
 
 
 def budget_status(last: Assessment, tier: ComputeTier, policy: PolicyReport | None, last_change: str,
-                  prefix: str = "lowrl/budget") -> list[StatusEntry]:
+                  prefix: str = "lowrl/budget", ladder: FallbackLadder | None = None) -> list[StatusEntry]:
     """The budget monitor's diagnostics, pure: one status per signal, then ``<prefix>/tier``.
 
     A signal's level is its severity's (:attr:`Severity.level`); the tier status is OK on the full
@@ -517,6 +552,7 @@ def budget_status(last: Assessment, tier: ComputeTier, policy: PolicyReport | No
         tier: the tier now published; policy: the policy node's latest stats (None: none yet).
         last_change: why the tier last changed ("none yet" before the first change).
         prefix: the diagnostic name prefix.
+        ladder: the robot's fallback ladder, shown in the tier status (None: not shown).
     """
     statuses = []
     for s in last.statuses:
@@ -526,7 +562,11 @@ def budget_status(last: Assessment, tier: ComputeTier, policy: PolicyReport | No
                   "margin": "" if margin is None else margin, "source": s.source, "asks_tier": s.tier.label}
         statuses.append(StatusEntry(f"{prefix}/{s.name}", s.severity.level, s.message, values))
     level = Level.OK if tier == ComputeTier.FULL else (Level.ERROR if tier == ComputeTier.SAFE else Level.WARN)
-    statuses.append(StatusEntry(f"{prefix}/tier", level, f"compute tier {tier.label}", {
+    message = f"compute tier {tier.label}"
+    if last.note:
+        level, message = max(level, Level.WARN), f"{message}; {last.note}"
+    statuses.append(StatusEntry(f"{prefix}/tier", level, message, {
         "tier": tier.label, "wanted": last.wanted.label, "last_change": last_change,
-        "policy_applies": "" if policy is None else _tier_label(policy.tier)}))
+        "policy_applies": "" if policy is None else _tier_label(policy.tier),
+        "ladder": ladder.describe() if ladder is not None else "", "note": last.note}))
     return statuses

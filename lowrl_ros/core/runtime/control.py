@@ -13,7 +13,7 @@ Order of decisions in one tick (the first that applies wins):
    positions yet                   -> NOTHING: no command at all (``source == "none"``)
 4. the latest observation was bad  -> safe action, error reason kept for diagnostics
 5. no observation within watchdog  -> safe action
-6. tier SAFE                       -> safe action
+6. tier SAFE                       -> the ladder's stop: safe action, or hold for ``hold``
 7. not an acting tick (decimation) -> hold the last action
 8. otherwise                       -> policy (full or lite by tier), blended from the safe action
                                       over ``soft_start_steps`` after activation or a swap.
@@ -40,6 +40,7 @@ import numpy as np
 
 from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.actions import ActionProcessor
+from lowrl_ros.core.runtime.ladder import FallbackLadder
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level, Policy, StatusEntry
 
@@ -324,17 +325,21 @@ class PolicyController:
         clock: seconds, monotonic (a fake one in tests).
         actions: the robot file's post-processing (None: no robot file, today's behaviour).
         estop: the e-stop latch (kept by the node so it outlives this controller); None: none.
+        ladder: the robot file's declared fallback ladder (core/runtime/ladder.py); None: the robot's
+            default for each bundle. Every requested tier maps onto it: a step it lacks is never taken.
     """
 
     def __init__(self, config: ControlConfig, bundle: BundleLike,
                  clock: Callable[[], float] = time.monotonic, actions: ActionProcessor | None = None,
-                 estop: EStopLatch | None = None) -> None:
+                 estop: EStopLatch | None = None, ladder: FallbackLadder | None = None) -> None:
         self.config = config
         self._clock = clock
         self._policy = self._prepare(bundle)
         self.obs_dim, self.action_dim = policy_dims(self._policy.full)
         self.actions = actions
         self.estop = estop
+        self._declared_ladder = ladder
+        self.ladder = self._ladder_for(bundle)  # LadderError (a ValueError): configure fails naming the entry
         if actions is not None:
             actions.check_contract(self._policy.full.contract)
         self.check_config(config)
@@ -390,6 +395,14 @@ class PolicyController:
     def bundle(self) -> BundleLike:
         return self._policy.bundle
 
+    def _ladder_for(self, bundle: BundleLike) -> FallbackLadder:
+        """The declared ladder, checked against ``bundle``, or the robot's default for it."""
+        if self._declared_ladder is not None:
+            self._declared_ladder.check_bundle(bundle.policies, "robot file fallback")
+            return self._declared_ladder
+        return FallbackLadder.default(self.actions.interface if self.actions is not None else None,
+                                      has_lite=len(bundle.policies) > 1)
+
     def check_compatible(self, bundle: BundleLike) -> None:
         """Raise ValueError if ``bundle`` cannot replace the running one (different I/O sizes, or an
         action scale/offset the robot file would apply a second time)."""
@@ -401,11 +414,13 @@ class PolicyController:
                                  "I/O contract (restart the node for a different robot)")
             if self.actions is not None:
                 self.actions.check_contract(policy.contract)
+        self._ladder_for(bundle)  # a declared ladder's lite must be in the new bundle too
 
     def swap(self, bundle: BundleLike) -> None:
         """Replace the policies between ticks (atomic: one reference), then soft-start again."""
         self.check_compatible(bundle)
         self._policy = self._prepare(bundle)
+        self.ladder = self._ladder_for(bundle)
         self.tier = self._effective(self.requested_tier)
         self._start_soft()
 
@@ -502,23 +517,29 @@ class PolicyController:
         if effective == self.tier:
             return None
         before, self.tier = self.tier, effective
+        step = self.ladder.step(effective)
+        label = step.label if step is not None else effective.label
         note = ""
         if effective != requested:
-            note = f" (requested {requested.label}; the bundle has one policy, so lite runs as decimated)"
-        return f"compute tier {before.label} -> {effective.label}{note}"
+            note = f" (requested {requested.label}; the robot's ladder is {self.ladder.describe()})"
+        return f"compute tier {before.label} -> {label}{note}"
 
     def _effective(self, tier: ComputeTier) -> ComputeTier:
-        if tier == ComputeTier.LITE and self._policy.lite is None:
-            return ComputeTier.DECIMATED
-        return tier
+        return self.ladder.apply(tier)
+
+    def _tier_decimation(self) -> int:
+        """The decimated step's factor: the ladder's ``decimated:k``, else the ``tier_decimation`` parameter."""
+        step = self.ladder.step(ComputeTier.DECIMATED)
+        return step.decimation if step is not None and step.decimation else self.config.tier_decimation
 
     # ---- output ---------------------------------------------------------------------------
-    def safe_action(self) -> np.ndarray | None:
-        """The safe action; None only with a robot file whose safe action needs a pose not yet measured."""
+    def safe_action(self, kind: str = "") -> np.ndarray | None:
+        """The safe action (``kind`` "hold": hold, whatever is configured); None only with a robot file
+        whose safe action needs a pose not yet measured."""
         if self.actions is not None:
-            return self._robot_safe_action()
+            return self._robot_safe_action(kind)
         c = self.config
-        if c.safe_action == "hold":
+        if (kind or c.safe_action) == "hold":
             action = self._last_action.copy()
         elif c.safe_action == "default_pose":
             action = np.asarray(c.default_pose, dtype=np.float64)
@@ -526,8 +547,8 @@ class PolicyController:
             action = np.zeros(self.action_dim)
         return np.clip(action, self._policy.low, self._policy.high)
 
-    def _robot_safe_action(self) -> np.ndarray | None:
-        safe = self.actions.safety.safe_action
+    def _robot_safe_action(self, kind: str = "") -> np.ndarray | None:
+        safe = kind or self.actions.safety.safe_action
         if safe == "hold":
             # The MEASURED pose, not the last command: after a fall or a stall the two differ, and
             # commanding the old target would pull the joints back at full gain. Not clamped:
@@ -559,13 +580,13 @@ class PolicyController:
         c = self.config
         if self.tier == ComputeTier.SAFE and c.safe_period_s > 0:
             return max(c.safe_period_s, c.control_period_s)
-        k = c.tier_decimation if self.tier >= ComputeTier.DECIMATED else 1
+        k = self._tier_decimation() if self.tier >= ComputeTier.DECIMATED else 1
         return c.control_period_s * k
 
     def _decimation(self) -> int:
         if self.config.mode == "fixed_rate":
             return self.config.decimation  # the tier's factor is in output_period_s()
-        return self.config.tier_decimation if self.tier == ComputeTier.DECIMATED else 1
+        return self._tier_decimation() if self.tier == ComputeTier.DECIMATED else 1
 
     def step(self, reference_time: float | None = None) -> StepResult:
         """Choose this tick's action.
@@ -589,8 +610,8 @@ class PolicyController:
             self.deadline_misses += 1
         return result
 
-    def _safe(self, reason: str) -> StepResult:
-        action = self.safe_action()
+    def _safe(self, reason: str, kind: str = "") -> StepResult:
+        action = self.safe_action(kind)
         if action is None:
             return StepResult(np.empty(0), NOTHING, f"{reason}; joint positions not measured yet")
         return StepResult(action, "safe", reason)
@@ -615,7 +636,8 @@ class PolicyController:
             self.last_error, self.last_error_time = reason, now  # diagnosed like a bad input
             return self._safe(reason)
         if self.tier == ComputeTier.SAFE:
-            return self._safe("compute tier safe")
+            stop = self.ladder.stop.name  # "safe": the configured safe action; "hold": hold, whatever is configured
+            return self._safe(f"compute tier safe ({stop}, the robot's last fallback step)", stop.replace("safe", ""))
         if (self.ticks - 1) % self._decimation() and self._last_source in ("policy", "hold"):
             # Hold only what the policy last chose, never a safe action from before (act instead).
             return StepResult(self._last_action, "hold")

@@ -14,6 +14,7 @@ from lowrl_ros.core.config import field, require
 from lowrl_ros.core.runtime.actions import ActionProcessor
 from lowrl_ros.core.runtime.control import ROBOT_TIMINGS, ControlTiming, EStopLatch
 from lowrl_ros.core.runtime.deploy_check import DEPLOY_CHECKS, DeployReport, check_deployment, recorded_training
+from lowrl_ros.core.runtime.ladder import FallbackLadder
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
 from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.realtime import parse_cpus
@@ -117,6 +118,8 @@ class PolicySetup:
         legacy_yaml: the robot file built from the old parameters, as YAML ("" with ``robot_file``).
         deploy: the deploy check of a given robot file against the contract (None without ``robot_file``: the
             old parameters describe no output side and name no terms to compare).
+        ladder: the robot file's declared ``fallback`` ladder (None: the robot's default, chosen per bundle
+            by the controller); checked against the bundle by ``PolicyController``.
     """
 
     spec: ObservationSpec
@@ -125,6 +128,7 @@ class PolicySetup:
     timing: ControlTiming
     legacy_yaml: str
     deploy: DeployReport | None = None
+    ladder: FallbackLadder | None = None
 
     @classmethod
     def plan(cls, settings: PolicyNodeSettings, contract: ContractLike, *, legacy: ObsAdapterConfig | None,
@@ -145,7 +149,10 @@ class PolicySetup:
         actions = ActionProcessor.from_robot_dict(robot.raw, contract) if settings.robot_file else None
         safety = actions.safety if actions is not None else None
         latch = EStopLatch.keep(estop, safety.estop_topic if safety else "", safety.reset_topic if safety else "")
-        return cls(spec, actions, latch, timing, legacy_yaml, deploy)
+        ladder = None
+        if settings.robot_file and "fallback" in robot.raw:
+            ladder = FallbackLadder.for_robot(robot.raw, where=robot.path or "robot file")
+        return cls(spec, actions, latch, timing, legacy_yaml, deploy, ladder)
 
     def log_lines(self, robot_file: str) -> list[tuple[Level, str]]:
         """What configure logs: the robot file built from the old parameters (to keep), the timing WARN, the

@@ -12,6 +12,7 @@ Top-level keys, the complete set::
     safety        e-stop, soft start                       (parsed by core/runtime/actions.py)
     reward        reward terms on the robot                (parsed by core/finetune/rewards.py)
     episode       episode ends: fall, time limit           (parsed by core/finetune/rewards.py)
+    fallback      the cheaper steps the policy may take     (parsed by core/runtime/ladder.py)
 
 This module checks the top level and parses ``joints``, ``default_pose`` and ``observation``; the
 output side (``interface``, ``action``, ``output``, ``safety``) is kept raw in :attr:`RobotFile.raw`
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 TOP_LEVEL_KEYS: tuple[str, ...] = ("joints", "default_pose", "interface", "observation", "action", "output",
-                                   "safety", "reward", "episode")
+                                   "safety", "reward", "episode", "fallback")
 
 
 class RobotFileError(ValueError):

@@ -11,7 +11,9 @@ The five statuses, under ``lowrl/policy/``:
 - ``policy``: the running version, or the last swap's outcome (ERROR when rejected), with the
   ``swap_*`` keys of :class:`lowrl_ros.core.runtime.swap.SwapStatus` (docs/CONTRACTS.md);
 - ``bundle``: the bundle stream (ERROR after a rejection);
-- ``tier``: WARN on any compute tier below full.
+- ``tier``: WARN on any compute tier below full; it names the robot's fallback ladder and the step
+  applied, and says so while a cheaper tier is asked for than the ladder's last policy step (the
+  next step is the stop).
 
 And, from :func:`robot_io_status`, the ones a configuration adds: ``timing`` (WARN while the policy
 runs at another rate than its contract names), ``estop`` (ERROR while latched), ``intervention`` (WARN
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lowrl_ros.core.runtime.ladder import FallbackLadder
 from lowrl_ros.core.runtime.swap import StreamStatus, SwapStatus
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level, StatusEntry
@@ -60,11 +63,27 @@ class RunningPolicy:
 
 @dataclass(frozen=True)
 class TierView:
-    """The compute tier applied and the one the budget monitor asked for (they differ when a
-    one-policy bundle runs LITE as DECIMATED)."""
+    """The compute tier applied, the one the budget monitor asked for (they differ where the robot's
+    ladder maps one onto another) and the ladder (None: not shown)."""
 
     applied: ComputeTier
     requested: ComputeTier
+    ladder: FallbackLadder | None = None
+
+    def entry(self) -> StatusEntry:
+        """``lowrl/policy/tier``: OK on full, else WARN naming the step the robot file allowed."""
+        ladder, applied = self.ladder, self.applied
+        step = ladder.step(applied) if ladder is not None else None
+        label = step.label if step is not None else applied.label
+        message = f"tier {label}"
+        values: dict[str, Any] = {"tier": applied.label, "requested": self.requested.label, "tier_value": int(applied)}
+        if ladder is not None:
+            values.update(step=label, ladder=ladder.describe(), declared=ladder.declared)
+            if self.requested != applied:
+                message += f" (requested {self.requested.label}; ladder {ladder.describe()})"
+            if self.requested > applied and ladder.last_policy_step(applied):
+                message += f"; no cheaper policy step than {label} left: the next step is {ladder.stop.label}"
+        return StatusEntry(f"{PREFIX}/tier", Level.OK if applied == ComputeTier.FULL else Level.WARN, message, values)
 
 
 def policy_status(stats: Mapping[str, float], swap: SwapStatus, stream: StreamStatus, tier: TierView,
@@ -94,9 +113,7 @@ def policy_status(stats: Mapping[str, float], swap: SwapStatus, stream: StreamSt
                      "active": running.active, **swap.values()}),
         StatusEntry(f"{PREFIX}/bundle", stream.level, stream.message,
                     {"topic": running.bundle_topic, **stream.values()}),
-        StatusEntry(f"{PREFIX}/tier", Level.OK if tier.applied == ComputeTier.FULL else Level.WARN,
-                    f"tier {tier.applied.label}",
-                    {"tier": tier.applied.label, "requested": tier.requested.label, "tier_value": int(tier.applied)}),
+        tier.entry(),
     ]
 
 

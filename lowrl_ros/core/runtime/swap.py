@@ -14,6 +14,10 @@ which also builds the reply for the trainer; this module only needs the duck-typ
 The version a bundle must beat is the newest of what runs, what is pending and what the stream
 already accepted, so a latched re-delivery or a slow worker never installs an older version.
 
+A one-tier version (what the fine-tuner makes) keeps the running bundle's lite tier when the contract
+still matches (``lowrl_ros.core.runtime.ladder.keep_lite``), on both paths: the robot's fallback ladder
+keeps its same-rate step across fine-tuned versions.
+
 Everything the swapper decides is visible in :meth:`PolicySwapper.status` (a :class:`SwapStatus`,
 whose ``values()`` are the keys the policy node adds to its ``lowrl/policy/policy`` diagnostic,
 docs/CONTRACTS.md) and :meth:`PolicySwapper.stream_status`.
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from lowrl_ros.core.runtime.ladder import keep_lite
 from lowrl_ros.core.types import Level
 
 
@@ -251,7 +256,7 @@ class PolicySwapper:
 
     def _check_path(self, path: str) -> Any:
         try:
-            bundle = self._load(path)  # validates and warms up every tier
+            bundle = keep_lite(self._load(path), self._controller.bundle)  # validates and warms up every tier
         except Exception as exc:  # noqa: BLE001 - a bad artifact is reported, never raised
             self._reject(path, RejectCode.INVALID_ARTIFACT, str(exc))
             return None
@@ -269,9 +274,10 @@ class PolicySwapper:
         return max(int(self._controller.bundle.version), accepted, int(pending.version) if pending is not None else 0)
 
     def _check_bundle(self, message: bytes) -> Any:
-        current = self._current_version()
-        got, reply = self._receiver.answer(message, current_version=current, running=self._controller.bundle,
-                                           protect=(self.active_path,), check=self._controller.check_compatible)
+        current, running = self._current_version(), self._controller.bundle
+        got, reply = self._receiver.answer(message, current_version=current, running=running,
+                                           protect=(self.active_path,),
+                                           check=lambda b: self._controller.check_compatible(keep_lite(b, running)))
         self._call(self._reply, reply)
         stream = self._stream
         if got is None:
@@ -290,7 +296,7 @@ class PolicySwapper:
                          int(header.version)), last_code="ok", resend_requested=None)
         self._say(Level.OK, f"bundle v{header.version} accepted ({header.total_len} bytes, "
                             f"{header.n_chunks} chunks) -> {got.path}")
-        return got.bundle
+        return keep_lite(got.bundle, running)
 
     def _set_stream(self, **changes: Any) -> None:
         with self._lock:
@@ -321,10 +327,12 @@ class PolicySwapper:
             self._reject(str(bundle.path), RejectCode.CONTRACT_MISMATCH, str(exc), int(bundle.version))
             return None
         self.active_path = str(bundle.path)
+        kept = getattr(bundle, "lite_from", 0)
+        note = f", lite tier kept from v{kept}" if kept else ""
         with self._lock:
             self._status = SwapStatus(SwapState.SWAPPED, self.active_path, int(bundle.version), "",
-                                      f"swapped to {bundle.path} v{bundle.version}")
-        self._say(Level.OK, f"hot-swapped to {bundle.path} v{bundle.version} (soft start)")
+                                      f"swapped to {bundle.path} v{bundle.version}{note}")
+        self._say(Level.OK, f"hot-swapped to {bundle.path} v{bundle.version} (soft start{note})")
         return bundle
 
     def drop_pending(self) -> None:

@@ -9,6 +9,7 @@ SESSION_DIR/
   policy_stats.csv    recorder (lowrl demo): /lowrl/policy/stats rows (STATS_FIELDS), 10 Hz
   latency_us.csv      recorder: /lowrl/policy/latency_us, one row per inference
   tiers.csv           recorder: /lowrl/compute_tier, one row per tier message
+  policy_tier.csv     recorder: the policy's ladder step (lowrl/policy/tier step, ladder, declared), on change
   policy_versions.csv recorder: each change of the version in the policy node's step rows (policy_version)
   budget_signals.csv  recorder: the budget monitor's CPU load, miss rate, p99 and wanted tier (its diagnostics, 1 Hz)
   finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, 1 Hz)
@@ -52,6 +53,9 @@ EPISODE_FIELDS = ("time_s", "episode", "return", "length", "terminated", "versio
 STATS_CSV_FIELDS = ("time_s",) + STATS_FIELDS
 LATENCY_FIELDS = ("time_s", "latency_us")
 TIER_FIELDS = ("time_s", "tier")
+POLICY_TIER_CSV = "policy_tier.csv"
+POLICY_TIER_FIELDS = ("time_s", "step", "requested", "ladder", "declared")
+STEP_TEXT = POLICY_TIER_FIELDS[1:]
 SWAP_FIELDS = ("time_s", "version")
 BUDGET_CSV = "budget_signals.csv"
 BUDGET_FIELDS = ("time_s", "cpu_load_pct", "miss_rate", "latency_p99_us", "wanted")
@@ -164,6 +168,7 @@ class SessionData:
     learner: dict[str, np.ndarray] = field(default_factory=dict)
     process_cpu: dict[str, np.ndarray] = field(default_factory=dict)
     episode_terms: dict[str, np.ndarray] = field(default_factory=dict)  # finetune/episode_terms.csv
+    policy_tier: dict[str, np.ndarray] = field(default_factory=dict)  # the ladder step the policy applied
 
     @property
     def term_names(self) -> list[str]:
@@ -193,7 +198,7 @@ def _frame(fields: tuple[str, ...], rows: list[list], text: Iterable[str] = ()) 
 
 
 def recorder_frames(p: Path, source: str = "auto") -> tuple[dict[str, np.ndarray], ...]:
-    """(stats, latency, tiers, swaps, budget, learner): from the session's recording (SESSION_MCAP) when
+    """(stats, latency, tiers, swaps, budget, learner, policy_tier): from the session's recording (SESSION_MCAP) when
     ``source`` is "mcap", or "auto" and the directory holds one; else from the recorder's CSV files."""
     if source not in ("auto", "mcap", "csv"):
         raise ValueError(f"source {source!r}: auto, mcap or csv")
@@ -202,10 +207,11 @@ def recorder_frames(p: Path, source: str = "auto") -> tuple[dict[str, np.ndarray
         return (_frame(STATS_CSV_FIELDS, rows["stats"]), _frame(LATENCY_FIELDS, rows["latency"]),
                 _frame(TIER_FIELDS, rows["tiers"]), _frame(SWAP_FIELDS, rows["swaps"]),
                 _frame(BUDGET_FIELDS, rows["budget"], text=("wanted",)),
-                _frame(LEARNER_FIELDS, rows["learner"], text=("state",)))
+                _frame(LEARNER_FIELDS, rows["learner"], text=("state",)),
+                _frame(POLICY_TIER_FIELDS, rows["policy_tier"], text=STEP_TEXT))
     return (_read_csv(p / POLICY_STATS_CSV), _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV),
             _read_csv(p / SWAPS_CSV), _read_csv(p / BUDGET_CSV, text=("wanted",)),
-            _read_csv(p / LEARNER_CSV, text=("state",)))
+            _read_csv(p / LEARNER_CSV, text=("state",)), _read_csv(p / POLICY_TIER_CSV, text=STEP_TEXT))
 
 
 def read_session(session_dir: str | Path, source: str = "auto") -> SessionData:
@@ -218,7 +224,7 @@ def read_session(session_dir: str | Path, source: str = "auto") -> SessionData:
     info = json.loads((p / SESSION_JSON).read_text()) if (p / SESSION_JSON).is_file() else {}
     versions_path = p / FINETUNE_DIR / "versions.json"
     versions = json.loads(versions_path.read_text()) if versions_path.is_file() else {}
-    stats, latency, tiers, swaps, budget, learner = recorder_frames(p, source)
+    stats, latency, tiers, swaps, budget, learner, policy_tier = recorder_frames(p, source)
     return SessionData(p, info, _read_csv(p / EPISODES_CSV), stats, latency, tiers, versions, swaps, budget, learner,
                        _read_csv(p / PROCESS_CPU_CSV, text=("process",)),
-                       _read_csv(p / FINETUNE_DIR / EPISODE_TERMS_CSV, text=("end",)))
+                       _read_csv(p / FINETUNE_DIR / EPISODE_TERMS_CSV, text=("end",)), policy_tier)

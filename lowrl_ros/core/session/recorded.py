@@ -25,6 +25,7 @@ from lowrl_ros.core.session.recording import recorded_files, resolve
 SESSION_MCAP = "session.mcap"  # what `lowrl demo` records into its session directory
 BUDGET_PREFIX = "lowrl/budget/"  # budget_monitor_node's diagnostics (core.budget.monitor.budget_status)
 LEARNER_STATUS = "lowrl/finetune/learner"  # the fine-tuner's learner state (core.finetune.status.finetune_status)
+POLICY_TIER_STATUS = "lowrl/policy/tier"  # the ladder step the policy node applies (core.runtime.status.TierView)
 TOPICS = {"stats": "lowrl/policy/stats", "latency": "lowrl/policy/latency_us", "tier": "lowrl/compute_tier",
           "step": "lowrl/policy/step", "diagnostics": "/diagnostics"}
 
@@ -54,6 +55,28 @@ def learner_rows(statuses: Iterable[Any]) -> list[list[str]]:
             values = {kv.key: kv.value for kv in status.values}
             out.append([values.get("state", ""), values.get("updates") or "nan"])
     return out
+
+
+class LadderSteps:
+    """The policy_tier.csv rows (step, requested, ladder, declared): ``seen(statuses)`` returns the rows of
+    one DiagnosticArray's statuses where the ladder step the policy node applies (or its ladder) changed."""
+
+    def __init__(self) -> None:
+        self.last: list[str] | None = None
+
+    def seen(self, statuses: Iterable[Any]) -> list[list[str]]:
+        out = []
+        for status in statuses:
+            if status.name != POLICY_TIER_STATUS:
+                continue
+            values = {kv.key: kv.value for kv in status.values}
+            if "step" not in values:
+                continue
+            row = [values["step"]] + [values.get(k, "") for k in ("requested", "ladder", "declared")]
+            if row != self.last:
+                self.last = row
+                out.append(row)
+        return out
 
 
 class VersionChanges:
@@ -98,7 +121,7 @@ def _messages(path: Path, topics: set[str]) -> Iterator[tuple[str, float, Any]]:
 def read_recording(path: str | Path, namespace: str = "/") -> dict[str, list[list]]:
     """The recorder's rows from a session recording (``path``: its first file; rotations follow).
 
-    Returns {"stats", "latency", "tiers", "swaps", "budget", "learner"}: each a list of rows with the
+    Returns {"stats", "latency", "tiers", "swaps", "budget", "learner", "policy_tier"}: each a list of rows with the
     columns of its CSV (core/session/files.py STATS_CSV_FIELDS, LATENCY_FIELDS, ...), time first.
     ``namespace``: the robot's, as recorded (its lowrl topics are under it; /diagnostics is not).
     """
@@ -106,8 +129,9 @@ def read_recording(path: str | Path, namespace: str = "/") -> dict[str, list[lis
     if not files:
         raise FileNotFoundError(f"no recording at {path}")
     topic = {key: resolve(name, namespace) for key, name in TOPICS.items()}
-    rows: dict[str, list] = {k: [] for k in ("stats", "latency", "tiers", "swaps", "budget", "learner")}
-    versions = VersionChanges()
+    rows: dict[str, list] = {k: [] for k in ("stats", "latency", "tiers", "swaps", "budget", "learner",
+                                                   "policy_tier")}
+    versions, steps = VersionChanges(), LadderSteps()
     for file in files:
         for name, t, msg in _messages(file, set(topic.values())):
             if name == topic["stats"]:
@@ -126,4 +150,5 @@ def read_recording(path: str | Path, namespace: str = "/") -> dict[str, list[lis
                 if budget is not None:
                     rows["budget"].append([t, *budget])
                 rows["learner"] += [[t, *row] for row in learner_rows(msg.status)]
+                rows["policy_tier"] += [[t, *row] for row in steps.seen(msg.status)]
     return rows

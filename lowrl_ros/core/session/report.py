@@ -69,6 +69,7 @@ def adaptive_compute_lines(data: SessionData) -> list[str]:
         changes = intervals(data.tiers["time_s"], tiers.astype(int), float(data.tiers["time_s"][-1]))
         lines.append("- tiers published: " + " -> ".join(
             f"{ComputeTier(int(v)).label} (t={a - data.t0:.1f} s)" for a, _, v in changes))
+    lines += ladder_lines(data)
     costs = tier_costs(data)
     if costs:
         lines += ["", "| tier applied | time on it | control ticks | deadline misses | inferences/s | "
@@ -90,6 +91,21 @@ def adaptive_compute_lines(data: SessionData) -> list[str]:
         lines.append("CPU use, % of one core, mean on the full tier / below it: " + "; ".join(
             f"{name} {pct(row, 'full')} / {pct(row, 'below full')}" for name, row in cpu.items()))
     return lines
+
+
+def ladder_lines(data: SessionData) -> list[str]:
+    """The ladder steps the policy node applied over time (``lowrl/policy/tier``: ``step``, ``ladder``,
+    ``declared``), and whether the robot file declared that ladder or it is the robot's default."""
+    p = data.policy_tier
+    if not len(p.get("step", ())):
+        return []
+    steps = [f"{step} (t={t - data.t0:.1f} s" + (f", asked {asked})" if asked not in ("", step.split(":")[0])
+                                                 else ")")
+             for t, step, asked in zip(p["time_s"], p["step"], p["requested"])]
+    ladders = list(dict.fromkeys(zip(p["ladder"], p["declared"])))
+    allowed = "; ".join(f"{ladder} ({'declared in the robot file' if declared == 'True' else 'the robot default'})"
+                        for ladder, declared in ladders)
+    return [f"- ladder steps the policy applied: {' -> '.join(steps)}", f"- the robot's ladder: {allowed}"]
 
 
 def reward_lines(data: SessionData) -> list[str]:
