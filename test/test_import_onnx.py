@@ -291,8 +291,12 @@ def _io_descriptors() -> dict:
     }
 
 
-def make_run(tmp_path, *, io: bool = True, env: dict | None = None):
-    """A small Isaac Lab run directory: exported/policy.onnx (48 -> 12, ELU, normaliser), params/, IO descriptors."""
+def make_run(tmp_path, *, io: bool | str = True, env: dict | None = None):
+    """A small Isaac Lab run directory: exported/policy.onnx (48 -> 12, ELU, normaliser), params/, IO descriptors.
+
+    ``io``: where the IO descriptors go, relative to the run; True: where train.py --export_io_descriptors puts
+    them (ManagerBasedEnv.export_IO_descriptors: <log_dir>/io_descriptors/IO_descriptors.yaml); False: none.
+    """
     run = tmp_path / "2026-11-26_00-00-00"
     (run / "exported").mkdir(parents=True)
     (run / "params").mkdir()
@@ -307,7 +311,9 @@ def make_run(tmp_path, *, io: bool = True, env: dict | None = None):
              "algorithm": {"class_name": "PPO", "learning_rate": 0.001}}
     (run / "params" / "agent.yaml").write_text(yaml.safe_dump(agent, sort_keys=False))
     if io:
-        (run / "IO_descriptors.yaml").write_text(yaml.safe_dump(_io_descriptors(), sort_keys=False))
+        path = run / (io if isinstance(io, str) else "io_descriptors/IO_descriptors.yaml")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(_io_descriptors(), sort_keys=False))
     return run
 
 

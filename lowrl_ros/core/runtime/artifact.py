@@ -34,6 +34,12 @@ FORMAT_VERSION = 2
 ACTIVATIONS_HIDDEN = activations.HIDDEN
 ACTIVATIONS_OUTPUT = activations.OUTPUT
 _V2_CONTRACT_KEYS = ("obs_clip", "action_scale", "action_offset")
+# What the policy was trained to read back as its ``last_action`` observation, recorded at import as the
+# provenance entry LAST_ACTION_KEY: "raw" is the network's output y before the action transform and the clip
+# (Isaac Lab's ActionManager.action, rsl_rl's envs, rl_sar); "action" is the executed action in contract units,
+# clip(o + s*y, low, high) (a gymnasium env that stores what step() got: SB3, our own kits). Absent: "action".
+LAST_ACTION_KEY = "last_action"
+LAST_ACTION_CONVENTIONS = ("raw", "action")
 
 
 class ArtifactError(ValueError):
@@ -237,6 +243,30 @@ class PolicyContract:
             and self.action_low == other.action_low
             and self.action_high == other.action_high
         )
+
+
+def last_action_convention(contract: Any) -> str:
+    """``"raw"`` or ``"action"``: which action ``contract``'s policy reads back as its ``last_action`` term.
+
+    From the provenance entry ``last_action`` the importer recorded (see LAST_ACTION_KEY); a contract
+    without one (our own kits, artifacts made before it existed) is ``"action"``. Raises ValueError for
+    any other recorded value, so a typo never silently picks the wrong feedback.
+    """
+    value = (getattr(contract, "provenance", None) or {}).get(LAST_ACTION_KEY, "action")
+    if value not in LAST_ACTION_CONVENTIONS:
+        raise ValueError(f"the contract's provenance {LAST_ACTION_KEY!r} is {value!r}; use one of "
+                         f"{', '.join(LAST_ACTION_CONVENTIONS)}")
+    return value
+
+
+def raw_from_action(contract: PolicyContract, output_activation: str, action: np.ndarray) -> np.ndarray:
+    """The network output y that gives ``action`` (float64): (action - o) / s, inverting action_transform.
+
+    Exact where the action is inside [low, high]; where the clip bit, it returns the y of the clipped
+    action, not the network's own (only the engine's pre-transform output has that: Policy.raw_output).
+    """
+    scale, offset = contract.action_transform(output_activation)
+    return (np.asarray(action, dtype=np.float64) - offset) / scale
 
 
 @dataclass(frozen=True)

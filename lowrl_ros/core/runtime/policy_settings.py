@@ -14,6 +14,7 @@ from lowrl_ros.core.config import field, require
 from lowrl_ros.core.runtime.actions import ActionProcessor
 from lowrl_ros.core.runtime.control import ROBOT_TIMINGS, ControlTiming, EStopLatch
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
+from lowrl_ros.core.runtime.artifact import last_action_convention
 from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.realtime import parse_cpus
 from lowrl_ros.core.runtime.robot_file import (RobotFile, legacy_robot_file, load_robot_file, parse_robot_file,
@@ -108,6 +109,8 @@ class PolicySetup:
         estop: the e-stop latch (the old one kept, still latched, unless its topic changed; None: no e-stop).
         timing: robot_timing against the contract's control period.
         legacy_yaml: the robot file built from the old parameters, as YAML ("" with ``robot_file``).
+        last_action: the policy's last-action convention ("raw" | "action", artifact.last_action_convention),
+            which the observation builder follows unless a last_action term states its own.
     """
 
     spec: ObservationSpec
@@ -115,6 +118,7 @@ class PolicySetup:
     estop: EStopLatch | None
     timing: ControlTiming
     legacy_yaml: str
+    last_action: str = "action"
 
     @classmethod
     def plan(cls, settings: PolicyNodeSettings, contract: ContractLike, *, legacy: ObsAdapterConfig | None,
@@ -128,7 +132,7 @@ class PolicySetup:
         safety = actions.safety if actions is not None else None
         latch = EStopLatch.keep(estop, safety.estop_topic if safety else "", safety.reset_topic if safety else "")
         timing = ControlTiming.choose(settings.robot_timing, contract.control_period_s, mode, control_period_s)
-        return cls(spec, actions, latch, timing, legacy_yaml)
+        return cls(spec, actions, latch, timing, legacy_yaml, last_action_convention(contract))
 
     def log_lines(self, robot_file: str) -> list[tuple[Level, str]]:
         """What configure logs: the robot file built from the old parameters (to keep), the timing WARN, the
