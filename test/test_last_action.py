@@ -124,3 +124,25 @@ def test_hot_swap_refuses_a_policy_with_another_convention(tmp_path):
     controller = PolicyController(ControlConfig(), load_bundle(raw, engine="numpy"), clock=lambda: 0.0)
     with pytest.raises(ValueError, match="reads back its last action as 'action', the running one as 'raw'"):
         controller.check_compatible(load_bundle(act, engine="numpy"))
+
+
+def test_inspect_gives_the_right_advice_per_file_kind(tmp_path, capsys):
+    """A plain ONNX is imported with its contract, never sent to `lowrl import-sb3` (an SB3-only command)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from lowrl_ros.cli import main as lowrl_main
+
+    plain = tmp_path / "policy.onnx"
+    graph = helper.make_graph([helper.make_node("Identity", ["obs"], ["act"])], "g",
+                              [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("act", TensorProto.FLOAT, [1, 2])])
+    onnx.save(helper.make_model(graph), plain)
+    assert lowrl_main(["inspect", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert "plain ONNX" in err and "lowrl import policy.onnx --sidecar" in err and "import-sb3" not in err
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not onnx at all")
+    assert lowrl_main(["inspect", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "lowrl import SOURCE" in err and "import-sb3" not in err

@@ -471,7 +471,9 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
     def fail(problem: str, fix: str) -> ArtifactError:
         return ArtifactError(f"{source}: {problem}; {fix}")
 
-    regen = "re-export it with `lowrl import-sb3` or save_artifact()"
+    # The advice per kind of file: an artifact lowrl wrote is made again from its source (`lowrl import` takes
+    # every kind: SB3, rsl_rl, ONNX, TorchScript, Isaac Lab); a foreign ONNX is imported, with its contract.
+    regen = "re-export it from its source with `lowrl import SOURCE -o OUT.onnx` (docs/import.md) or save_artifact()"
     try:
         model = onnx.load_from_string(data)
     except Exception as exc:  # protobuf raises DecodeError and others, depending on the damage
@@ -479,7 +481,10 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
                    f"the file is truncated or corrupt; {regen}") from None
     props = {p.key: p.value for p in model.metadata_props}
     if METADATA_KEY not in props:
-        raise fail(f"no '{METADATA_KEY}' entry in the ONNX metadata", f"this ONNX file was not made by lowrl; {regen}")
+        raise fail(f"no '{METADATA_KEY}' entry in the ONNX metadata",
+                   f"this is a plain ONNX file, not a lowrl artifact: import it with its contract, `lowrl import "
+                   f"{Path(source).name} --sidecar CONTRACT.yaml -o OUT.onnx` (an Isaac Lab exported/policy.onnx "
+                   "needs no sidecar; docs/import.md)")
     try:
         meta = json.loads(props[METADATA_KEY])
     except json.JSONDecodeError as exc:
