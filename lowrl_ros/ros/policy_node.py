@@ -150,7 +150,7 @@ class PolicyNode(LifecycleNode):
                                      control_period_s=self._get("control_period_s"),
                                      watchdog_timeout_s=self._get("watchdog_timeout_s"), estop=self._estop_latch)
             check_output(setup.actions)  # e.g. trajectory_msgs missing: a FAILURE saying how to install it
-            self._timing = setup.timing
+            self._timing, self._deploy = setup.timing, setup.deploy  # deploy: the deploy check's diagnostic
             config = self._control_config()
             controller = PolicyController(config, bundle, clock=time.perf_counter, actions=setup.actions,
                                           estop=setup.estop)
@@ -483,7 +483,7 @@ class PolicyNode(LifecycleNode):
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
         entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
                                    override_held=c.override_held(), interventions=c.interventions,
-                                   realtime=self._realtime)
+                                   realtime=self._realtime, deploy=self._deploy)
         self._publish_diag(diag.from_entries(entries))
 
 

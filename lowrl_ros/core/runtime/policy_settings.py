@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from lowrl_ros.core.config import field, require
 from lowrl_ros.core.runtime.actions import ActionProcessor
 from lowrl_ros.core.runtime.control import ROBOT_TIMINGS, ControlTiming, EStopLatch
-from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
 from lowrl_ros.core.runtime.artifact import last_action_convention
+from lowrl_ros.core.runtime.deploy_check import DEPLOY_CHECKS, DeployReport, check_deployment, recorded_training
+from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
 from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.realtime import parse_cpus
 from lowrl_ros.core.runtime.robot_file import (RobotFile, legacy_robot_file, load_robot_file, parse_robot_file,
@@ -46,6 +47,9 @@ class PolicyNodeSettings:
                               "require_signature is false")
     robot_file: str = field("", "robot YAML: observation terms, joints, actions (docs/robot_file.md); empty: "
                                 "the robot file obs_fields/extra_obs_dim and input describe (logged at configure)")
+    deploy_check: str = field("refuse", "with robot_file, the deploy check at configure (lowrl check, "
+                                        "docs/deploy_check.md): refuse (a hard mismatch fails configure; soft ones "
+                                        "warn) | warn (every mismatch is logged and diagnosed, configure goes on)")
     robot_timing: str = field("contract", "contract (fixed_rate at the policy contract's control period) | "
                                           "parameters (mode and control_period_s as set; a WARN if not the contract's)")
     rt_priority: int = field(0, "SCHED_FIFO priority of the control thread, 1..99 (0: normal scheduling); "
@@ -65,7 +69,8 @@ class PolicyNodeSettings:
                                  "the safe action until then; empty: resets are not waited for")
 
     def __post_init__(self) -> None:
-        for name, allowed in (("input", INPUTS), ("engine", ENGINES), ("robot_timing", ROBOT_TIMINGS)):
+        for name, allowed in (("input", INPUTS), ("engine", ENGINES), ("robot_timing", ROBOT_TIMINGS),
+                              ("deploy_check", DEPLOY_CHECKS)):
             require(getattr(self, name) in allowed,
                     f"{name} {getattr(self, name)!r} is unknown; use one of {', '.join(allowed)}")
         parse_cpus(self.rt_cpus)  # a bad CPU list fails here, with the fix
@@ -111,6 +116,8 @@ class PolicySetup:
         legacy_yaml: the robot file built from the old parameters, as YAML ("" with ``robot_file``).
         last_action: the policy's last-action convention ("raw" | "action", artifact.last_action_convention),
             which the observation builder follows unless a last_action term states its own.
+        deploy: the deploy check of a given robot file against the contract (None without ``robot_file``: the
+            old parameters describe no output side and name no terms to compare).
     """
 
     spec: ObservationSpec
@@ -119,6 +126,7 @@ class PolicySetup:
     timing: ControlTiming
     legacy_yaml: str
     last_action: str = "action"
+    deploy: DeployReport | None = None
 
     @classmethod
     def plan(cls, settings: PolicyNodeSettings, contract: ContractLike, *, legacy: ObsAdapterConfig | None,
@@ -126,13 +134,20 @@ class PolicySetup:
              estop: EStopLatch | None) -> "PolicySetup":
         """Raises ValueError (RobotFileError included) saying what to fix; configure then fails."""
         robot, legacy_yaml = settings.robot(legacy, contract.obs_dim, watchdog_timeout_s)
+        timing = ControlTiming.choose(settings.robot_timing, contract.control_period_s, mode, control_period_s)
+        deploy = None
+        if settings.robot_file:  # every mismatch at once (the checks below stop at the first)
+            loop = timing.overrides.get("control_period_s", control_period_s if mode == "fixed_rate" else None)
+            deploy = check_deployment(contract, robot, training=recorded_training(contract), loop_period_s=loop)
+            if deploy.hard and settings.deploy_check == "refuse":
+                raise ValueError("the robot file does not match the policy (deploy_check: refuse; `lowrl check "
+                                 "POLICY ROBOT_FILE` prints the table): " + "; ".join(deploy.mismatches()))
         spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
         spec.check_against(contract, by_name=not legacy_yaml)
         actions = ActionProcessor.from_robot_dict(robot.raw, contract) if settings.robot_file else None
         safety = actions.safety if actions is not None else None
         latch = EStopLatch.keep(estop, safety.estop_topic if safety else "", safety.reset_topic if safety else "")
-        timing = ControlTiming.choose(settings.robot_timing, contract.control_period_s, mode, control_period_s)
-        return cls(spec, actions, latch, timing, legacy_yaml, last_action_convention(contract))
+        return cls(spec, actions, latch, timing, legacy_yaml, last_action_convention(contract), deploy)
 
     def log_lines(self, robot_file: str) -> list[tuple[Level, str]]:
         """What configure logs: the robot file built from the old parameters (to keep), the timing WARN, the
@@ -146,4 +161,7 @@ class PolicySetup:
             lines.append((Level.WARN, self.timing.warning))
         if self.actions is not None:
             lines.append((Level.OK, f"robot file {robot_file}: {self.actions.describe()}"))
+        if self.deploy is not None:
+            lines += [(Level.ERROR if line.startswith("MISMATCH") else Level.WARN, f"deploy check: {line}")
+                      for line in self.deploy.mismatches()]
         return lines

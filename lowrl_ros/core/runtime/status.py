@@ -101,7 +101,7 @@ def policy_status(stats: Mapping[str, float], swap: SwapStatus, stream: StreamSt
 
 
 def robot_io_status(*, timing: Any = None, estop: Any = None, teleop_topic: str = "", override_held: bool = False,
-                    interventions: int = 0, realtime: Any = None) -> list[StatusEntry]:
+                    interventions: int = 0, realtime: Any = None, deploy: Any = None) -> list[StatusEntry]:
     """The statuses a configuration adds (see the module docstring); each only where it applies.
 
     Args:
@@ -109,6 +109,7 @@ def robot_io_status(*, timing: Any = None, estop: Any = None, teleop_topic: str 
         estop: the ``EStopLatch``, or None without an e-stop.
         teleop_topic: "" without teleop; override_held: an override is held now; interventions: ticks so far.
         realtime: the ``RealtimeResult`` of the rt_* settings, or None when none was asked for.
+        deploy: the configure-time ``DeployReport`` (core/runtime/deploy_check.py), or None without a robot file.
     """
     entries = [] if timing is None else [timing.status()]
     if estop is not None:
@@ -119,6 +120,8 @@ def robot_io_status(*, timing: Any = None, estop: Any = None, teleop_topic: str 
                                    {"teleop_topic": teleop_topic, "intervention_ticks": str(interventions)}))
     if realtime is not None:
         entries.append(StatusEntry(REALTIME_STATUS, realtime.level, realtime.text()))
+    if deploy is not None:
+        entries.append(deploy.status())
     return entries
 
 
