@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kit": ("lowrl_ros.commands.kit", "a fine-tune kit from any artifact: critics learned from an env or a robot log"),
     "inspect": ("lowrl_ros.commands.inspect", "validate an artifact or bundle and print its contract"),
     "check": ("lowrl_ros.commands.check", "before the robot moves: the robot file against the policy, term by term"),
+    "sim2sim": ("lowrl_ros.commands.sim2sim", "before the robot: the policy node and robot file against the robot's "
+                "MuJoCo model; observation parity, tracking, falls"),
     "launch": ("lowrl_ros.commands.launch", "run a ROS 2 YAML launch file without ROS 2's launch"),
     "train": ("lowrl_ros.commands.train", "train SAC/TD3 (dense or RLx2 sparse) in simulation"),
     "report": ("lowrl_ros.commands.report", "draw a run's learning curves and sparsity to PNG"),

@@ -24,32 +24,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="exit 1 on soft mismatches (WARN) too")
 
 
-def run(args: argparse.Namespace) -> int:
-    from lowrl_ros.core.runtime.artifact import ArtifactError
+def deploy_check(policy: str, robot_file: str, run_dir: str | None = None, control_period: float | None = None):
+    """(contract, robot file, training source or None, DeployReport) of ``policy`` against ``robot_file``; raises
+    ArtifactError, ValueError or OSError when an input cannot be read. `lowrl sim2sim` runs it first too."""
     from lowrl_ros.core.runtime.bundle import load_bundle
     from lowrl_ros.core.runtime.deploy_check import check_deployment, recorded_training
     from lowrl_ros.core.runtime.robot_file import load_robot_file
 
-    try:
-        contract = load_bundle(args.policy, engine="numpy").contract
-        robot = load_robot_file(args.robot_file)
-        training = None
-        if args.run_dir:
-            from lowrl_ros.core.importers.training import training_config
+    contract = load_bundle(policy, engine="numpy").contract
+    robot = load_robot_file(robot_file)
+    if run_dir:
+        from lowrl_ros.core.importers.training import training_config
 
-            training = training_config(args.run_dir)
-        else:
-            training = recorded_training(contract, Path.cwd())
-        report = check_deployment(contract, robot, training=training, loop_period_s=args.control_period)
+        training = training_config(run_dir)
+    else:
+        training = recorded_training(contract, Path.cwd())
+    return contract, robot, training, check_deployment(contract, robot, training=training,
+                                                       loop_period_s=control_period)
+
+
+def print_deploy_check(report, policy: str, robot_file: str, training) -> None:
+    """The table and one line per mismatch, as `lowrl check` prints them."""
+    print(f"policy {policy} against robot file {robot_file}"
+          + (f" and the training source {training.source}" if training is not None else ""))
+    print(report.table())
+    for line in report.mismatches():
+        print(line)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.core.runtime.artifact import ArtifactError
+
+    try:
+        _, _, training, report = deploy_check(args.policy, args.robot_file, args.run_dir, args.control_period)
     except (ArtifactError, ValueError, OSError) as exc:
         print(f"lowrl check: {exc}", file=sys.stderr)
         return 2
-    print(f"policy {args.policy} against robot file {args.robot_file}"
-          + (f" and the training source {training.source}" if training is not None else ""))
-    print(report.table())
+    print_deploy_check(report, args.policy, args.robot_file, training)
     bad = report.hard + (report.soft if args.strict else ())
-    for line in report.mismatches():
-        print(line)
     if bad:
         print(f"{len(report.hard)} mismatch(es), {len(report.soft)} warning(s): fix the robot file before the "
               "robot moves")

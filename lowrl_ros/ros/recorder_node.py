@@ -1,7 +1,8 @@
 """The demo's recorder: a node in `lowrl demo`'s own process that listens to what the session summary
 reports (episode returns, per-inference latency, the policy node's stats and version, the compute tier,
 the budget monitor's CPU-load and miss-rate signals, the fine-tuner's learner state) and appends it to
-the session directory's CSV logs (lowrl_ros/core/session/files.py names and reads them).
+the session directory's CSV logs (lowrl_ros/core/session/files.py names and reads them). `lowrl sim2sim`
+uses it too, keeping every step row and the sim robot's truth rows (``keep_rows``, ``truth_topic``).
 It spins its own executor on a thread, in a context of its own, so the demo's main thread only waits.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ LEARNER_STATUS = "lowrl/finetune/learner"  # the fine-tuner's learner state (cor
 class Recorder:
     """Subscribes to what the summary reports; runs its own executor on a thread."""
 
-    def __init__(self, session_dir: Path | None = None) -> None:
+    def __init__(self, session_dir: Path | None = None, keep_rows: bool = False, truth_topic: str = "") -> None:
         self.context = rclpy.Context()
         # Ctrl-C stays a plain KeyboardInterrupt: the demo then stops the nodes and still reports.
         rclpy.init(context=self.context, signal_handler_options=SignalHandlerOptions.NO)
@@ -53,6 +54,12 @@ class Recorder:
         self.node.create_subscription(UInt8, "/lowrl/compute_tier", self._on_tier, LATCHED)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.node.create_subscription(Float64MultiArray, "/lowrl/policy/step", self._on_step, RECORD)
+        self.keep_rows = keep_rows
+        self.step_rows: list[list[float]] = []  # keep_rows: every step row's values, in arrival order
+        self.truth_rows: list[list[float]] = []  # the sim robot's TrueState rows (core/sim/sim_robot.py)
+        if truth_topic:
+            self.node.create_subscription(Float64MultiArray, truth_topic,
+                                          lambda m: self.truth_rows.append(list(m.data)), RECORD)
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
         self._stop = threading.Event()
@@ -89,6 +96,8 @@ class Recorder:
 
     def _on_step(self, msg) -> None:
         """The running version, from the step row the policy node publishes each tick (a swap shows at once)."""
+        if self.keep_rows:
+            self.step_rows.append(list(msg.data))
         version = peek_version(msg.data)
         if version and version != self.version:
             self.version = version

@@ -29,8 +29,10 @@ inside), position targets in the controller's joint order on ``command_topic``, 
 the torso on ``imu_topic`` (frame ``imu_link``), the velocity command from ``cmd_vel_topic``
 (geometry_msgs/Twist) for its tracking reward, and the base velocity on ``state_estimate_topic``
 (geometry_msgs/TwistStamped, ground truth at 50 Hz: a state estimator's stand-in, the reward-only input of
-config/robots/legged_ant.yaml). With ``command_velocity`` set ([vx, vy, yaw rate]) it
-also publishes that Twist on ``cmd_vel_topic`` at 20 Hz: a stand-in for a joystick in demos.
+config/robots/legged_ant.yaml). With ``truth_topic`` set it publishes, with each joint state, what the
+simulator itself knows (core/sim/sim_robot.py ``TrueState``: `lowrl sim2sim`'s reference). With
+``command_velocity`` set ([vx, vy, yaw rate]) it also publishes that Twist on ``cmd_vel_topic`` at 20 Hz:
+a stand-in for a joystick in demos.
 
 Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
 (`lowrl bench loop` measures round trips from it), and ``redirect_joint_states`` moves the output.
@@ -98,6 +100,8 @@ class SimRobotNode(Node):
             self._walk_from = self._walk_mark()
             self._walk_timer = self.create_timer(5.0, self._log_walk)
             self._setup_state_estimate(get("state_estimate_topic"))
+            self._pub_truth = (self.create_publisher(Float64MultiArray, get("truth_topic"), RECORD)
+                               if get("truth_topic") else None)  # lowrl sim2sim's reference (TrueState)
             velocity = [float(v) for v in (get("command_velocity") or [])]  # an empty YAML list: NOT_SET
             if len(velocity) == 3:
                 self._twist = Twist()
@@ -296,6 +300,9 @@ class SimRobotNode(Node):
             m.linear_acceleration.x, m.linear_acceleration.y, m.linear_acceleration.z = (float(v) for v in acc)
             self._pub_imu.publish(m)
             self._publish_state_estimate(msg.header.stamp)
+            if self._pub_truth is not None:
+                stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+                self._pub_truth.publish(Float64MultiArray(data=self.robot.true_state(stamp).tolist()))
         for hook in self.on_published:
             hook(self._published_at)
         if self._ready_due:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig, edit_mujoco_model
-from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome
+from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, encode_truth
 
 ENV_ID = "lowrl/LeggedAnt-v0"
 # The policy's joint order (the model's joint order) and the controller's order (the actuator order
@@ -528,6 +528,14 @@ class LeggedSim:
 
     def imu(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.robot.imu()
+
+    def true_state(self, stamp: float) -> np.ndarray:
+        """The truth row (sim_robot.encode_truth) of the state just published: LeggedAnt's own observation
+        (names OBS_NAMES; last_action zero, the policy's to give), the base velocity, the command, the falls.
+        Exact only without sensor noise in the gap (the sensors would draw new noise for it)."""
+        vxy, yaw_rate = self.robot.base_velocity_yaw_frame()
+        obs = observation(self.robot, self.command, np.zeros(len(JOINTS)))
+        return encode_truth(stamp, self.falls, (vxy[0], vxy[1], yaw_rate), self.command, obs)
 
     def position_xy(self) -> np.ndarray:
         """The torso's world x, y (m): ground truth a real robot would need odometry for."""

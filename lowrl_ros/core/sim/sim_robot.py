@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -53,6 +54,9 @@ class SimRobotTopics:
     state_estimate_topic: str = field("state_estimator/twist", "LeggedAnt: geometry_msgs/TwistStamped ground-truth "
                                       "base velocity at 50 Hz (heading frame; angular.z = yaw rate), a state "
                                       "estimator's stand-in for the fine-tuner's reward; '': none")
+    truth_topic: str = field("", "LeggedAnt: Float64MultiArray of the simulator's own state with each joint state "
+                             "(encode_truth: the training observation, base velocity, command, falls; lowrl "
+                             "sim2sim reads it); '': none")
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,43 @@ class SimRobotConfig:
                              "period, at most 0.02 s; e.g. 0.005 (200 Hz)")
         if not 0.01 <= self.lockstep_resend_s <= 60.0:
             raise ValueError(f"lockstep_resend_s={self.lockstep_resend_s} is outside 0.01..60 s; e.g. 0.5")
+
+
+TRUTH_VERSION = 1
+TRUTH_HEADER = ("format", "stamp", "falls", "base_vx", "base_vy", "base_yaw_rate", "command_vx", "command_vy",
+                "command_yaw_rate")
+_TH = len(TRUTH_HEADER)
+
+
+class TrueState(NamedTuple):
+    """What the simulator itself knows at one published joint state (``lowrl sim2sim``'s reference).
+
+    ``stamp`` is the joint state's header stamp (wall clock, s), so a reader can find the sample a policy
+    tick used; ``obs`` is the training environment's observation for this state, in its own order (the
+    entries that come from the policy itself, such as ``last_action``, are left at zero: the simulator
+    does not know them); ``velocity`` the base's (vx, vy in the heading frame, yaw rate); ``command`` the
+    velocity command the robot was given; ``falls`` the falls so far."""
+
+    stamp: float
+    falls: int
+    velocity: np.ndarray
+    command: np.ndarray
+    obs: np.ndarray
+
+
+def encode_truth(stamp: float, falls: int, velocity, command, obs) -> np.ndarray:
+    """One truth row: ``TRUTH_HEADER`` then the observation (float64)."""
+    return np.concatenate([[TRUTH_VERSION, stamp, falls], np.asarray(velocity, dtype=np.float64).ravel()[:3],
+                           np.asarray(command, dtype=np.float64).ravel()[:3], np.asarray(obs, dtype=np.float64)])
+
+
+def decode_truth(data) -> TrueState:
+    """A truth row back; ValueError when it is not one of this version (another lowrl_ros on the sim side)."""
+    row = np.asarray(data, dtype=np.float64)
+    if row.ndim != 1 or row.size < _TH or row[0] != TRUTH_VERSION:
+        raise ValueError(f"not a version-{TRUTH_VERSION} sim truth row ({row.size} values, format "
+                         f"{row[0] if row.size else 'none'}): the sim robot node comes from another lowrl_ros")
+    return TrueState(float(row[1]), int(row[2]), row[3:6], row[6:9], row[_TH:])
 
 
 @dataclass
