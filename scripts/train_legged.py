@@ -47,7 +47,7 @@ def make_vec_env(n_envs: int, seed: int, command_ranges=None):
     kwargs = {"max_episode_steps": 400}
     if command_ranges is not None:
         kwargs["command_ranges"] = command_ranges
-    return sb3_make_vec_env(legged.ENV_ID, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
+    return sb3_make_vec_env(legged.make, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
 
 
 def train(args: argparse.Namespace) -> int:

@@ -19,8 +19,8 @@ from test_import_onnx import DEFAULT_POS, JOINTS, make_run, write_sidecar
 from lowrl_ros.cli import main as lowrl_main
 from lowrl_ros.core.importers.registry import ImportOptions, load_source, write_imported
 from lowrl_ros.core.importers.training import training_config
-from lowrl_ros.core.runtime.artifact import load_weights, save_artifact
-from lowrl_ros.core.runtime.deploy_check import check_deployment, last_action_convention, recorded_training
+from lowrl_ros.core.runtime.artifact import last_action_convention, load_weights, save_artifact
+from lowrl_ros.core.runtime.deploy_check import check_deployment, recorded_training
 from lowrl_ros.core.runtime.robot_file import load_robot_file, parse_robot_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,9 +53,7 @@ def isaac(tmp_path_factory):
     """(run dir, the imported artifact's path)."""
     tmp = tmp_path_factory.mktemp("isaac")
     run = make_run(tmp)
-    imp = load_source(run, None, ImportOptions())
-    # Isaac Lab imports record that last_action is the raw output (issue 29, item 1; set here until that lands).
-    imp = replace(imp, contract=replace(imp.contract, provenance={"last_action": "raw", **imp.contract.provenance}))
+    imp = load_source(run, None, ImportOptions())  # an Isaac Lab import records last_action: raw
     out = write_imported(imp, tmp / "anymal.onnx", int8=True)
     return run, out
 

@@ -18,7 +18,7 @@ import yaml
 from lowrl_ros.cli import main as lowrl_main
 from lowrl_ros.core.importers.contract import parse_sidecar
 from lowrl_ros.core.importers.registry import ImportOptions, ImportRefused, load_source, write_imported
-from lowrl_ros.core.runtime.artifact import reference_action
+from lowrl_ros.core.runtime.artifact import last_action_convention, reference_action
 from lowrl_ros.core.runtime.engines import load_artifact
 
 ACTS = {"elu": torch.nn.ELU, "relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "leaky_relu": torch.nn.LeakyReLU,
@@ -291,8 +291,12 @@ def _io_descriptors() -> dict:
     }
 
 
-def make_run(tmp_path, *, io: bool = True, env: dict | None = None):
-    """A small Isaac Lab run directory: exported/policy.onnx (48 -> 12, ELU, normaliser), params/, IO descriptors."""
+def make_run(tmp_path, *, io: bool | str = True, env: dict | None = None):
+    """A small Isaac Lab run directory: exported/policy.onnx (48 -> 12, ELU, normaliser), params/, IO descriptors.
+
+    ``io``: where the IO descriptors go, relative to the run; True: where train.py --export_io_descriptors puts
+    them (ManagerBasedEnv.export_IO_descriptors: <log_dir>/io_descriptors/IO_descriptors.yaml); False: none.
+    """
     run = tmp_path / "2026-11-26_00-00-00"
     (run / "exported").mkdir(parents=True)
     (run / "params").mkdir()
@@ -307,7 +311,9 @@ def make_run(tmp_path, *, io: bool = True, env: dict | None = None):
              "algorithm": {"class_name": "PPO", "learning_rate": 0.001}}
     (run / "params" / "agent.yaml").write_text(yaml.safe_dump(agent, sort_keys=False))
     if io:
-        (run / "IO_descriptors.yaml").write_text(yaml.safe_dump(_io_descriptors(), sort_keys=False))
+        path = run / (io if isinstance(io, str) else "io_descriptors/IO_descriptors.yaml")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(_io_descriptors(), sort_keys=False))
     return run
 
 
@@ -341,6 +347,49 @@ def test_isaaclab_run_dir_with_io_descriptors(tmp_path):
     for engine, a in deployed(imp, tmp_path / "fp32.onnx", obs).items():
         assert np.all(np.abs(a - want).max(axis=0) <= 1e-5 * span), engine
     assert_int8_budget(deployed(imp, tmp_path / "int8.onnx", obs, int8=True), want, span)
+
+
+@pytest.mark.parametrize("where", [
+    "io_descriptors/IO_descriptors.yaml",  # train.py --export_io_descriptors: <log_dir>/io_descriptors/
+    "IO_descriptors.yaml",  # train.py setting io_descriptors_output_dir = the run directory
+    "exported/isaac_velocity_flat_anymal_d_v0_IO_descriptors.yaml",  # export_IODescriptors.py --output_dir exported
+    "io_descriptors/isaac_velocity_flat_anymal_d_v0_IO_descriptors.yaml",
+])
+def test_isaaclab_io_descriptors_found_where_isaac_lab_writes_them(tmp_path, where):
+    """Without the IO file the regex joint names and per-joint defaults are refused; found, they are read."""
+    imp = load_source(make_run(tmp_path, io=where), None, ImportOptions())
+    assert imp.contract.action_names == tuple(JOINTS)
+    assert imp.contract.provenance["isaaclab_io_descriptors"] == "true"
+    assert any(f"IO descriptors read from {tmp_path}" in n and n.endswith(where) for n in imp.notes)
+
+
+def test_isaaclab_io_descriptors_given_explicitly(tmp_path):
+    run = make_run(tmp_path, io=False)
+    elsewhere = make_run(tmp_path / "other", io="somewhere/IO.yaml") / "somewhere" / "IO.yaml"
+    with pytest.raises(ImportRefused, match="export IO descriptors"):
+        load_source(run, None, ImportOptions())
+    imp = load_source(run, None, ImportOptions(io_descriptors=elsewhere))
+    assert imp.contract.action_names == tuple(JOINTS)
+    with pytest.raises(ImportRefused, match="no such IO descriptors file"):
+        load_source(run, None, ImportOptions(io_descriptors=tmp_path / "missing.yaml"))
+    assert lowrl_main(["import", str(run), "--io-descriptors", str(elsewhere), "-o", str(tmp_path / "p.onnx")]) == 0
+
+
+def test_isaaclab_io_descriptors_of_several_tasks_are_not_guessed(tmp_path):
+    run = make_run(tmp_path, io="exported/task_a_IO_descriptors.yaml")
+    (run / "exported" / "task_b_IO_descriptors.yaml").write_text((run / "exported" / "task_a_IO_descriptors.yaml")
+                                                                  .read_text())
+    with pytest.raises(ImportRefused, match="several IO descriptor files.*--io-descriptors"):
+        load_source(run, None, ImportOptions())
+
+
+def test_isaaclab_run_records_the_raw_last_action(tmp_path):
+    run = make_run(tmp_path)
+    assert last_action_convention(load_source(run, None, ImportOptions()).contract) == "raw"
+    assert last_action_convention(load_source(run / "exported" / "policy.onnx", None, ImportOptions()).contract) \
+        == "raw"
+    forced = load_source(run, None, ImportOptions(last_action="action")).contract
+    assert last_action_convention(forced) == "action"
 
 
 def test_isaaclab_exported_onnx_finds_its_run_dir(tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stable_baselines3.common.env_util import make_vec_env  # imported here: the import alone takes seconds
 
 from lowrl_ros.core.sim import legged
 
@@ -316,3 +317,32 @@ def test_lowrl_ids_are_found_without_importing_the_module_first():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["(33,)", "(8,)"]
+
+
+def _render_warnings(make_venv) -> list[str]:
+    """The render_mode warnings gymnasium emits while ``make_venv()`` builds a VecEnv that is reset and stepped."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        venv = make_venv()
+        venv.reset()
+        venv.step(np.zeros((venv.num_envs, len(legged.JOINTS)), np.float32))
+        venv.close()
+    return [str(w.message) for w in seen if "render_mode" in str(w.message)]
+
+
+def test_sb3_vec_envs_of_the_legged_env_emit_no_render_mode_warning():
+    """SB3's make_vec_env, given the id string, asks gym.make for render_mode="rgb_array", which LeggedAnt does
+    not render: gymnasium warns at every env. The training script and the benchmarks hand it legged.make."""
+    import importlib.util
+
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+
+    assert _render_warnings(lambda: make_vec_env(legged.ENV_ID, n_envs=1))  # the cause, as a user saw it
+    assert not _render_warnings(lambda: make_vec_env(legged.make, n_envs=1, seed=0, env_kwargs={
+        "policy_period_s": 0.04, "gap": RealityGapConfig(mass_scale=1.2)}))  # as bench/sim2real*.py make them
+    spec = importlib.util.spec_from_file_location("train_legged", ROOT / "scripts" / "train_legged.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert not _render_warnings(lambda: script.make_vec_env(1, 0))  # scripts/train_legged.py train

@@ -163,3 +163,20 @@ def test_the_preset_is_a_gap_and_a_sim_robot_params_file():
     gap = RealityGapConfig(**fields)
     assert not gap.is_identity and gap.latency_physics_steps > 0 and len(gap.encoder_offset) == 8
     LeggedRobot(gap=gap)  # applies
+
+
+def test_the_docs_table_is_the_preset():
+    """docs/sim_to_real.md's table of the preset's values is config/gaps/legged_example.yaml, field by field."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from lowrl_ros.bench.sim2real import legged_gap_preset
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "sim_to_real.md").read_text()
+    table = doc[doc.index("| preset field | value |"):]
+    table = table[:table.index("\n\n")]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", table, re.MULTILINE)
+    documented = {name: yaml.safe_load(value) for name, value in rows}
+    assert documented == legged_gap_preset()

@@ -352,7 +352,7 @@ def legged_oracle(seed: int, gap, args: argparse.Namespace) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"  training the oracle: PPO from {LEGGED_PPO} on the gapped robot, {steps} steps", flush=True)
     torch.set_num_threads(1)
-    env = VecNormalize(make_vec_env(legged.ENV_ID, n_envs=8, seed=seed,
+    env = VecNormalize(make_vec_env(legged.make, n_envs=8, seed=seed,
                                     env_kwargs={**ENV_KWARGS[LEGGED], "gap": gap}),
                        norm_obs=False, norm_reward=True, gamma=0.99)
     model = PPO.load(_repo() / LEGGED_PPO, env=env, device="cpu", seed=seed)

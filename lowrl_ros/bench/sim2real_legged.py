@@ -74,7 +74,7 @@ def ppo_in_sim(gap, steps: int, seed: int, out: Path, ppo_zip: Path, env_kwargs:
     from lowrl_ros.core.sim import legged
 
     torch.set_num_threads(1)  # ~one core: the machine is shared
-    env = VecNormalize(make_vec_env(legged.ENV_ID, n_envs=8, seed=seed, env_kwargs={**env_kwargs, "gap": gap}),
+    env = VecNormalize(make_vec_env(legged.make, n_envs=8, seed=seed, env_kwargs={**env_kwargs, "gap": gap}),
                        norm_obs=False, norm_reward=True, gamma=0.99)
     model = PPO.load(ppo_zip, env=env, device="cpu", seed=seed)
     model.learn(total_timesteps=steps)

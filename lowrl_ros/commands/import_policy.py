@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "sources (docs/import.md)")
     parser.add_argument("--activation", default=None,
                         help="hidden activation when the source does not record it (rsl_rl checkpoints; default elu)")
+    parser.add_argument("--io-descriptors", type=Path, default=None,
+                        help="Isaac Lab IO_descriptors.yaml (default: looked for in the run directory, docs/import.md)")
     add_output_arguments(parser)
 
 
@@ -43,12 +45,18 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gymnasium id it was trained in (recorded; sets the control period)")
     parser.add_argument("--control-period", type=float, default=None,
                         help="seconds; overrides the source's (default: the source's, the env's dt, else 0.02)")
+    parser.add_argument("--last-action", choices=("raw", "action"), default=None,
+                        help="what the policy reads back as its last_action observation: raw (the network's output, "
+                             "Isaac Lab/rsl_rl/rl_sar) or action (the executed action); default: the source's own "
+                             "(Isaac Lab, rsl_rl: raw; SB3: action; plain ONNX/TorchScript: the sidecar's, "
+                             "else action)")
 
 
 def options_from(args: argparse.Namespace) -> ImportOptions:
     return ImportOptions(sidecar=getattr(args, "sidecar", None), vecnormalize=getattr(args, "vecnormalize", None),
                          env_id=args.env_id, control_period_s=args.control_period,
-                         activation=getattr(args, "activation", None), version=args.version, tier=args.tier)
+                         activation=getattr(args, "activation", None), version=args.version, tier=args.tier,
+                         last_action=args.last_action, io_descriptors=getattr(args, "io_descriptors", None))
 
 
 def run(args: argparse.Namespace, prog: str = "lowrl import") -> int:

@@ -44,8 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.commands.check import deploy_check, print_deploy_check
-    from lowrl_ros.core.runtime.artifact import ArtifactError
-    from lowrl_ros.core.runtime.deploy_check import last_action_convention
+    from lowrl_ros.core.runtime.artifact import ArtifactError, last_action_convention
     from lowrl_ros.core.sim.sim2sim import simulator_for
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

@@ -161,7 +161,7 @@ class PolicyNode(LifecycleNode):
             self._clear_runtime()
             return TransitionCallbackReturn.FAILURE
         self.controller, self.actions, self._estop_latch = controller, setup.actions, setup.estop
-        self._builder = ObservationBuilder(setup.spec)
+        self._builder = ObservationBuilder(setup.spec, setup.last_action)
         for level, line in setup.log_lines(settings.robot_file):
             self._log(level, line)
         engine = settings.engine

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lowrl_ros.core.importers.registry import ImportOptions, ImportRefused
-from lowrl_ros.core.runtime.artifact import PolicyContract
+from lowrl_ros.core.runtime.artifact import LAST_ACTION_CONVENTIONS, LAST_ACTION_KEY, PolicyContract
 
 
 # Limits used when a source says nothing about them (rsl_rl checkpoints without a sidecar, a sidecar
@@ -293,12 +293,14 @@ def read_sidecar(path: Path) -> Sidecar:
 
 
 def build_contract(*, n_obs: int, n_act: int, graph_pre: Affine, sidecar: Sidecar | None, options: ImportOptions,
-                   source: Path, kind: str, notes: list[str], provenance: dict[str, str] | None = None
-                   ) -> PolicyContract:
+                   source: Path, kind: str, notes: list[str], provenance: dict[str, str] | None = None,
+                   last_action: str = "action") -> PolicyContract:
     """The contract of an imported network: sidecar (or generic names) + the normaliser found in the source.
 
     The source's own output is kept exactly (action = offset + scale * y with the sidecar's scale and
     offset, identity without one), so the artifact computes what the source framework computes.
+    ``last_action`` is the source framework's last-action convention (artifact.LAST_ACTION_KEY); a
+    sidecar's ``provenance: {last_action: ...}`` overrides it and ``options.last_action`` both.
     """
     where = str(source)
     if sidecar is None:
@@ -341,11 +343,26 @@ def build_contract(*, n_obs: int, n_act: int, graph_pre: Affine, sidecar: Sideca
     prov = {"tool": "lowrl import", "kind": kind, "source": source.name}
     if source.is_file():
         prov["source_sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
+    prov[LAST_ACTION_KEY] = last_action
     prov.update(provenance or {})
     if sidecar is not None:
         prov.update(sidecar.provenance)
         for term, (lo, hi) in sidecar.term_clips.items():
             prov[f"obs_term_clip.{term}"] = f"[{lo:g}, {hi:g}]"
+    stated = sidecar is not None and LAST_ACTION_KEY in sidecar.provenance
+    if options.last_action is not None:
+        prov[LAST_ACTION_KEY], stated = options.last_action, True
+    if prov[LAST_ACTION_KEY] not in LAST_ACTION_CONVENTIONS:
+        raise ImportRefused(f"{where}: last_action {prov[LAST_ACTION_KEY]!r} is unknown; use raw or action")
+    reads_it = any("last_action" in n for n in obs_names)
+    if not stated and kind in ("onnx", "torchscript") and reads_it:
+        notes.append(f"observation last_action: fed back as the executed action ('{last_action}', the default for a "
+                     "plain network); Isaac Lab, rsl_rl and rl_sar feed back the raw network output: pass "
+                     "--last-action raw if this policy was trained there")
+    elif reads_it or stated:
+        notes.append(f"last_action convention: {prov[LAST_ACTION_KEY]} ("
+                     + ("the network's raw output y" if prov[LAST_ACTION_KEY] == "raw" else "the executed action")
+                     + ", recorded in the contract)")
     try:
         return PolicyContract(
             obs_names=obs_names, action_names=action_names, action_low=low, action_high=high,

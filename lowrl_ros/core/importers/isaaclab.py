@@ -9,8 +9,9 @@ Read from params/env.yaml (a dump of the env cfg dataclass): decimation, sim.dt,
 observations.policy.<term>.{func, scale, clip, history_length, params.asset_cfg.joint_names},
 actions.<term>.{class_type, joint_names, scale, offset, use_default_offset, clip},
 scene.robot.init_state.joint_pos (regex -> default position).
-From IO_descriptors.yaml (Isaac Lab >= 2.2, env.export_io_descriptors=true), when present, which
-wins: observations.policy[*].{name, shape, joint_names, overloads.{scale, clip, history_length}},
+From IO_descriptors.yaml (Isaac Lab >= 2.2, ``--export_io_descriptors``; :func:`find_io_descriptors` says
+where Isaac Lab puts it), when present, which wins:
+observations.policy[*].{name, shape, joint_names, overloads.{scale, clip, history_length}},
 actions[*].{joint_names, scale, offset, clip}, scene.{dt}.
 From params/agent.yaml: nothing the contract needs (the ONNX carries the normaliser); recorded.
 """
@@ -95,16 +96,57 @@ def _joint_limits(io: Any, joint_names: list[str]) -> tuple[list[float], list[fl
     return None
 
 
-def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) -> dict:
-    """A sidecar document (see :func:`parse_sidecar`) filled from an Isaac Lab run directory."""
+# Where Isaac Lab writes IO_descriptors.yaml for a run, in the order looked at (docs/import.md names the
+# versions checked): ManagerBasedEnv.export_IO_descriptors() with cfg.log_dir = the run directory (train.py
+# --export_io_descriptors) writes <run>/io_descriptors/; the train.py scripts that set
+# io_descriptors_output_dir = the run directory, <run>/; params/ where a user copied it beside env.yaml.
+IO_DESCRIPTOR_PATHS = ("io_descriptors/IO_descriptors.yaml", "IO_descriptors.yaml", "params/IO_descriptors.yaml")
+# scripts/environments/export_IODescriptors.py --task T --output_dir D writes D/<t>_IO_descriptors.yaml
+# (t: the task id lower-cased, '-' -> '_'); D inside the run or its exported/ folder is found.
+IO_DESCRIPTOR_GLOB_DIRS = (".", "io_descriptors", "exported", "params")
+
+
+def find_io_descriptors(run_dir: Path, explicit: Path | None = None) -> Path | None:
+    """The run's IO_descriptors.yaml: ``explicit`` (--io-descriptors), else where Isaac Lab writes it; None.
+
+    Raises ImportRefused for an explicit path that is not a file, and when the exporter script's
+    ``<task>_IO_descriptors.yaml`` files of several tasks lie in the run (which one is not guessed).
+    """
+    if explicit is not None:
+        if not Path(explicit).is_file():
+            raise ImportRefused(f"{explicit}: no such IO descriptors file; give the IO_descriptors.yaml Isaac Lab "
+                                "exported (--io-descriptors PATH)")
+        return Path(explicit)
+    for rel in IO_DESCRIPTOR_PATHS:
+        if (run_dir / rel).is_file():
+            return run_dir / rel
+    found = sorted({p for d in IO_DESCRIPTOR_GLOB_DIRS for p in (run_dir / d).glob("*_IO_descriptors.yaml")
+                    if p.is_file()})
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(run_dir)) for p in found)
+        raise ImportRefused(f"{run_dir}: several IO descriptor files ({names}); "
+                            "name the one of this policy's task with --io-descriptors PATH")
+    return found[0] if found else None
+
+
+def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str],
+                     io_descriptors: Path | None = None) -> dict:
+    """A sidecar document (see :func:`parse_sidecar`) filled from an Isaac Lab run directory.
+
+    ``io_descriptors``: the IO_descriptors.yaml to read (None: :func:`find_io_descriptors` looks).
+    """
     env_path = run_dir / "params" / "env.yaml"
     if not env_path.is_file():
         raise ImportRefused(f"{run_dir}: no params/env.yaml; give the run directory Isaac Lab wrote "
                             "(logs/rsl_rl/<task>/<date>) or the ONNX with --sidecar")
     env = _yaml(env_path, str(env_path)) or {}
-    io_path = next((p for p in (run_dir / "IO_descriptors.yaml", run_dir / "params" / "IO_descriptors.yaml")
-                    if p.is_file()), run_dir / "IO_descriptors.yaml")
-    io = _yaml(io_path, str(io_path)) if io_path.is_file() else None
+    io_path = find_io_descriptors(run_dir, io_descriptors)
+    io = _yaml(io_path, str(io_path)) if io_path is not None else None
+    if io_path is not None:
+        notes.append(f"IO descriptors read from {io_path}")
+    elif isinstance(env, dict) and env.get("export_io_descriptors") is True:
+        notes.append("params/env.yaml says export_io_descriptors: true but no IO_descriptors.yaml is where Isaac Lab "
+                     "writes it (io_descriptors/ in the run); give it with --io-descriptors PATH")
     where = str(env_path)
     try:
         dt = float(env["sim"]["dt"])
@@ -146,8 +188,8 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
             joint_names = [f"joint_{i}" for i in range(n_act)]
             if act.get("use_default_offset") and isinstance(default, dict) and len(set(default.values())) > 1:
                 raise ImportRefused(f"{run_dir}: the action's default joint positions differ per joint but the joint "
-                                    "names are not recorded; export IO descriptors (env.export_io_descriptors=true, "
-                                    f"Isaac Lab >= 2.2) or give --sidecar ({DOCS})")
+                                    "names are not recorded; export IO descriptors (train.py --export_io_descriptors, "
+                                    f"Isaac Lab >= 2.2; or --io-descriptors PATH) or give --sidecar ({DOCS})")
             notes.append("joint names not recorded (no IO_descriptors.yaml): actions named joint_0..; export IO "
                          "descriptors for real names")
         else:
@@ -224,7 +266,8 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
                          "network's input size")
         elif unknown:
             raise ImportRefused(f"{run_dir}: sizes of observation terms {[terms[i][0] for i in unknown]} are not "
-                                "recorded; export IO descriptors (env.export_io_descriptors=true) or give --sidecar")
+                                "recorded; export IO descriptors (train.py --export_io_descriptors; or "
+                                "--io-descriptors PATH) or give --sidecar")
         for (name, t), size in zip(terms, sizes):
             # the group's history_length, when set, overrides every term's (ObservationGroupCfg)
             group_hist = obs_cfg.get("history_length")
@@ -250,15 +293,16 @@ def isaaclab_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) ->
     notes.append(f"control period {period:g} s = sim.dt {dt:g} x decimation {decimation}")
     if last_action_terms:
         notes.append(f"observation {last_action_terms[0]!r} (last_action) is the network's raw output y, before the "
-                     "action scale and offset: feed that back on the robot, not the joint targets")
+                     "action scale and offset: the policy node feeds y back (contract provenance last_action: raw)")
     return {"observations": observations, "actions": actions, "control_period_s": period,
-            "provenance": {"isaaclab_action_term": act_name, "isaaclab_io_descriptors": str(io_obs is not None
-                                                                                           and bool(io_obs)).lower()}}
+            # ActionManager.action (what the last_action term reads) is the raw action the policy output
+            "provenance": {"last_action": "raw", "isaaclab_action_term": act_name,
+                           "isaaclab_io_descriptors": str(bool(io_obs)).lower()}}
 
 
-def run_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str]) -> Sidecar:
+def run_sidecar(run_dir: Path, n_obs: int, n_act: int, notes: list[str], io_descriptors: Path | None = None) -> Sidecar:
     """The parsed sidecar of an Isaac Lab run directory (:func:`isaaclab_sidecar`, validated)."""
-    return parse_sidecar(isaaclab_sidecar(run_dir, n_obs, n_act, notes), str(run_dir))
+    return parse_sidecar(isaaclab_sidecar(run_dir, n_obs, n_act, notes, io_descriptors), str(run_dir))
 
 
 def run_provenance(run_dir: Path) -> dict[str, str]:

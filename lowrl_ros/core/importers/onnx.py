@@ -481,7 +481,7 @@ def load_onnx(source: Path, options: ImportOptions) -> Imported:
     run = source.parent.parent
     if sidecar is None and source.parent.name == "exported" and (run / "params" / "env.yaml").is_file():
         # <run>/exported/policy.onnx of an Isaac Lab run: the run's env config is the sidecar
-        sidecar = run_sidecar(run, weights.input_dim, weights.output_dim, notes)
+        sidecar = run_sidecar(run, weights.input_dim, weights.output_dim, notes, options.io_descriptors)
         notes.append(f"contract from the Isaac Lab run directory {run.name} (params/env.yaml)")
     if sidecar is None:
         sidecar_for(source, options, required=True)  # refuses, saying what to write
@@ -503,8 +503,9 @@ def load_isaaclab_run(run_dir: Path, options: ImportOptions) -> Imported:
         sidecar = read_sidecar(options.sidecar)
         notes.append(f"contract from the sidecar {options.sidecar}; params/env.yaml not read")
     else:
-        sidecar = run_sidecar(run_dir, weights.input_dim, weights.output_dim, notes)
+        sidecar = run_sidecar(run_dir, weights.input_dim, weights.output_dim, notes, options.io_descriptors)
     contract = build_contract(n_obs=weights.input_dim, n_act=weights.output_dim, graph_pre=walked.pre,
                               sidecar=sidecar, options=options, source=onnx_path, kind="isaaclab", notes=notes,
-                              provenance={"onnx_opset": str(walked.opset), **run_provenance(run_dir)})
+                              provenance={"onnx_opset": str(walked.opset), **run_provenance(run_dir)},
+                              last_action="raw")
     return Imported(weights, contract, "isaaclab", notes)

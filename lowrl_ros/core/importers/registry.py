@@ -58,6 +58,10 @@ class ImportOptions:
         activation: hidden activation when the source does not record it (rsl_rl checkpoints).
         version: policy version written into the contract.
         tier: compute tier the artifact serves.
+        last_action: "raw" | "action", what the policy reads back as its last_action observation (recorded as the
+            contract's provenance ``last_action``); None: the source's own convention (Isaac Lab, rsl_rl: raw;
+            SB3: action; plain ONNX and TorchScript: the sidecar's ``provenance: {last_action: ...}``, else action).
+        io_descriptors: Isaac Lab IO_descriptors.yaml to read instead of looking for it in the run directory.
     """
 
     sidecar: Path | None = None
@@ -67,6 +71,8 @@ class ImportOptions:
     activation: str | None = None
     version: int = 1
     tier: str = "full"
+    last_action: str | None = None
+    io_descriptors: Path | None = None
 
 
 # kind -> (module, function): function(source: Path, options: ImportOptions) -> Imported.

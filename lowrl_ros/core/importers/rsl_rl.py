@@ -200,10 +200,11 @@ def load_rsl_rl(source: Path, options: ImportOptions) -> Imported:
     sidecar = sidecar_for(source, options, required=False)
     if sidecar is None and (source.parent / "params" / "env.yaml").is_file():
         # an Isaac Lab run directory: its env config gives names, action scale/offset and period
-        sidecar = run_sidecar(source.parent, weights.input_dim, weights.output_dim, notes)
+        sidecar = run_sidecar(source.parent, weights.input_dim, weights.output_dim, notes, options.io_descriptors)
         io = ", IO_descriptors.yaml" if sidecar.provenance["isaaclab_io_descriptors"] == "true" else ""
         notes.append(f"contract from the Isaac Lab run directory (params/env.yaml{io})")
     contract = build_contract(n_obs=weights.input_dim, n_act=weights.output_dim, graph_pre=pre, sidecar=sidecar,
                               options=options, source=source, kind="rsl_rl", notes=notes,
-                              provenance={"rsl_rl_layout": layout, "activation": hidden})
+                              provenance={"rsl_rl_layout": layout, "activation": hidden},
+                              last_action="raw")  # rsl_rl's envs (legged_gym, Isaac Lab) read back the raw y
     return Imported(weights, contract, "rsl_rl", notes)

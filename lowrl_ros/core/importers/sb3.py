@@ -40,7 +40,13 @@ from typing import Any
 import numpy as np
 
 from lowrl_ros.core.importers.registry import Imported, ImportOptions, ImportRefused
-from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, prune_by_magnitude, save_artifact
+from lowrl_ros.core.runtime.artifact import (
+    LAST_ACTION_KEY,
+    MlpWeights,
+    PolicyContract,
+    prune_by_magnitude,
+    save_artifact,
+)
 
 # The policy module recorded in the zip -> the algorithm (PPO and A2C share ActorCriticPolicy; TD3 and
 # DDPG share TD3Policy: the training settings in the zip tell them apart, see _algo_from_data).
@@ -337,8 +343,11 @@ def sb3_contract(model, *, algo: str, source: Path, version: int, tier: str, env
         version=version,
         tier=tier,
         env_id=env_id,
+        # last_action "action": SB3's predict() hands env.step() the unscaled, clipped action (the squashed
+        # output mapped onto the Box, or clip(y, low, high)), never the network's y, so an env that observes
+        # its last action (a gymnasium wrapper, our kits) saw what it was given: the executed action.
         provenance={"tool": "lowrl import", "kind": "sb3", "algo": algo, "source": Path(source).name,
-                    "source_sha256": digest, **extra},
+                    "source_sha256": digest, LAST_ACTION_KEY: "action", **extra},
     )
 
 
@@ -426,6 +435,8 @@ def load_sb3(source: Path, options: ImportOptions) -> Imported:
         vn = Path(options.vecnormalize)
         stats = vecnormalize_stats(vn, int(np.prod(model.observation_space.shape)))
         extra = {"vecnormalize": vn.name, "vecnormalize_sha256": hashlib.sha256(vn.read_bytes()).hexdigest()}
+    if options.last_action is not None:
+        extra[LAST_ACTION_KEY] = options.last_action
     contract = sb3_contract(model, algo=algo, source=source, version=options.version, tier=options.tier,
                             env_id=options.env_id, control_period_s=options.control_period_s, extra=extra)
     if algo in ("ppo", "a2c") and weights.output_activation == "tanh":

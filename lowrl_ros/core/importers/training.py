@@ -12,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lowrl_ros.core.importers.registry import ImportOptions, load_source
+from lowrl_ros.core.runtime.artifact import last_action_convention
 from lowrl_ros.core.runtime.deploy_check import TrainingConfig
-
-# Sources whose last_action observation is the network's raw output (before the action scale and offset).
-RAW_LAST_ACTION = ("isaaclab", "rsl_rl")
 
 
 def training_config(source: str | Path) -> TrainingConfig:
@@ -39,10 +37,9 @@ def training_config(source: str | Path) -> TrainingConfig:
     pose = None
     if kind == "isaaclab" and contract.action_offset is not None:
         pose = dict(zip(contract.action_names, contract.action_offset))
-    recorded = contract.provenance.get("last_action")
     return TrainingConfig(
         source=f"{source} ({kind})", contract=contract, term_clips=clips,
-        last_action=recorded or ("raw" if kind in RAW_LAST_ACTION else None),
+        last_action=last_action_convention(contract),  # the importer records the source's convention
         quaternion_order=contract.provenance.get("quaternion_order"), default_pose=pose,
         relative_terms=tuple(sorted({n.split("[")[0] for n in contract.obs_names if "_rel" in n.split("[")[0]
                                      and "joint_pos" in n})),

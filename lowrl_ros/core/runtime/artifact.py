@@ -34,6 +34,12 @@ FORMAT_VERSION = 2
 ACTIVATIONS_HIDDEN = activations.HIDDEN
 ACTIVATIONS_OUTPUT = activations.OUTPUT
 _V2_CONTRACT_KEYS = ("obs_clip", "action_scale", "action_offset")
+# What the policy was trained to read back as its ``last_action`` observation, recorded at import as the
+# provenance entry LAST_ACTION_KEY: "raw" is the network's output y before the action transform and the clip
+# (Isaac Lab's ActionManager.action, rsl_rl's envs, rl_sar); "action" is the executed action in contract units,
+# clip(o + s*y, low, high) (a gymnasium env that stores what step() got: SB3, our own kits). Absent: "action".
+LAST_ACTION_KEY = "last_action"
+LAST_ACTION_CONVENTIONS = ("raw", "action")
 
 
 class ArtifactError(ValueError):
@@ -239,6 +245,30 @@ class PolicyContract:
         )
 
 
+def last_action_convention(contract: Any) -> str:
+    """``"raw"`` or ``"action"``: which action ``contract``'s policy reads back as its ``last_action`` term.
+
+    From the provenance entry ``last_action`` the importer recorded (see LAST_ACTION_KEY); a contract
+    without one (our own kits, artifacts made before it existed) is ``"action"``. Raises ValueError for
+    any other recorded value, so a typo never silently picks the wrong feedback.
+    """
+    value = (getattr(contract, "provenance", None) or {}).get(LAST_ACTION_KEY, "action")
+    if value not in LAST_ACTION_CONVENTIONS:
+        raise ValueError(f"the contract's provenance {LAST_ACTION_KEY!r} is {value!r}; use one of "
+                         f"{', '.join(LAST_ACTION_CONVENTIONS)}")
+    return value
+
+
+def raw_from_action(contract: PolicyContract, output_activation: str, action: np.ndarray) -> np.ndarray:
+    """The network output y that gives ``action`` (float64): (action - o) / s, inverting action_transform.
+
+    Exact where the action is inside [low, high]; where the clip bit, it returns the y of the clipped
+    action, not the network's own (only the engine's pre-transform output has that: Policy.raw_output).
+    """
+    scale, offset = contract.action_transform(output_activation)
+    return (np.asarray(action, dtype=np.float64) - offset) / scale
+
+
 @dataclass(frozen=True)
 class MlpWeights:
     """An MLP actor: normalised obs -> hidden layers -> output y.
@@ -441,7 +471,9 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
     def fail(problem: str, fix: str) -> ArtifactError:
         return ArtifactError(f"{source}: {problem}; {fix}")
 
-    regen = "re-export it with `lowrl import-sb3` or save_artifact()"
+    # The advice per kind of file: an artifact lowrl wrote is made again from its source (`lowrl import` takes
+    # every kind: SB3, rsl_rl, ONNX, TorchScript, Isaac Lab); a foreign ONNX is imported, with its contract.
+    regen = "re-export it from its source with `lowrl import SOURCE -o OUT.onnx` (docs/import.md) or save_artifact()"
     try:
         model = onnx.load_from_string(data)
     except Exception as exc:  # protobuf raises DecodeError and others, depending on the damage
@@ -449,7 +481,10 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
                    f"the file is truncated or corrupt; {regen}") from None
     props = {p.key: p.value for p in model.metadata_props}
     if METADATA_KEY not in props:
-        raise fail(f"no '{METADATA_KEY}' entry in the ONNX metadata", f"this ONNX file was not made by lowrl; {regen}")
+        raise fail(f"no '{METADATA_KEY}' entry in the ONNX metadata",
+                   f"this is a plain ONNX file, not a lowrl artifact: import it with its contract, `lowrl import "
+                   f"{Path(source).name} --sidecar CONTRACT.yaml -o OUT.onnx` (an Isaac Lab exported/policy.onnx "
+                   "needs no sidecar; docs/import.md)")
     try:
         meta = json.loads(props[METADATA_KEY])
     except json.JSONDecodeError as exc:

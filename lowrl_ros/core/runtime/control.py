@@ -40,6 +40,7 @@ import numpy as np
 
 from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.actions import ActionProcessor
+from lowrl_ros.core.runtime.artifact import last_action_convention
 from lowrl_ros.core.runtime.ladder import FallbackLadder
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level, Policy, StatusEntry
@@ -174,6 +175,7 @@ class StepResult:
     latency_s: float | None = None  # inference time when the policy ran
     policy_action: np.ndarray | None = None  # the EXECUTED output (contract units) when it ran: last_action
     own_action: np.ndarray | None = None  # the policy's own output; differs from policy_action in an intervention
+    raw_action: np.ndarray | None = None  # the network's y before its action transform: last_action "raw"
     intervention: bool = False  # a teleop override replaced the policy's output this tick
 
 
@@ -307,6 +309,20 @@ def policy_dims(policy: PolicyLike) -> tuple[int, int]:
     return int(c.obs_dim), int(c.action_dim)
 
 
+def _raw_output(policy: PolicyLike, executed: np.ndarray, intervened: bool) -> np.ndarray:
+    """The network output y behind this tick's executed action (a copy), for the last_action "raw" convention.
+
+    The engine's own pre-transform output when the policy ran unaided (engines.Policy.raw_output: the clip
+    to the limits does not leak in); in an intervention the teleop action's y (the transform inverted); a
+    policy that offers neither (a test fake) is taken to have the identity transform.
+    """
+    raw = None if intervened else getattr(policy, "raw_output", None)
+    if raw is not None:
+        return np.array(raw, dtype=np.float64)
+    invert = getattr(policy, "raw_from_action", None)
+    return invert(executed) if invert is not None else np.array(executed, dtype=np.float64)
+
+
 @dataclass
 class _Active:
     bundle: BundleLike
@@ -414,6 +430,11 @@ class PolicyController:
                                  "I/O contract (restart the node for a different robot)")
             if self.actions is not None:
                 self.actions.check_contract(policy.contract)
+            running = last_action_convention(self._policy.full.contract)
+            if last_action_convention(policy.contract) != running:
+                raise ValueError(f"policy tier {name!r} reads back its last action as "
+                                 f"{last_action_convention(policy.contract)!r}, the running one as {running!r}; the "
+                                 "observation follows the policy configured at start: restart the node to change it")
         self._ladder_for(bundle)  # a declared ladder's lite must be in the new bundle too
 
     def swap(self, bundle: BundleLike) -> None:
@@ -656,6 +677,7 @@ class PolicyController:
         result = self._policy_action(action, active, now, latency)
         if result.source == "policy":
             result.own_action, result.intervention = own, intervened
+            result.raw_action = _raw_output(policy, result.policy_action, intervened)
         return result
 
     def _policy_action(self, action: np.ndarray, active: _Active, now: float, latency: float) -> StepResult:

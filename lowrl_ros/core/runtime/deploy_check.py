@@ -30,25 +30,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lowrl_ros.core.runtime.actions import ActionConfig, OutputConfig, SafetyConfig
+from lowrl_ros.core.runtime.artifact import last_action_convention
 from lowrl_ros.core.runtime.observation import ObservationSpec, TermSpec
 from lowrl_ros.core.runtime.robot_file import RobotFile, RobotFileError, load_robot_file
 from lowrl_ros.core.types import Level, StatusEntry
 
 DEPLOY_CHECKS = ("refuse", "warn")
-CONVENTIONS = ("raw", "action")
 STATUS_NAME = "lowrl/policy/deploy_check"
 _RTOL = 1e-6
-
-
-def last_action_convention(contract: Any) -> str:
-    """What the policy's ``last_action`` observation is: "raw" (the network's output before the action
-    scale and offset: Isaac Lab, rsl_rl, rl_sar) or "action" (what the node put out in contract units).
-
-    Read from the contract's provenance key ``last_action`` (default "action"). The artifact module's
-    accessor of the same name (core/runtime/artifact.py ``last_action_convention``) reads the same key.
-    """
-    value = str(getattr(contract, "provenance", {}).get("last_action", "action")).strip().lower()
-    return value if value in CONVENTIONS else "action"
 
 
 @dataclass(frozen=True)
@@ -167,18 +156,6 @@ def _label(name: str) -> str:
     return name[name.index("[") + 1:-1] if "[" in name and name.endswith("]") else ""
 
 
-def _strip_overrides(robot: RobotFile) -> tuple[RobotFile, dict[int, str]]:
-    """The robot file without the last_action ``convention`` overrides (read here), and those overrides."""
-    terms, conventions = [], {}
-    for i, raw in enumerate(robot.observation):
-        if raw.get("term") == "last_action" and "convention" in raw:
-            conventions[i] = str(raw["convention"])
-            raw = {k: v for k, v in raw.items() if k != "convention"}
-        terms.append(raw)
-    stripped = RobotFile(robot.path, robot.joints, robot.default_pose, tuple(terms), robot.raw)
-    return stripped, conventions
-
-
 def check_deployment(contract: Any, robot: RobotFile, *, training: TrainingConfig | None = None,
                      loop_period_s: float | None = None) -> DeployReport:
     """Compare the policy (``contract``, ``training``) with the ``robot`` file; every row, in table order.
@@ -193,7 +170,6 @@ def check_deployment(contract: Any, robot: RobotFile, *, training: TrainingConfi
         ValueError: the robot file cannot be parsed at all (the message says what to fix).
     """
     rows: list[CheckRow] = []
-    robot, conventions = _strip_overrides(robot)
     spec = ObservationSpec.from_robot_file(robot, contract.control_period_s)
     names = list(contract.obs_names)
     rows.append(CheckRow("observation size", str(contract.obs_dim), str(spec.obs_dim), spec.obs_dim == contract.obs_dim,
@@ -205,7 +181,7 @@ def check_deployment(contract: Any, robot: RobotFile, *, training: TrainingConfi
                              why="the artifact was not imported from this training run; re-import it"))
     rows += _term_rows(contract, spec, names, training)
     rows += _action_rows(contract, robot, training)
-    rows += _last_action_rows(contract, spec, conventions, training)
+    rows += _last_action_rows(contract, spec, training)
     rows += _timing_rows(contract, spec, training, loop_period_s)
     return DeployReport(tuple(rows))
 
@@ -400,16 +376,15 @@ def _names(names: Sequence[str]) -> str:
 
 
 # ---- last action and timing -------------------------------------------------------------------------------------
-def _last_action_rows(contract: Any, spec: ObservationSpec, conventions: Mapping[int, str],
-                      training: TrainingConfig | None) -> list[CheckRow]:
+def _last_action_rows(contract: Any, spec: ObservationSpec, training: TrainingConfig | None) -> list[CheckRow]:
     rows = []
     for t in spec.terms:
         if t.source != "action":
             continue
         recorded = last_action_convention(contract)
         want = training.last_action if training is not None and training.last_action else recorded
-        got = conventions.get(t.index, recorded)
-        where = "robot file convention" if t.index in conventions else "the contract's provenance last_action"
+        got = t.convention or recorded
+        where = "robot file convention" if t.convention else "the contract's provenance last_action"
         rows.append(CheckRow(f"obs {t.index} last_action: convention", want, f"{got} ({where})", got == want,
                              why=f"the training fed back the {'raw network output' if want == 'raw' else 'action'}; "
                                  f"set {{term: last_action, convention: {want}}} or re-import the policy"))

@@ -31,6 +31,7 @@ from lowrl_ros.core.runtime.artifact import (
     ParsedArtifact,
     PolicyContract,
     parse_artifact,
+    raw_from_action,
     read_artifact_bytes,
 )
 from lowrl_ros.core.runtime.onnx_graph import IN_NAME, OUT_NAME
@@ -58,8 +59,9 @@ class OrtEngine:
         # and this keeps it so if the thread counts above ever change. The policy runs at 50-100 Hz.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        data, raw_name = _with_raw_output(parsed)
         try:
-            self.session = ort.InferenceSession(parsed.data, opts, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph types
             raise ArtifactError(
                 f"{parsed.source}: ONNX Runtime cannot load the graph ({exc}); re-export the artifact"
@@ -75,6 +77,10 @@ class OrtEngine:
         self._binding = self.session.io_binding()
         self._binding.bind_ortvalue_input(IN_NAME, self._x_val)
         self._binding.bind_ortvalue_output(OUT_NAME, self._y_val)
+        # The network's own output y, before the action transform and the clip (last_action "raw").
+        self.raw = np.zeros((1, c.action_dim), np.float32)
+        self._binding.bind_ortvalue_output(raw_name, ort.OrtValue.ortvalue_from_numpy(self.raw))
+        self.raw = self.raw[0]
         self._run = self.session.run_with_iobinding
 
     def run_into(self, obs: np.ndarray, out: np.ndarray) -> None:
@@ -86,6 +92,28 @@ class OrtEngine:
     def run_batch(self, obs: np.ndarray) -> np.ndarray:
         """Actions for a batch [n, obs_dim] (allocates; for evaluation, not the control path)."""
         return self.session.run([OUT_NAME], {IN_NAME: np.asarray(obs, np.float32)})[0].astype(np.float64)
+
+
+_TRANSFORM_NODES = ("action_scaled", "action_unclamped", "action_le_high")  # onnx_graph.build_model's names
+
+
+def _with_raw_output(parsed: ParsedArtifact) -> tuple[bytes, str]:
+    """The artifact's graph with the output activation's result as a second output, and that output's name.
+
+    The first node of the action transform (onnx_graph.build_model names them) reads the network's y;
+    exposing it lets ORT hand y over in the same run, with no change to the artifact's bytes on disk.
+    """
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = {n.name: n for n in parsed.model.graph.node}
+    first = next(nodes[name] for name in _TRANSFORM_NODES if name in nodes)
+    model = onnx.ModelProto()
+    model.CopyFrom(parsed.model)
+    raw_name = first.input[0]
+    model.graph.output.append(helper.make_tensor_value_info(raw_name, TensorProto.FLOAT,
+                                                            ["batch", parsed.contract.action_dim]))
+    return model.SerializeToString(), raw_name
 
 
 class _DenseKernel:
@@ -201,6 +229,7 @@ class NumpyEngine:
         bufs = [np.ones(layer.in_dim + 1, np.float32) for layer in parsed.layers]
         self._x_body = bufs[0][:-1]
         self._y = np.zeros(c.action_dim, np.float32)
+        self.raw = self._y  # the network's output y, before the action transform (last_action "raw")
         self._steps: list[tuple] = []
         if c.obs_clip is not None:
             reach = c.obs_clip / np.abs(scale)
@@ -311,6 +340,17 @@ class Policy:
         self._high = np.array(c.action_high, np.float64)
         self._obs_shape = (c.obs_dim,)
         self._out = np.zeros(c.action_dim, np.float64)
+        self._output_activation = parsed.output_activation
+
+    @property
+    def raw_output(self) -> np.ndarray:
+        """The network's own output y of the last act() (float32, overwritten by the next call): before the
+        action transform and the clip to the limits, the ``last_action`` that Isaac Lab and rsl_rl feed back."""
+        return self._impl.raw
+
+    def raw_from_action(self, action: np.ndarray) -> np.ndarray:
+        """The y that gives ``action`` (artifact.raw_from_action): for an action the network did not choose."""
+        return raw_from_action(self.contract, self._output_activation, action)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """The action for one observation [obs_dim]: a new float64 array, clamped to the limits.

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lowrl_ros.core.runtime.artifact import LAST_ACTION_CONVENTIONS
 from lowrl_ros.core.runtime.joints import JointIndex
 from lowrl_ros.core.runtime.obs_adapter import ObservationError
 from lowrl_ros.core.runtime.robot_file import RobotFile, RobotFileError
@@ -56,7 +57,7 @@ TERMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "imu_linear_acceleration": ("imu", ()),
     "projected_gravity": ("imu", ("quaternion_order", "type")),
     "velocity_command": ("twist", ("ranges",)),
-    "last_action": ("action", ("size",)),
+    "last_action": ("action", ("size", "convention")),
     "array": ("array", ("size",)),
 }
 COMMON_KEYS = ("term", "name", "topic", "scale", "offset", "clip", "timeout_s", "history", "qos")
@@ -117,6 +118,7 @@ class TermSpec:
     quaternion_order: str = ""
     msg_type: str = ""  # the topic's message: joint_state | imu | twist | array
     ranges: np.ndarray | None = None  # velocity_command: (3, 2) [lo, hi]
+    convention: str = ""  # last_action: raw | action; "": the policy's (artifact.last_action_convention)
 
     @property
     def dim(self) -> int:
@@ -222,6 +224,12 @@ def parse_term(index: int, raw: dict[str, Any], joints: tuple[str, ...], default
             raise ValueError(f"{where}: size must be a positive integer (the number of values)"
                              + (" or the top-level joints given" if source == "action" else "") + f"; got {size!r}")
         labels = tuple(str(i) for i in range(size))
+        if source == "action" and "convention" in raw:
+            if raw["convention"] not in LAST_ACTION_CONVENTIONS:
+                raise ValueError(f"{where}: convention {raw['convention']!r} is unknown; use raw (the network's output "
+                                 "before the action transform: Isaac Lab, rsl_rl, rl_sar) or action (the executed "
+                                 "action), or leave it out to follow the policy's recorded convention")
+            kw["convention"] = raw["convention"]
     size = len(labels)
     name = raw.get("name", term)
     if not isinstance(name, str) or not name:
@@ -371,15 +379,22 @@ class ObservationBuilder:
     joint-index lookups are resolved once, and the finite check runs once over the whole vector.
     """
 
-    def __init__(self, spec: ObservationSpec) -> None:
+    def __init__(self, spec: ObservationSpec, last_action: str = "action") -> None:
+        """``last_action``: the policy's convention (artifact.last_action_convention), which a term's own
+        ``convention`` overrides: "raw" reads the network's output y, "action" the executed action."""
+        if last_action not in LAST_ACTION_CONVENTIONS:
+            raise ValueError(f"last_action {last_action!r}: use one of {', '.join(LAST_ACTION_CONVENTIONS)}")
         self.spec = spec
         self._samples: dict[str, tuple[Any, float]] = {}
+        self._raw_terms = {t.index for t in spec.terms
+                           if t.source == "action" and (t.convention or last_action) == "raw"}
         # Each joint term's joints in a JointState (JointIndex: cached per distinct name list).
         self._joint_index = {t.index: JointIndex(t.joints) for t in spec.terms if t.source == "joint_state"}
         pose = dict(zip(spec.joints, spec.default_pose))
         self._poses = {t.index: np.array([pose[j] for j in t.joints]) for t in spec.terms if t.relative}
         self._histories = {t.index: deque(maxlen=t.history) for t in spec.terms if t.history > 1}
         self._last_action: np.ndarray | None = None
+        self._last_raw: np.ndarray | None = None
         # What last_action reads after a tick that put out no policy action (never written to: shared is safe).
         self._no_action = np.zeros(next((t.size for t in spec.terms if t.source == "action"), 0))
         self._out = np.empty(spec.obs_dim)
@@ -415,7 +430,7 @@ class ObservationBuilder:
     def reset(self) -> None:
         """Forget every sample, the histories and the last action (on activation)."""
         self._samples.clear()
-        self._last_action = None
+        self._last_action = self._last_raw = None
         for h in self._histories.values():
             h.clear()
 
@@ -423,22 +438,25 @@ class ObservationBuilder:
         """Keep ``sample`` (see the module docstring for its shape) as ``topic``'s newest, received at ``stamp``."""
         self._samples[topic] = (sample, stamp)
 
-    def set_last_action(self, action: np.ndarray) -> None:
-        """The action the policy node put out this tick (the next observation's last_action)."""
+    def set_last_action(self, action: np.ndarray, raw: np.ndarray | None = None) -> None:
+        """The action the policy put out this tick and the network output y behind it (None: ``action``)."""
         self._last_action = np.array(action, dtype=np.float64)  # a copy: a history may keep it
+        self._last_raw = self._last_action if raw is None else np.array(raw, dtype=np.float64)
 
     def after_step(self, result: Any) -> None:
         """The last_action rule: which action the next observation's ``last_action`` term reads after a tick.
 
         ``result`` is the tick's ``PolicyController.step`` result (None: the step failed). The policy ran:
-        its executed output (``policy_action``, contract units, the teleop's in an intervention); a held
-        tick (decimation): unchanged; anything else (safe action, nothing sent, a failed step): zeros.
+        its executed output (``policy_action``, contract units, the teleop's in an intervention) for a term
+        of convention "action", the network's output y behind it (``raw_action``) for "raw"; a held tick
+        (decimation): unchanged; anything else (safe action, nothing sent, a failed step): zeros, as Isaac
+        Lab's ActionManager starts an episode.
         """
         source = None if result is None else result.source
         if source == "policy":
-            self.set_last_action(result.policy_action)
+            self.set_last_action(result.policy_action, getattr(result, "raw_action", None))
         elif source != "hold":
-            self._last_action = self._no_action
+            self._last_action = self._last_raw = self._no_action
 
     def joint_state(self) -> tuple[Sequence[str], Any] | None:
         """(names, positions) of the newest JointState sample, whatever its age (the measured pose that
@@ -523,7 +541,7 @@ class ObservationBuilder:
 
     # ---- readers: one term's raw values (before scale/offset/clip) into dst ----------------------
     def _action_values(self, t: TermSpec, _sample: Any, dst: np.ndarray) -> None:
-        raw = self._last_action
+        raw = self._last_raw if t.index in self._raw_terms else self._last_action
         if raw is None:
             dst.fill(0.0)
             return

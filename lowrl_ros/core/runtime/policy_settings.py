@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from lowrl_ros.core.config import field, require
 from lowrl_ros.core.runtime.actions import ActionProcessor
 from lowrl_ros.core.runtime.control import ROBOT_TIMINGS, ControlTiming, EStopLatch
+from lowrl_ros.core.runtime.artifact import last_action_convention
 from lowrl_ros.core.runtime.deploy_check import DEPLOY_CHECKS, DeployReport, check_deployment, recorded_training
 from lowrl_ros.core.runtime.ladder import FallbackLadder
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
@@ -116,6 +117,8 @@ class PolicySetup:
         estop: the e-stop latch (the old one kept, still latched, unless its topic changed; None: no e-stop).
         timing: robot_timing against the contract's control period.
         legacy_yaml: the robot file built from the old parameters, as YAML ("" with ``robot_file``).
+        last_action: the policy's last-action convention ("raw" | "action", artifact.last_action_convention),
+            which the observation builder follows unless a last_action term states its own.
         deploy: the deploy check of a given robot file against the contract (None without ``robot_file``: the
             old parameters describe no output side and name no terms to compare).
         ladder: the robot file's declared ``fallback`` ladder (None: the robot's default, chosen per bundle
@@ -127,6 +130,7 @@ class PolicySetup:
     estop: EStopLatch | None
     timing: ControlTiming
     legacy_yaml: str
+    last_action: str = "action"
     deploy: DeployReport | None = None
     ladder: FallbackLadder | None = None
 
@@ -152,7 +156,8 @@ class PolicySetup:
         ladder = None
         if settings.robot_file and "fallback" in robot.raw:
             ladder = FallbackLadder.for_robot(robot.raw, where=robot.path or "robot file")
-        return cls(spec, actions, latch, timing, legacy_yaml, deploy, ladder)
+        return cls(spec, actions, latch, timing, legacy_yaml, last_action_convention(contract), deploy,
+                   ladder)
 
     def log_lines(self, robot_file: str) -> list[tuple[Level, str]]:
         """What configure logs: the robot file built from the old parameters (to keep), the timing WARN, the

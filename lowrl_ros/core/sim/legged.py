@@ -28,6 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -413,6 +414,13 @@ def register() -> None:
 
 
 register()
+
+
+def make(**kwargs: Any) -> gym.Env:
+    """``gym.make(ENV_ID, **kwargs)``: the env factory to hand SB3's ``make_vec_env`` (``make_vec_env(legged.make,
+    env_kwargs=...)``). Given the id string instead, make_vec_env asks gym.make for ``render_mode="rgb_array"``
+    (for video recording), which LeggedAnt does not render, so gymnasium warns at every env it makes."""
+    return gym.make(ENV_ID, **kwargs)
 
 
 # One name per observation entry, as the policy node's robot file terms name them (contract obs_names).
