@@ -105,6 +105,41 @@ def test_last_action_as_the_joint_targets_fails_against_the_raw_training_convent
     assert [t.term for t in report.terms if not t.ok] == ["2 last_action"]
 
 
+def raw_rows(rows, network):
+    """``rows`` re-made as a ``raw``-convention policy gives them: the executed action is the network's output
+    through an action transform (0.87 + 0.5 y, clipped), and last_action reads the previous raw output y."""
+    out, buf, prev_y = [], np.zeros(row_size(6, 2)), np.zeros(2)
+    for r in rows:
+        obs = r.obs.copy()
+        obs[4:6] = prev_y
+        y = network(obs)
+        action = np.clip(0.87 + 0.5 * y, -1, 1)
+        encode_step(buf, stamp=r.stamp, safe=False, intervention=False, estop=False, policy_version=1, obs=obs,
+                    policy_action=action, action=action, command=np.zeros(2))
+        out.append(decode_step(buf.copy(), 6, 2))
+        prev_y = y
+    return out
+
+
+def test_a_raw_last_action_is_the_network_output_run_again_not_the_executed_action():
+    def network(obs):
+        return np.array([2.0 * obs[0] + 0.3 * obs[4], -1.5 * obs[1]])  # often beyond what the clip lets through
+
+    rows, truths = run()
+    rows = raw_rows(rows, network)
+    report = sim2sim.evaluate(rows, truths, CONTRACT, SIM, "raw", raw_of=network)
+    assert report.ok, report.summary()
+    # the old reading (the executed action, after the transform and the clip) is caught
+    def executed_action(obs):
+        return np.clip(0.87 + 0.5 * network(obs), -1, 1)
+
+    executed = sim2sim.evaluate(rows, truths, CONTRACT, SIM, "raw", raw_of=executed_action)
+    assert [t.term for t in executed.terms if not t.ok] == ["2 last_action"]
+    # without the network the raw term is not compared (unknown), never passed on a guess
+    blind = sim2sim.evaluate(rows, truths, CONTRACT, SIM, "raw")
+    assert next(t for t in blind.terms if t.term.endswith("last_action")).ticks == 0
+
+
 def test_last_action_is_zero_after_a_safe_tick_and_unknown_after_a_lost_row():
     rows, truths = run(safe_at=(10,), drop_at=(30,))
     report = judge(rows, truths)
@@ -113,11 +148,10 @@ def test_last_action_is_zero_after_a_safe_tick_and_unknown_after_a_lost_row():
     joint = next(t for t in report.terms if t.term.endswith("joint_position"))
     assert last.ticks == joint.ticks - 2  # the first tick and the one after the lost row are not compared
     assert np.isnan(sim2sim.training_last_action(None, rows[0], "action", np.full(2, -1.0), np.ones(2), 0.04)).all()
-    # "raw" keeps the network's output unclipped, "action" clips it to the action space
+    # "action" clips the previous output to the action space
     prev = rows[1]
-    raw = sim2sim.training_last_action(prev, rows[2], "raw", np.full(2, -1.0), np.ones(2), 0.04)
     clipped = sim2sim.training_last_action(prev, rows[2], "action", np.full(2, -1.0), np.ones(2), 0.04)
-    assert np.array_equal(raw, prev.policy_action) and np.array_equal(clipped, np.clip(prev.policy_action, -1, 1))
+    assert np.array_equal(clipped, np.clip(prev.policy_action, -1, 1))
 
 
 def test_a_fall_fails_the_run_and_too_few_ticks_is_no_evidence():

@@ -82,7 +82,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"lowrl sim2sim: {exc}", file=sys.stderr)
         return 2
     np.savez_compressed(out / "rows.npz", step_rows=np.array(rows), truth_rows=np.array(truths))  # to re-judge
-    report = evaluate(steps, states, contract, simulator, last_action_convention(contract), stats)
+    convention = last_action_convention(contract)
+    raw_of = None
+    if convention == "raw":  # the network's own output for the previous tick's observation (the deployed artifact)
+        from lowrl_ros.core.runtime.bundle import load_bundle
+
+        full = load_bundle(args.policy, engine="numpy").policies["full"]
+
+        def raw_of(obs):
+            full.act(obs)
+            return full.raw_output
+    report = evaluate(steps, states, contract, simulator, convention, stats, raw_of=raw_of)
     print(f"\nobservation parity, policy node against {simulator.env_id}'s training observation of the same "
           "simulator state (|err| in observation units):")
     print(report.table())

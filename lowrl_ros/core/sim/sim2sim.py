@@ -17,9 +17,11 @@ wrong scale) agrees with no candidate, so it can neither hide itself nor pull th
 sample that the other terms pin.
 
 ``last_action`` is not the simulator's to know: its training value is the policy's previous output,
-the network's raw output (convention ``raw``) or clipped to the action space (``action``: LeggedAnt's
-``last_action = clip(a, -1, 1)``), zero after a tick without a policy action (a reset in training),
-unknown (not compared) when the previous row is missing.
+the network's raw output (convention ``raw``: the step row holds the executed action, after the action
+transform and the clip, so ``raw_of`` runs the deployed artifact again on the previous row's observation
+and takes its pre-transform output; without ``raw_of`` the term is not compared) or clipped to the
+action space (``action``: LeggedAnt's ``last_action = clip(a, -1, 1)``), zero after a tick without a
+policy action (a reset in training), unknown (not compared) when the previous row is missing.
 
 A term passes when the 95th percentile of ``|policy - training|`` over its entries and matched ticks is
 within its tolerance (``TOLERANCES``, observation units after the term's scale). They sit above what
@@ -31,7 +33,7 @@ not a deployment mistake); a fall fails the run.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -101,21 +103,27 @@ class Matched:
     unmatched: int
 
 
+RawOf = Callable[[np.ndarray], np.ndarray]  # observation -> the network's pre-transform output y
+
+
 def training_last_action(previous: StepRow | None, row: StepRow, convention: str, low: np.ndarray,
-                         high: np.ndarray, period_s: float) -> np.ndarray:
+                         high: np.ndarray, period_s: float, raw_of: RawOf | None = None) -> np.ndarray:
     """The training value of ``last_action`` at ``row`` (see the module docstring); NaN when unknown."""
     m = low.size
     if previous is None or row.stamp - previous.stamp > 1.5 * period_s:
         return np.full(m, np.nan)
     if previous.safe or not np.isfinite(previous.policy_action).all():
         return np.zeros(m)
-    a = previous.policy_action
-    return a.copy() if convention == "raw" else np.clip(a, low, high)
+    if convention == "raw":
+        if raw_of is None or not np.isfinite(previous.obs).all():
+            return np.full(m, np.nan)
+        return np.asarray(raw_of(previous.obs), dtype=np.float64).copy()
+    return np.clip(previous.policy_action, low, high)
 
 
 def match(rows: Sequence[StepRow], truths: Sequence[TrueState], obs_names: Sequence[str],
           truth_names: Sequence[str], action_names: Sequence[str], convention: str, low, high, period_s: float,
-          window_s: float = MATCH_WINDOW_S) -> Matched:
+          window_s: float = MATCH_WINDOW_S, raw_of: RawOf | None = None) -> Matched:
     """Pair each policy tick (a non-safe row with a finite observation) with its truth sample."""
     low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
     n = len(obs_names)
@@ -148,7 +156,7 @@ def match(rows: Sequence[StepRow], truths: Sequence[TrueState], obs_names: Seque
         want = np.full(n, np.nan)
         want[sensor] = t_obs[best, from_truth]
         if last:
-            value = training_last_action(prev, row, convention, low, high, period_s)
+            value = training_last_action(prev, row, convention, low, high, period_s, raw_of)
             for i, k in last:
                 want[i] = value[k]
         pol.append(row.obs.copy())
@@ -286,11 +294,13 @@ class Sim2SimReport:
 
 def evaluate(rows: Sequence[StepRow], truths: Sequence[TrueState], contract: Any, simulator: Simulator,
              convention: str, stats: Sequence[float] | None = None,
-             tolerances: dict[str, float] | None = None, settle_s: float = SETTLE_S) -> Sim2SimReport:
+             tolerances: dict[str, float] | None = None, settle_s: float = SETTLE_S,
+             raw_of: RawOf | None = None) -> Sim2SimReport:
     """The verdict of a run: parity per term, tracking, falls, deadline misses (``stats``: the policy node's
-    last PolicyStats values, core/runtime/policy_stats.py; reported, not judged)."""
+    last PolicyStats values, core/runtime/policy_stats.py; reported, not judged). ``raw_of``: the deployed
+    policy's pre-transform output for an observation (needed for a ``raw`` last action)."""
     matched = match(rows, truths, contract.obs_names, simulator.truth_names, contract.action_names, convention,
-                    contract.action_low, contract.action_high, contract.control_period_s)
+                    contract.action_low, contract.action_high, contract.control_period_s, raw_of=raw_of)
     terms = term_parity(matched, contract.obs_names, tolerances)
     policy_stamps = sorted(r.stamp for r in rows if not r.safe)
     start, end = (policy_stamps[0], policy_stamps[-1]) if policy_stamps else (0.0, 0.0)
