@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,20 @@ def test_swapped_joints(isaac):
     assert "default pose" not in names  # same values for the two swapped hips: only the order is wrong
     doc["default_pose"][4], doc["default_pose"][5] = doc["default_pose"][5], doc["default_pose"][4]
     assert "default pose" in bad(check(isaac, doc))
+
+
+def test_the_controller_joints_are_named_and_generic_action_names_are_not_an_order(isaac):
+    doc = robot_doc()
+    doc["output"]["joints"] = sorted(JOINTS)[:-1] + ["toe"]
+    row = next(r for r in check(isaac, doc).hard if r.what == "controller joints")
+    assert "'toe', not a policy joint" in row.gives and f"lacks {sorted(JOINTS)[-1]!r}" in row.gives
+    # a policy whose actions name no joint ("torque", "u", "action_0") has no order to compare with
+    run, artifact = isaac
+    _, contract = load_weights(artifact)
+    generic = dataclasses.replace(contract, action_names=tuple(f"action_{i}" for i in range(len(JOINTS))))
+    report = check_deployment(generic, parse_robot_file(robot_doc(), "robot.yaml"))
+    order = next(r for r in report.rows if r.what == "action joint order")
+    assert order.ok and "name no joint" in order.expects
 
 
 def test_scale_applied_twice_and_missing(isaac, tmp_path):

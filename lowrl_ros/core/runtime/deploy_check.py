@@ -70,7 +70,7 @@ def recorded_training(contract: Any, base: str | Path = ".") -> TrainingConfig |
     """The training robot file the contract's provenance names (``robot_file``: lowrl's own envs build their
     observation from it, e.g. models/legged_ant_int8.onnx from config/robots/legged_ant.yaml), resolved
     against ``base``; None when none is recorded or it is not on this machine (nothing to compare with)."""
-    name = contract.provenance.get("robot_file")
+    name = (getattr(contract, "provenance", None) or {}).get("robot_file")
     path = Path(base) / name if name else None
     if path is None or not path.is_file():
         return None
@@ -298,13 +298,18 @@ def _action_rows(contract: Any, robot: RobotFile, training: TrainingConfig | Non
     rows: list[CheckRow] = []
     joints, action_names = tuple(robot.joints), tuple(contract.action_names)
     n = contract.action_dim
-    generic = all(a.startswith(("action_", "joint_")) and a.split("_")[-1].isdigit() for a in action_names)
+    # The order is checkable only where the policy names its actions by joint (Isaac Lab, rsl_rl imports, our
+    # legged kits); "torque", "u" or "action_0" name no joint, so the robot file's order is the only one there is.
+    named = bool(set(action_names) & set(joints))
     if joints:
         rows.append(CheckRow("action count", str(n), f"{len(joints)} joints", len(joints) == n,
                              why="list one joint per action, in the policy's order"))
-    if joints and not generic:
+    if joints and named:
         rows.append(CheckRow("action joint order", _names(action_names), _names(joints), joints == action_names,
                              why="list joints in the policy's action order"))
+    elif joints:
+        rows.append(CheckRow("action joint order", "(the policy's actions name no joint)", _names(joints), True,
+                             why="not checkable: the robot file's joint order is taken as the policy's"))
     if training is not None and training.contract is not None:
         t_names = tuple(training.contract.action_names)
         rows.append(CheckRow("action joints vs training", _names(t_names), _names(action_names),
@@ -348,10 +353,17 @@ def _action_rows(contract: Any, robot: RobotFile, training: TrainingConfig | Non
         rows.append(CheckRow("default pose", _fmt(want), _fmt(pose),
                              bool(np.allclose(pose[known], want[known], atol=1e-6)),
                              why="default_pose must be the training's default joint positions, in the joints' order"))
-    controller = output.joints or joints
+    controller = list(output.joints or joints)
+    unknown = [j for j in controller if j not in joints]
+    missing = [j for j in joints if j not in controller]
+    twice = sorted({j for j in controller if controller.count(j) > 1})
+    wrong = "; ".join(part for part in (
+        f"output.joints names {', '.join(repr(j) for j in unknown)}, not a policy joint" if unknown else "",
+        f"lacks {', '.join(repr(j) for j in missing)}" if missing else "",
+        f"lists {', '.join(repr(j) for j in twice)} twice" if twice else "") if part)
     rows.append(CheckRow("controller joints", "every policy joint once, by name",
-                         "output.joints" if output.joints else "the policy's order (no output.joints)",
-                         sorted(controller) == sorted(joints), hard=True,
+                         wrong or ("output.joints" if output.joints else "the policy's order (no output.joints)"),
+                         not wrong, hard=True,
                          why="list every policy joint once in output.joints (the controller's order)"))
     if interface == "position":
         limited = action.lower is not None
