@@ -78,6 +78,7 @@ CASES = [
                                                                          "config", "rewards", "demos")],
      WRITE_LOG + JUDGE, ROBOT_FORBIDDEN),
     # The session's writers run in the nodes; the report draws with matplotlib only when called.
+    ("monitor", ["lowrl_ros.core.monitor.model"], "", ROBOT_FORBIDDEN),
     ("session", ["lowrl_ros.core.session." + m for m in ("files", "analysis", "report")], "", ROBOT_FORBIDDEN),
     ("ros.policy_node", ["lowrl_ros.ros.policy_node"], RUN_ARTIFACT, HEAVY),
     ("ros.budget_monitor_node", ["lowrl_ros.ros.budget_monitor_node"], "", HEAVY),
@@ -131,6 +132,7 @@ CORE_ALLOWED = {
     "compress": {"types", "config", "runtime", "train", "sim", "importers"},  # importers: the SB3 teacher
     "importers": {"runtime"},
     "session": {"runtime", "finetune", "sim"},  # finetune: the learner states, the episode log; sim: the Agg pyplot
+    "monitor": {"types", "runtime"},  # the views' model: stats fields, the step-row header, tier names
 }
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)
     "ros": {"core", "ros"},

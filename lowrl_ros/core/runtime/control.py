@@ -291,9 +291,11 @@ class EStopLatch:
                 steps = f"release the e-stop (false on {self.topic}), then {steps}"
             return StatusEntry(ESTOP_STATUS, Level.ERROR, f"e-stop latched by {self.topic}: safe action held; "
                                f"to resume, {steps}",
-                               {"topic": self.topic, "latched": True, "asserted": self.asserted, "count": self.count})
+                               {"topic": self.topic, "reset_topic": self.reset_topic, "latched": True,
+                                "asserted": self.asserted, "count": self.count})
         return StatusEntry(ESTOP_STATUS, Level.OK, f"e-stop clear ({self.topic})",
-                           {"topic": self.topic, "latched": False, "asserted": self.asserted, "count": self.count})
+                           {"topic": self.topic, "reset_topic": self.reset_topic, "latched": False,
+                            "asserted": self.asserted, "count": self.count})
 
 
 def full_policy(bundle: BundleLike) -> PolicyLike:

@@ -1,0 +1,128 @@
+"""The monitor model (core/monitor/model.py) on an injected clock: what the rqt plugin and `lowrl top` show."""
+from __future__ import annotations
+
+import numpy as np
+
+from lowrl_ros.core.monitor.model import NOT_RUNNING, OK, STALE, MonitorModel, split_name
+from lowrl_ros.core.runtime.policy_stats import PolicyStats
+from lowrl_ros.core.runtime.step_row import encode_step, row_size
+from lowrl_ros.core.types import Level
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def stats(misses: float, p99: float = 800.0, tier: float = 0) -> list[float]:
+    return PolicyStats(300.0, p99, misses, 10.0, 20000.0, 20000.0, tier, 1.0).to_list()
+
+
+def row(version: int, estop: bool = False) -> np.ndarray:
+    buf = np.zeros(row_size(3, 1))
+    encode_step(buf, stamp=1.0, safe=False, intervention=False, estop=estop, policy_version=version,
+                obs=np.zeros(3), policy_action=np.zeros(1), action=np.zeros(1), command=np.zeros(1))
+    return buf
+
+
+def test_split_name_takes_the_namespace_off_a_published_status_name():
+    assert split_name("lowrl/policy/tier") == ("/", "lowrl/policy/tier")
+    assert split_name("r1/lowrl/policy/tier") == ("/r1", "lowrl/policy/tier")
+    assert split_name("fleet/r2/lowrl/budget/tier") == ("/fleet/r2", "lowrl/budget/tier")
+
+
+def test_an_empty_namespace_shows_every_source_not_running():
+    snap = MonitorModel(Clock()).snapshot("/")
+    assert set(snap.sources.values()) == {NOT_RUNNING}
+    assert snap.p99_us is None and snap.tier_applied == "-" and snap.running_version is None
+
+
+def test_tier_latency_and_misses_per_second_from_the_stats_stream():
+    clock = Clock()
+    m = MonitorModel(clock)
+    m.on_tier("/", 1)
+    m.on_status("/", "lowrl/budget/tier", Level.WARN, "compute tier lite",
+                {"tier": "lite", "last_change": "full -> lite: cpu_load 95 %"})
+    for i in range(5):
+        m.on_stats("/", stats(misses=10 * i, tier=1))
+        clock.t += 1.0
+    snap = m.snapshot("/")
+    assert (snap.tier_published, snap.tier_applied) == ("lite", "lite")
+    assert snap.tier_reason == "full -> lite: cpu_load 95 %"
+    assert snap.p99_us == 800.0 and snap.deadline_us == 20000.0 and snap.misses == 40
+    assert snap.misses_per_s == 10.0
+    assert snap.sources["policy"] == OK and snap.sources["finetune"] == NOT_RUNNING
+
+
+def test_a_source_goes_stale_when_not_heard():
+    clock = Clock()
+    m = MonitorModel(clock, stale_s=3.0)
+    m.on_stats("/", stats(0))
+    clock.t += 3.0
+    assert m.source_state("/", "policy") == OK
+    clock.t += 0.5
+    assert m.snapshot("/").sources["policy"] == STALE
+    m.on_stats("/", stats(0))
+    assert m.snapshot("/").sources["policy"] == OK
+
+
+def test_versions_swaps_returns_rejections_and_rollbacks():
+    m = MonitorModel(Clock())
+    m.on_step("/", row(1))
+    m.on_episode("/", [0, -300.0, 200, 0])
+    m.on_episode("/", [1, -100.0, 200, 0])
+    m.on_step("/", row(2))
+    m.on_step("/", row(2))
+    m.on_episode("/", [2, -150.0, 200, 0])
+    for _ in range(2):  # the same rejection, repeated at 1 Hz, counts once
+        m.on_status("/", "lowrl/policy/policy", Level.ERROR, "swap rejected",
+                    {"version": "2", "swap_state": "rejected", "swap_path": "/tmp/v3.onnx", "swap_version": "3"})
+    for _ in range(2):
+        m.on_status("/", "lowrl/finetune/versions", Level.OK, "rollback: v2 returned -150.0",
+                    {"running": "2", "current": "2", "best": "1", "next": "4"})
+    m.on_step("/", row(1))
+    m.on_status("/", "lowrl/finetune/learner", Level.OK, "learning", {"state": "learning", "updates": "40"})
+    m.on_status("/", "lowrl/trainer/stream", Level.OK, "published v1", {"version": "1"})
+    snap = m.snapshot("/")
+    assert snap.running_version == 1 and snap.best_version == 1
+    assert snap.returns == {1: (-200.0, 2), 2: (-150.0, 1)}
+    assert (snap.swaps, snap.rejections, snap.rollbacks) == (2, 1, 1)
+    assert snap.last_decision.startswith("rollback") and snap.episodes == 3 and snap.last_return == -150.0
+    assert (snap.learner_state, snap.learner_updates, snap.trainer_stage) == ("learning", "40", "published v1")
+
+
+def test_budget_signals_against_their_limits_and_two_robots_kept_apart():
+    m = MonitorModel(Clock())
+    m.on_status("/r1", "lowrl/budget/cpu_temperature", Level.WARN, "72 C",
+                {"value": "72", "unit": "C", "warn": "70", "limit": "85", "margin": "13"})
+    m.on_status("/r2", "lowrl/budget/memory", Level.OK, "ok", {"value": "", "unit": "MB", "warn": "", "limit": ""})
+    assert m.namespaces() == ["/r1", "/r2"]
+    (sig,) = m.snapshot("/r1").signals
+    assert (sig.name, sig.value, sig.unit, sig.warn, sig.limit, sig.level) == ("cpu_temperature", 72, "C", 70, 85,
+                                                                                 Level.WARN)
+    (mem,) = m.snapshot("r2").signals
+    assert mem.value is None and mem.limit is None
+    assert m.snapshot("/r1").sources["budget"] == OK and m.snapshot("/r2").sources["policy"] == NOT_RUNNING
+
+
+def test_estop_topics_and_state_come_from_the_policy_status_else_the_robot_file_defaults():
+    m = MonitorModel(Clock())
+    m.on_step("/", row(1, estop=True))
+    snap = m.snapshot("/")
+    assert (snap.estop_latched, snap.estop_topic, snap.estop_reset_topic) == (True, "estop", "estop_reset")
+    m.on_status("/", "lowrl/policy/estop", Level.OK, "e-stop clear (safety/stop)",
+                {"topic": "safety/stop", "reset_topic": "safety/reset", "latched": "False"})
+    snap = m.snapshot("/")
+    assert (snap.estop_latched, snap.estop_topic, snap.estop_reset_topic) == (False, "safety/stop", "safety/reset")
+
+
+def test_malformed_samples_are_ignored():
+    m = MonitorModel(Clock())
+    m.on_stats("/", [1.0, 2.0])
+    m.on_step("/", [1.0, 2.0, 3.0])
+    m.on_episode("/", [0, float("nan")])
+    m.on_status("/", "other/thing", Level.OK, "", {})
+    assert m.namespaces() == [] or set(m.snapshot("/").sources.values()) == {NOT_RUNNING}
