@@ -137,6 +137,7 @@ CORE_ALLOWED = {
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)
     "ros": {"core", "ros"},
     "commands": {"core", "ros", "launcher", "commands"},
+    "rqt": {"core", "ros", "rqt"},  # the rqt plugin: a view over the monitor model and its ROS listener
 }
 
 

@@ -33,6 +33,7 @@ REALTIME = (
 )
 
 INTEGRATION = (
+    "test/test_monitor_session.py::",
     "test/test_documented_commands.py::test_readme_pipeline_runs_as_written",
     "test/test_documented_commands.py::test_docs_blocks_run_as_written",
     "test/test_documented_commands.py::test_eval_prints_one_line_per_episode",

@@ -55,15 +55,19 @@ class MonitorListener:
         model: the monitor model fed.
         namespace: watch only this robot namespace (None: every one found).
         context: the rclpy context (None: the default one).
+        node: an existing node to subscribe on (rqt_gui_py's ``context.node``, spun by rqt); None: one of
+            its own, named ``node_name``, which the caller spins and :meth:`close` destroys.
     """
 
     def __init__(self, model: MonitorModel, namespace: str | None = None, context: Any = None,
-                 node_name: str = "lowrl_monitor") -> None:
+                 node_name: str = "lowrl_monitor", node: Any = None) -> None:
         import rclpy
 
         self.model = model
         self.only = None if namespace is None else "/" + namespace.strip("/")
-        self.node = rclpy.create_node(node_name, context=context, start_parameter_services=False)
+        self._own = node is None
+        self.node = rclpy.create_node(node_name, context=context, start_parameter_services=False) if node is None \
+            else node
         self._subscribed: set[str] = set()  # full topic names
         self._publishers: dict[tuple[str, type], Any] = {}
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
@@ -83,6 +87,10 @@ class MonitorListener:
                 if ns is not None and self._wanted(ns):
                     self.node.create_subscription(msg_type, topic, self._feed(feed, ns), qos)
                     self._subscribed.add(topic)
+        for ns in filter(self._wanted, self.model.namespaces()):  # matched before a button is pressed
+            snap = self.model.snapshot(ns)
+            self._publisher(resolve(ns, snap.estop_topic), Bool)
+            self._publisher(resolve(ns, snap.estop_reset_topic), Empty)
 
     def _feed(self, kind: str, ns: str):
         m = self.model
@@ -124,4 +132,6 @@ class MonitorListener:
         return reset
 
     def close(self) -> None:
-        self.node.destroy_node()
+        """Destroy the node if it is this listener's own (rqt's is rqt's)."""
+        if self._own:
+            self.node.destroy_node()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from lowrl_ros.core.monitor.model import NOT_RUNNING, OK, SOURCES, RobotSnapshot, Signal
 
-ROWS = ("sources", "tier", "reason", "inference", "budget", "versions", "returns", "learner", "trainer", "e-stop")
+ROWS = ("sources", "tier", "reason", "inference", "misses", "budget", "versions", "returns", "learner", "trainer",
+        "e-stop")
 WIDTH = 68  # the text of a row; its label takes 10 more columns
 
 
@@ -40,9 +41,9 @@ def rows(snap: RobotSnapshot) -> list[tuple[str, str]]:
     a source not heard reads ``not running``, one gone quiet ``[stale]``."""
     src = snap.sources
     policy = src["policy"]
-    inference = (f"p50 {_us(snap.p50_us)}  p99 {_us(snap.p99_us)}  deadline {_us(snap.deadline_us)}  "
-                 f"misses {'-' if snap.misses is None else snap.misses} "
-                 f"({'-' if snap.misses_per_s is None else f'{snap.misses_per_s:.1f}'}/s)")
+    inference = f"p50 {_us(snap.p50_us)}  p99 {_us(snap.p99_us)}  deadline {_us(snap.deadline_us)}"
+    misses = (f"{'-' if snap.misses_per_s is None else f'{snap.misses_per_s:.1f}'}/s, "
+              f"{'-' if snap.misses is None else snap.misses} in all (outputs later than the deadline)")
     if policy != OK:
         inference = f"[{policy}] " + inference
     budget = [signal_text(s) for s in snap.signals] or ["-"]
@@ -66,6 +67,7 @@ def rows(snap: RobotSnapshot) -> list[tuple[str, str]]:
         "tier": f"published {snap.tier_published}, applied {snap.tier_applied}",
         "reason": snap.tier_reason,
         "inference": inference,
+        "misses": misses,
         "budget": "",
         "versions": f"running {running}  best {best}  swaps {snap.swaps}  rejections {snap.rejections}  "
                     f"rollbacks {snap.rollbacks}",
