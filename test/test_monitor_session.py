@@ -84,6 +84,15 @@ def test_rqt_widget_shows_what_the_nodes_published_and_its_estop_latches_the_pol
         assert f"cpu_load {float(cpu['value']):.3g}" in page.values["budget"].text()
         assert snap.sources["policy"] == snap.sources["budget"] == snap.sources["finetune"] == "ok"
 
+        # Item 5: every status name the session's nodes publish falls into one group of the aggregator file,
+        # and the policy's latency status carries the loop timing keys.
+        from lowrl_ros.core.runtime.status import TIMING_KEYS
+        from test_budget_config_files import aggregator_groups
+
+        names = sorted(raw["status"])
+        assert {n: len(aggregator_groups(n)) for n in names} == {n: 1 for n in names}
+        assert set(TIMING_KEYS) <= set(raw["status"]["lowrl/policy/latency"])
+
         page.estop_button.click()
         assert spin_until(executor, lambda: raw["status"]["lowrl/policy/estop"].get("latched") == "True", 15)
         page.reset_button.click()

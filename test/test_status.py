@@ -150,3 +150,25 @@ def test_swap_rejection_reads_the_keys_not_the_message():
     assert diag.swap_rejection(status({**keys, "swap_state": "swapped"})) is None
     assert diag.swap_rejection(status(keys, name="lowrl/policy/bundle")) is None
     assert diag.swap_rejection(status({**keys, "swap_version": "x"})) == ("/w/v2.onnx", 0)
+
+
+def test_loop_timing_keys_in_the_spirit_of_ros2_control_on_the_latency_status():
+    """Periodicity mean/std/error and execution time mean/max from the ticks, overruns = deadline misses; each a
+    plain number on ``lowrl/policy/latency`` (so rqt_plot or a recorder can draw it)."""
+    from lowrl_ros.core.runtime.control import LoopTiming
+    from lowrl_ros.core.runtime.status import TIMING_KEYS
+
+    timing = LoopTiming(10)
+    assert all(v != v for v in timing.summary(0.01).values())  # nan before two ticks
+    for start, run in ((0.0, 0.001), (0.011, 0.003), (0.020, None), (0.031, 0.002)):
+        timing.add(start, run)
+    t = timing.summary(0.01)
+    assert t["periodicity_mean_us"] == pytest.approx(31000 / 3)
+    assert t["periodicity_error_mean_us"] == pytest.approx(31000 / 3 - 10000)
+    assert t["periodicity_std_us"] == pytest.approx(942.809, rel=1e-4)
+    assert (t["execution_time_mean_us"], t["execution_time_max_us"]) == (pytest.approx(2000), pytest.approx(3000))
+    entry = by_name(policy_status({**STATS, **t, "overruns": 2.0}, SwapStatus(), StreamStatus(), FULL, 0.0,
+                                  RUNNING))["lowrl/policy/latency"]
+    assert set(TIMING_KEYS) <= set(entry.values) and entry.values["overruns"] == 2.0
+    assert {k: entry.values[k] for k in ("p50_us", "p99_us", "deadline_misses")} == {
+        "p50_us": 20.0, "p99_us": 41.4, "deadline_misses": 0}  # the keys readers use stay

@@ -479,7 +479,7 @@ class PolicyNode(LifecycleNode):
         running = RunningPolicy(version=c.bundle.version, path=swapper.active_path, tiers=tuple(c.bundle.policies),
                                 active=c.active, last_error=c.last_error, last_error_time=c.last_error_time,
                                 bundle_topic=self._get("bundle_topic"))
-        entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
+        entries = policy_status({**c.stats(), **c.timing_stats()}, swapper.status(), swapper.stream_status(),
                                 TierView(c.tier, c.requested_tier), time.perf_counter(), running)
         entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
                                    override_held=c.override_held(), interventions=c.interventions,

@@ -6,7 +6,7 @@ module decides levels and words, and tests drive it with made-up state (test/tes
 
 The five statuses, under ``lowrl/policy/``:
 
-- ``latency``: WARN once any output missed its deadline;
+- ``latency``: WARN once any output missed its deadline; its values carry the :data:`TIMING_KEYS`;
 - ``input``: ERROR while the newest bad observation (or watchdog trip) is under ``ERROR_HOLD_S`` old;
 - ``policy``: the running version, or the last swap's outcome (ERROR when rejected), with the
   ``swap_*`` keys of :class:`lowrl_ros.core.runtime.swap.SwapStatus` (docs/CONTRACTS.md);
@@ -34,6 +34,10 @@ PREFIX = "lowrl/policy"
 POLICY_STATUS = f"{PREFIX}/policy"
 INTERVENTION_STATUS = f"{PREFIX}/intervention"
 REALTIME_STATUS = f"{PREFIX}/realtime"
+# The loop timing keys of the latency status (PolicyController.timing_stats), after ros2_control's
+# controller manager: one number each, so rqt_plot or a recorder can draw it.
+TIMING_KEYS = ("periodicity_mean_us", "periodicity_std_us", "periodicity_error_mean_us", "execution_time_mean_us",
+               "execution_time_max_us", "overruns")
 ERROR_HOLD_S = 2.0  # an input error keeps the status at ERROR this long after the last bad message
 REPORT_INTERVAL_S = 0.2  # a new input error is reported at once, but a flood at most this often
 
@@ -72,7 +76,7 @@ def policy_status(stats: Mapping[str, float], swap: SwapStatus, stream: StreamSt
     """The policy node's five statuses (see the module docstring).
 
     Args:
-        stats: ``PolicyController.stats()``.
+        stats: ``PolicyController.stats()``, with ``timing_stats()`` where the loop timing keys are wanted.
         swap, stream: ``PolicySwapper.status()`` and ``stream_status()``.
         tier: applied and requested compute tier.
         now: the clock ``running.last_error_time`` was taken on.
@@ -84,7 +88,8 @@ def policy_status(stats: Mapping[str, float], swap: SwapStatus, stream: StreamSt
         StatusEntry(f"{PREFIX}/latency", Level.WARN if misses > 0 else Level.OK,
                     f"p99 {stats['window_p99_us']:.0f} us, {misses} deadline misses",
                     {"p50_us": stats["window_p50_us"], "p99_us": stats["window_p99_us"], "deadline_misses": misses,
-                     "ticks": int(stats["ticks"]), "deadline_us": stats["deadline_us"]}),
+                     "ticks": int(stats["ticks"]), "deadline_us": stats["deadline_us"],
+                     **{k: stats[k] for k in TIMING_KEYS if k in stats}}),
         StatusEntry(f"{PREFIX}/input", Level.ERROR if recent else Level.OK,
                     running.last_error if recent else "observations OK",
                     {"last_error": running.last_error or "none"}),
