@@ -80,18 +80,31 @@ def test_versions_swaps_returns_rejections_and_rollbacks():
     for _ in range(2):  # the same rejection, repeated at 1 Hz, counts once
         m.on_status("/", "lowrl/policy/policy", Level.ERROR, "swap rejected",
                     {"version": "2", "swap_state": "rejected", "swap_path": "/tmp/v3.onnx", "swap_version": "3"})
-    for _ in range(2):
-        m.on_status("/", "lowrl/finetune/versions", Level.OK, "rollback: v2 returned -150.0",
-                    {"running": "2", "current": "2", "best": "1", "next": "4"})
     m.on_step("/", row(1))
+    snap = m.snapshot("/")  # no fine-tuner: what this view saw itself, and no rollbacks
+    assert (snap.swaps, snap.rejections, snap.rollbacks) == (2, 1, 0)
+    for _ in range(2):  # the fine-tuner's counter keys (since it started) win; its text is for people only
+        m.on_status("/", "lowrl/finetune/versions", Level.OK, "v2 returned -150.0, below the best",
+                    {"running": "2", "current": "2", "best": "1", "next": "4", "swaps": "5", "rejections": "2",
+                     "rollbacks": "3"})
     m.on_status("/", "lowrl/finetune/learner", Level.OK, "learning", {"state": "learning", "updates": "40"})
     m.on_status("/", "lowrl/trainer/stream", Level.OK, "published v1", {"version": "1"})
     snap = m.snapshot("/")
     assert snap.running_version == 1 and snap.best_version == 1
     assert snap.returns == {1: (-200.0, 2), 2: (-150.0, 1)}
-    assert (snap.swaps, snap.rejections, snap.rollbacks) == (2, 1, 1)
-    assert snap.last_decision.startswith("rollback") and snap.episodes == 3 and snap.last_return == -150.0
+    assert (snap.swaps, snap.rejections, snap.rollbacks) == (5, 2, 3)
+    assert snap.last_decision.startswith("v2 returned") and snap.episodes == 3 and snap.last_return == -150.0
     assert (snap.learner_state, snap.learner_updates, snap.trainer_stage) == ("learning", "40", "published v1")
+
+
+def test_the_off_board_trainer_counts_where_no_fine_tuner_runs_on_the_robot():
+    m = MonitorModel(Clock())
+    m.on_step("/", row(1))
+    m.on_step("/", row(2))
+    m.on_status("/", "lowrl/trainer/finetune", Level.OK, "rollback: v4 carries v1's weights",
+                {"updates": "90", "current": "4", "best": "1", "rejections": "1", "rollbacks": "1"})
+    snap = m.snapshot("/")
+    assert (snap.swaps, snap.rejections, snap.rollbacks) == (1, 1, 1)
 
 
 def test_budget_signals_against_their_limits_and_two_robots_kept_apart():

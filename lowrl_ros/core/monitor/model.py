@@ -11,7 +11,8 @@ What is fed, per robot namespace (``/`` or ``/r1``):
 - ``on_stats``: ``/lowrl/policy/stats`` in :data:`~lowrl_ros.core.runtime.policy_stats.STATS_FIELDS` order;
 - ``on_step``: a ``/lowrl/policy/step`` row (only its header: the running version, the e-stop flag);
 - ``on_episode``: ``/lowrl/episode`` ``[index, return, length, terminated]``, counted for the running version;
-- ``on_status``: one ``lowrl/<node>/...`` diagnostic status (name without the namespace, level, message, values).
+- ``on_status``: one ``lowrl/<node>/...`` diagnostic status (name without the namespace, level, message, values);
+  swaps, rejections and rollbacks are the fine-tuner's counter keys where it runs (never its decision text).
 
 Each source (policy, budget, finetune, trainer, episodes) is ``ok``, ``stale`` (heard, but not for
 ``stale_s``) or ``not running`` (never heard), so a view shows what is missing instead of old numbers.
@@ -139,7 +140,6 @@ class _Robot:
     return_series: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     episodes: int = 0
     rejected: set = field(default_factory=set)  # (swap_path, swap_version) seen rejected
-    rollbacks: set = field(default_factory=set)  # rollback decisions seen (their text: one per decision)
     statuses: dict[str, Status] = field(default_factory=dict)
 
 
@@ -231,8 +231,6 @@ class MonitorModel:
         robot.statuses[name] = Status(Level(level), message, values, now)
         if name == "lowrl/policy/policy" and values.get("swap_state") == "rejected":
             robot.rejected.add((values.get("swap_path", ""), values.get("swap_version", "")))
-        if name in ("lowrl/finetune/versions", "lowrl/trainer/finetune") and message.startswith("rollback"):
-            robot.rollbacks.add(message)
 
     # ---- the picture ------------------------------------------------------------------------
     def source_state(self, ns: str, source: str) -> str:
@@ -284,7 +282,7 @@ class MonitorModel:
             returns={v: (sum(rs) / len(rs), len(rs)) for v, rs in sorted(r.returns.items()) if rs},
             last_return=r.return_series[-1] if r.return_series else None,
             episodes=r.episodes,
-            swaps=r.swaps, rejections=len(r.rejected), rollbacks=len(r.rollbacks),
+            **self._counts(st, r),
             last_decision=versions.message if versions is not None else "-",
             learner_state=learner.values.get("state", "-") if learner is not None else "-",
             learner_updates=learner.values.get("updates", "-") if learner is not None else "-",
@@ -296,6 +294,21 @@ class MonitorModel:
             p99_series=tuple(r.p99),
             return_series=tuple(r.return_series),
         )
+
+    @staticmethod
+    def _counts(st: Mapping[str, Status], r: _Robot) -> dict[str, int]:
+        """``swaps``, ``rejections``, ``rollbacks``: the fine-tuner's counter keys (``lowrl/finetune/versions``, else
+        the off-board trainer's ``lowrl/trainer/finetune``), which count every one since it started. Without them
+        (no fine-tuner): the swaps seen in the step rows and the rejections seen in the policy status since this
+        view started, and no rollbacks (only a fine-tuner decides one)."""
+        counts = {"swaps": r.swaps, "rejections": len(r.rejected), "rollbacks": 0}
+        for name in ("lowrl/trainer/finetune", "lowrl/finetune/versions"):  # the on-robot fine-tuner wins
+            s = st.get(name)
+            for key in counts:
+                n = _number(s.values.get(key)) if s is not None else None
+                if n is not None:
+                    counts[key] = int(n)
+        return counts
 
     def _miss_rate(self, r: _Robot) -> float | None:
         """Deadline misses per second over the last ``MISS_WINDOW_S`` of stats samples (None: under two samples)."""
