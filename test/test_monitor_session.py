@@ -64,7 +64,8 @@ def test_rqt_widget_shows_what_the_nodes_published_and_its_estop_latches_the_pol
     executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(listener.node)
     widget = MonitorWidget(model, listener, confirm=lambda *_: True, refresh_ms=60000)
-    wanted = ("lowrl/budget/tier", "lowrl/policy/estop", "lowrl/finetune/learner", "lowrl/budget/cpu_load")
+    wanted = ("lowrl/budget/tier", "lowrl/policy/estop", "lowrl/finetune/learner", "lowrl/budget/cpu_load",
+              "lowrl/finetune/versions", "lowrl/policy/input/joint_states", "lowrl/finetune/input")
     try:
         assert spin_until(executor, lambda: {"on_stats", "on_tier", "on_step"} <= set(raw)
                           and all(w in raw["status"] for w in wanted), timeout=120), (sorted(raw), session.poll())
@@ -83,6 +84,12 @@ def test_rqt_widget_shows_what_the_nodes_published_and_its_estop_latches_the_pol
         cpu = raw["status"]["lowrl/budget/cpu_load"]
         assert f"cpu_load {float(cpu['value']):.3g}" in page.values["budget"].text()
         assert snap.sources["policy"] == snap.sources["budget"] == snap.sources["finetune"] == "ok"
+        # The counters are the fine-tuner's keys; each input says when it went stale ("" while heard).
+        versions = raw["status"]["lowrl/finetune/versions"]
+        assert {"swaps", "rejections", "rollbacks"} <= set(versions)
+        assert f"rollbacks {versions['rollbacks']}" in page.values["versions"].text()
+        for name in ("lowrl/policy/input/joint_states", "lowrl/finetune/input"):
+            assert {"stale_since", "silent_s", "timeout_s"} <= set(raw["status"][name]), name
 
         # Item 5: every status name the session's nodes publish falls into one group of the aggregator file,
         # and the policy's latency status carries the loop timing keys.
