@@ -233,14 +233,17 @@ def test_finetune_status_reads_the_counters_and_marks_missing_step_rows_stale(ti
         return {e.name: e for e in finetune_status(facts)}
 
     first = status(0.0)  # rows are awaited from the first report on
-    assert first["lowrl/finetune/input"].level == Level.OK and first["lowrl/finetune/input"].values["stale_since"] == ""
+    assert first["lowrl/finetune/input"].level == Level.OK
+    assert {k: first["lowrl/finetune/input"].values[k] for k in ("stale_since", "silent_s")} == {"stale_since": "",
+                                                                                               "silent_s": ""}
     versions = first["lowrl/finetune/versions"].values
     assert (versions["swaps"], versions["rejections"], versions["rollbacks"]) == (4, 2, 1)
     never = status(ROWS_TIMEOUT_S + 1.0)["lowrl/finetune/input"]
     assert never.level == Level.STALE and never.values["stale_since"] == "2027-01-15T08:00:02Z"
     assert never.message == "step rows stale since 08:00:02 UTC: nothing heard in 3.0 s (timeout 2 s)"
     recorder.last_row_at = 10.0
-    assert status(10.5)["lowrl/finetune/input"].level == Level.OK
+    heard = status(10.5)["lowrl/finetune/input"]
+    assert heard.level == Level.OK and heard.values["silent_s"] == 0.5 and heard.values["stale_since"] == ""
     quiet = status(15.0)["lowrl/finetune/input"]
     assert quiet.level == Level.STALE and "no message for 5.0 s" in quiet.message and quiet.values["silent_s"] == 5.0
 

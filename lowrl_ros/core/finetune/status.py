@@ -116,6 +116,7 @@ class FineTuneFacts:
     rejections: int = 0  # versions the robot refused
     rollbacks: int = 0  # rollback decisions
     rows_silence: Silence | None = None  # the step rows not heard within ROWS_TIMEOUT_S: since when
+    rows_age_s: float | None = None  # seconds since the newest step row (None: none yet)
 
     def read(self, session: Any, recorder: Any, now: float, wall_now: float) -> None:
         """Fill what the session (a FineTuneSession; None off-board) and the EpisodeRecorder know, at ``now``
@@ -125,6 +126,7 @@ class FineTuneFacts:
             r.interventions
         self.last_terms, self.swaps = r.last_terms, r.swaps
         self.rows_silence = r.rows_silence(ROWS_TIMEOUT_S, now, wall_now)
+        self.rows_age_s = None if r.last_row_at is None else now - r.last_row_at
         if session is None:
             return
         t = session.tuner
@@ -152,6 +154,7 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
     quiet = f.rows_silence
     rows = StatusEntry(f"{prefix}/input", STALE if quiet else OK, quiet.message() if quiet else "step rows heard",
                        {"steps_received": f.received.get("step", 0), "timeout_s": ROWS_TIMEOUT_S, "stale_since": "",
+                        "silent_s": "" if f.rows_age_s is None else round(f.rows_age_s, 3),
                         **(quiet.values() if quiet else {})})
     log = StatusEntry(
         f"{prefix}/log", WARN if f.incomplete_steps or f.dropped_segments else OK, f"{f.recorded} transitions recorded",
