@@ -139,3 +139,41 @@ def test_malformed_samples_are_ignored():
     m.on_episode("/", [0, float("nan")])
     m.on_status("/", "other/thing", Level.OK, "", {})
     assert m.namespaces() == [] or set(m.snapshot("/").sources.values()) == {NOT_RUNNING}
+
+
+def test_time_series_keep_the_last_window_on_the_models_clock():
+    clock = Clock()
+    m = MonitorModel(clock, window_s=10.0)
+    for i in range(20):  # 20 s of stats at 1 Hz: p99 = 100 * i, one miss at i = 15, the tier lite from i = 12
+        m.on_stats("/", stats(misses=int(i >= 15), p99=100.0 * i, tier=int(i >= 12)))
+        m.on_status("/", "lowrl/budget/cpu_load", Level.OK, "", {"value": str(5 * i), "unit": "%"})
+        clock.t += 1.0
+    s = m.snapshot("/").series  # now = 120: samples at 110..119 are inside the last 10 s
+    assert (s.now, s.window_s) == (120.0, 10.0)
+    assert [t for t, _, _ in s.latency] == [110.0 + i for i in range(10)]
+    assert [p99 for _, _, p99 in s.latency] == [100.0 * i for i in range(10, 20)]
+    assert [tier for _, tier in s.tier] == [0, 0] + [1] * 8
+    assert s.misses == ((115.0, 1),)
+    assert s.signals["cpu_load"] == tuple((110.0 + i, 5.0 * (10 + i)) for i in range(10))
+    clock.t += 100.0  # the feed stops: nothing old is handed out as if recent
+    s = m.snapshot("/").series
+    assert s.latency == () and s.tier == () and s.signals == {"cpu_load": ()}
+
+
+def test_returns_swaps_and_rollbacks_are_timed_events():
+    clock = Clock()
+    m = MonitorModel(clock)
+    m.on_step("/", row(1))
+    m.on_episode("/", [0, -300.0, 200, 0])
+    versions = {"current": "2", "best": "1", "swaps": "1", "rejections": "0", "rollbacks": "0"}
+    m.on_status("/", "lowrl/finetune/versions", Level.OK, "", versions)  # the base: no event
+    clock.t = 105.0
+    m.on_step("/", row(2))
+    m.on_episode("/", [1, -200.0, 200, 0])
+    clock.t = 110.0
+    m.on_status("/", "lowrl/finetune/versions", Level.WARN, "rollback", {**versions, "current": "3", "rollbacks": "1"})
+    m.on_status("/", "lowrl/finetune/versions", Level.WARN, "rollback", {**versions, "current": "3", "rollbacks": "1"})
+    m.on_step("/", row(3))
+    s = m.snapshot("/").series
+    assert s.returns == ((100.0, 1, -300.0), (105.0, 2, -200.0))
+    assert s.events == ((105.0, "swap", 2), (110.0, "rollback", 3), (110.0, "swap", 3))

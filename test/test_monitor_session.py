@@ -82,7 +82,9 @@ def test_rqt_widget_shows_what_the_nodes_published_and_its_estop_latches_the_pol
         learner = raw["status"]["lowrl/finetune/learner"]
         assert page.values["learner"].text().startswith(f"{learner['state']}, {learner['updates']} updates")
         cpu = raw["status"]["lowrl/budget/cpu_load"]
-        assert f"cpu_load {float(cpu['value']):.3g}" in page.values["budget"].text()
+        assert page.plots["cpu_load"].chart.title.startswith(f"cpu_load  {float(cpu['value']):.3g}")
+        series = snap.series  # the plots draw the model's series as they are (x relative to the snapshot's now)
+        assert page.plots["latency"].traces()["p99"].points[-1][1] == series.latency[-1][2]
         assert snap.sources["policy"] == snap.sources["budget"] == snap.sources["finetune"] == "ok"
         # The counters are the fine-tuner's keys; each input says when it went stale ("" while heard).
         versions = raw["status"]["lowrl/finetune/versions"]

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     spinner.start()
     app = QApplication(sys.argv[:1])
     widget = MonitorWidget(model, listener)
-    widget.resize(1000, 560)
+    widget.resize(1240, 760)
     widget.show()
     if args.seconds > 0:
         def finish() -> None:

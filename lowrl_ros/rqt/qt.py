@@ -4,13 +4,16 @@ run on PyQt5==5.15.11 from requirements.txt)."""
 from __future__ import annotations
 
 try:
-    from python_qt_binding.QtCore import Qt, QTimer
+    from python_qt_binding.QtCore import QPointF, QRectF, Qt, QTimer
+    from python_qt_binding.QtGui import QBrush, QColor, QFont, QPainter, QPen, QPolygonF
     from python_qt_binding.QtWidgets import (QApplication, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox,
-                                             QPushButton, QTabWidget, QVBoxLayout, QWidget)
+                                             QPushButton, QSizePolicy, QTabWidget, QVBoxLayout, QWidget)
 except ImportError:
-    from PyQt5.QtCore import Qt, QTimer
+    from PyQt5.QtCore import QPointF, QRectF, Qt, QTimer
+    from PyQt5.QtGui import QBrush, QColor, QFont, QPainter, QPen, QPolygonF
     from PyQt5.QtWidgets import (QApplication, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox,
-                                 QPushButton, QTabWidget, QVBoxLayout, QWidget)
+                                 QPushButton, QSizePolicy, QTabWidget, QVBoxLayout, QWidget)
 
-__all__ = ["QApplication", "QGridLayout", "QGroupBox", "QHBoxLayout", "QLabel", "QMessageBox", "QPushButton",
+__all__ = ["QApplication", "QBrush", "QColor", "QFont", "QGridLayout", "QGroupBox", "QHBoxLayout", "QLabel",
+           "QMessageBox", "QPainter", "QPen", "QPointF", "QPolygonF", "QPushButton", "QRectF", "QSizePolicy",
            "QTabWidget", "QTimer", "QVBoxLayout", "QWidget", "Qt"]

@@ -1,21 +1,29 @@
-"""The "lowrl monitor" widget: one tab per robot namespace, the monitor model's rows as labels, e-stop buttons.
+"""The "lowrl monitor" widget: one tab per robot namespace, a compact text header over live plots, e-stop buttons.
 
-The rows are :func:`lowrl_ros.core.monitor.text.rows` (the same text `lowrl top` prints), one label
-each, named ``<row>`` (``inference``, ``versions``, ...) so a test reads exactly what a person sees.
-The widget knows no ROS: it reads a :class:`MonitorModel` and calls ``estop(ns)``/``estop_reset(ns)``
-of whatever it is given (the MonitorListener), each after a confirmation dialog.
+The header rows are :func:`lowrl_ros.core.monitor.text.rows` (the same text `lowrl top` prints), one
+label each, named ``<row>`` (``inference``, ``versions``, ...) so a test reads exactly what a person
+sees. Under it, QPainter plots of the model's time series (lowrl_ros/rqt/charts.py says what each
+shows): latency against the deadline, the compute tier, returns per version, and one small plot per
+budget signal against its limits (those replace the header's budget rows). The widget knows no ROS:
+it reads a :class:`MonitorModel` and calls ``estop(ns)``/``estop_reset(ns)`` of whatever it is
+given (the MonitorListener), each after a confirmation dialog.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from lowrl_ros.core.monitor.model import MonitorModel
-from lowrl_ros.core.monitor.text import ROWS, rows
+from lowrl_ros.core.monitor.model import MonitorModel, RobotSnapshot
+from lowrl_ros.core.monitor.text import rows
+from lowrl_ros.rqt.charts import latency_chart, plotted_signals, returns_chart, signal_chart, tier_chart
+from lowrl_ros.rqt.plots import Plot
 from lowrl_ros.rqt.qt import (QGridLayout, QHBoxLayout, QLabel, QMessageBox, QPushButton, QTabWidget, QTimer,
                               QVBoxLayout, QWidget, Qt)
 
 REFRESH_MS = 500
+HEADER = (("sources", "tier", "reason", "inference", "misses"),  # two columns of rows; budget: the small plots
+          ("versions", "returns", "learner", "trainer", "e-stop"))
+SIGNAL_COLUMNS = 3
 
 
 def ask(parent: QWidget, title: str, text: str) -> bool:
@@ -25,23 +33,23 @@ def ask(parent: QWidget, title: str, text: str) -> bool:
 
 
 class RobotPage(QWidget):
-    """One robot namespace: a label per row and the e-stop buttons."""
+    """One robot namespace: the header rows, the plots (:attr:`plots`, by name) and the e-stop buttons."""
 
     def __init__(self, namespace: str, on_estop: Callable[[], None], on_reset: Callable[[], None]) -> None:
         super().__init__()
         self.namespace = namespace
-        grid = QGridLayout()
+        header = QGridLayout()
+        header.setVerticalSpacing(2)
         self.values: dict[str, QLabel] = {}
-        for i, row in enumerate(ROWS):
-            name = QLabel(f"<b>{row}</b>")
-            value = QLabel("-")
-            value.setObjectName(row)
-            value.setTextInteractionFlags(Qt.TextSelectableByMouse)
-            grid.addWidget(name, i, 0, Qt.AlignTop)
-            grid.addWidget(value, i, 1)
-            self.values[row] = value
-        grid.setColumnStretch(1, 1)
-        buttons = QHBoxLayout()
+        for col, names in enumerate(HEADER):
+            for i, row in enumerate(names):
+                value = QLabel("-")
+                value.setObjectName(row)
+                value.setTextInteractionFlags(Qt.TextSelectableByMouse)
+                header.addWidget(QLabel(f"<b>{row}</b>"), i, 2 * col)
+                header.addWidget(value, i, 2 * col + 1)
+                self.values[row] = value
+            header.setColumnStretch(2 * col + 1, 1)
         self.estop_button = QPushButton("E-STOP")
         self.estop_button.setObjectName("estop")
         self.estop_button.setStyleSheet("background-color: #c62828; color: white; font-weight: bold; padding: 8px;")
@@ -49,23 +57,44 @@ class RobotPage(QWidget):
         self.reset_button.setObjectName("estop_reset")
         self.estop_button.clicked.connect(on_estop)
         self.reset_button.clicked.connect(on_reset)
+        buttons = QVBoxLayout()
         buttons.addWidget(self.estop_button)
         buttons.addWidget(self.reset_button)
         buttons.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.addLayout(grid)
-        layout.addLayout(buttons)
-        layout.addStretch(1)
+        top = QHBoxLayout()
+        top.addLayout(header, 1)
+        top.addLayout(buttons)
 
-    def show_rows(self, labelled: list[tuple[str, str]]) -> None:
-        """Fill the labels; budget signals (rows after a ``budget`` row with an empty label) go one per line."""
-        texts: dict[str, list[str]] = {}
-        current = ""
-        for label, text in labelled:
-            current = label or current
-            texts.setdefault(current, []).append(text)
+        self.plots: dict[str, Plot] = {name: Plot(name) for name in ("latency", "tier", "returns")}
+        self.signals = QGridLayout()  # a small plot per budget signal, added as signals appear
+        self.signals.setSpacing(4)
+        signals = QWidget()
+        signals.setLayout(self.signals)
+        self.signals.setContentsMargins(0, 0, 0, 0)
+        grid = QGridLayout()
+        grid.addWidget(self.plots["latency"], 0, 0)
+        grid.addWidget(self.plots["tier"], 0, 1)
+        grid.addWidget(self.plots["returns"], 1, 0)
+        grid.addWidget(signals, 1, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addLayout(grid, 1)
+
+    def show_snapshot(self, snap: RobotSnapshot) -> None:
+        """Fill the header labels from the model's rows and redraw every plot from the snapshot's series."""
+        texts = dict(rows(snap))
         for row, label in self.values.items():
-            label.setText("\n".join(texts.get(row, ["-"])))
+            label.setText(texts.get(row, "-"))
+        self.plots["latency"].show_chart(latency_chart(snap))
+        self.plots["tier"].show_chart(tier_chart(snap))
+        self.plots["returns"].show_chart(returns_chart(snap))
+        for signal in plotted_signals(snap):
+            plot = self.plots.get(signal.name)
+            if plot is None:
+                plot = self.plots[signal.name] = Plot(signal.name, small=True)
+                n = self.signals.count()
+                self.signals.addWidget(plot, n // SIGNAL_COLUMNS, n % SIGNAL_COLUMNS)
+            plot.show_chart(signal_chart(snap, signal))
 
 
 class MonitorWidget(QWidget):
@@ -107,7 +136,7 @@ class MonitorWidget(QWidget):
                 self.tabs.addTab(page, ns)
         self.waiting.setVisible(not self.pages)
         for ns, page in self.pages.items():
-            page.show_rows(rows(self.model.snapshot(ns)))
+            page.show_snapshot(self.model.snapshot(ns))
 
     def estop(self, ns: str) -> bool:
         """Assert the e-stop of ``ns`` once confirmed; True when it was sent."""

@@ -16,6 +16,11 @@ What is fed, per robot namespace (``/`` or ``/r1``):
 
 Each source (policy, budget, finetune, trainer, episodes) is ``ok``, ``stale`` (heard, but not for
 ``stale_s``) or ``not running`` (never heard), so a view shows what is missing instead of old numbers.
+
+Over time: every feed also appends to a time series kept for the last ``window_s`` (120 s by default,
+stamped with the model's clock), which the snapshot hands out as a :class:`Series` for the rqt plots
+and ``lowrl top``'s sparklines: latency, deadline misses, the applied tier, each budget signal, each
+episode's return with its version, and the swaps, rejections and rollbacks as timed events.
 """
 from __future__ import annotations
 
@@ -33,9 +38,11 @@ from lowrl_ros.core.types import Level
 OK, STALE, NOT_RUNNING = "ok", "stale", "not running"
 SOURCES = ("policy", "budget", "finetune", "trainer", "episodes")
 STALE_S = 3.0  # the nodes publish diagnostics at 1 Hz and stats at 10 Hz: three missed periods of the slowest
-HISTORY = 120  # samples kept per time series (a minute of stats at 2 Hz, a minute of diagnostics at 1 Hz)
+WINDOW_S = 120.0  # seconds of history kept per time series (two minutes: a load phase and its recovery)
+MAX_SAMPLES = 4000  # a cap per series whatever the rate (stats come at 10 Hz: 1200 samples in the window)
 RETURNS_KEPT = 20  # episode returns kept per version
 MISS_WINDOW_S = 5.0  # misses per second are counted over this much of the stats stream
+_COUNTED = ("lowrl/finetune/versions", "lowrl/trainer/finetune")  # statuses with swap/rejection/rollback counters
 _ESTOP = HEADER.index("estop")
 _VERSION = HEADER.index("policy_version")
 
@@ -91,6 +98,22 @@ class Status:
 
 
 @dataclass(frozen=True)
+class Series:
+    """What happened over the last ``window_s`` seconds, times on the model's clock (``now`` is the snapshot's).
+
+    Tuples of plain numbers, oldest first, so a view draws them as they are and a test compares them."""
+
+    now: float = 0.0
+    window_s: float = WINDOW_S
+    latency: tuple[tuple[float, float, float], ...] = ()  # (t, p50_us, p99_us), one per stats sample
+    misses: tuple[tuple[float, int], ...] = ()  # (t, deadline misses since the previous stats sample), when > 0
+    tier: tuple[tuple[float, int], ...] = ()  # (t, applied tier value), one per stats sample
+    signals: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # budget name -> (t, value)
+    returns: tuple[tuple[float, int, float], ...] = ()  # (t, version running, return), one per episode
+    events: tuple[tuple[float, str, int], ...] = ()  # (t, "swap" | "rejection" | "rollback", version after it)
+
+
+@dataclass(frozen=True)
 class RobotSnapshot:
     """The picture of one robot namespace at one instant; ``None`` and ``"-"`` mean not heard."""
 
@@ -122,8 +145,11 @@ class RobotSnapshot:
     estop_topic: str
     estop_reset_topic: str
     statuses: Mapping[str, Status]
-    p99_series: tuple[float, ...] = ()
-    return_series: tuple[float, ...] = ()
+    series: Series = field(default_factory=Series)
+
+
+def _series() -> deque:
+    return deque(maxlen=MAX_SAMPLES)
 
 
 @dataclass
@@ -131,13 +157,17 @@ class _Robot:
     heard: dict[str, float] = field(default_factory=dict)  # source -> last time
     tier_published: float | None = None
     stats: dict[str, float] = field(default_factory=dict)
-    misses: deque = field(default_factory=lambda: deque(maxlen=HISTORY))  # (time, total misses)
-    p99: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    misses: deque = field(default_factory=_series)  # (time, total misses): the rate and the miss marks
+    latency: deque = field(default_factory=_series)  # (time, p50, p99)
+    tier: deque = field(default_factory=_series)  # (time, applied tier)
+    signals: dict[str, deque] = field(default_factory=dict)  # budget signal -> (time, value)
     running_version: int | None = None
     estop_row: bool | None = None
     swaps: int = 0
     returns: dict[int, deque] = field(default_factory=dict)
-    return_series: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    return_series: deque = field(default_factory=_series)  # (time, version, return)
+    events: deque = field(default_factory=_series)  # (time, kind, version)
+    counters: dict[tuple[str, str], int] = field(default_factory=dict)  # (status, counter key) as last heard
     episodes: int = 0
     rejected: set = field(default_factory=set)  # (swap_path, swap_version) seen rejected
     statuses: dict[str, Status] = field(default_factory=dict)
@@ -160,9 +190,10 @@ class MonitorModel:
         stale_s: a source not heard for this long is ``stale``.
     """
 
-    def __init__(self, clock: Callable[[], float], stale_s: float = STALE_S) -> None:
+    def __init__(self, clock: Callable[[], float], stale_s: float = STALE_S, window_s: float = WINDOW_S) -> None:
         self._clock = clock
         self.stale_s = float(stale_s)
+        self.window_s = float(window_s)
         self._robots: dict[str, _Robot] = {}
         self._lock = threading.Lock()  # a ROS thread feeds, a view's thread reads
 
@@ -178,6 +209,12 @@ class MonitorModel:
         robot.heard[source] = now
         return robot, now
 
+    def _push(self, series: deque, now: float, *item) -> None:
+        """Append ``(now, *item)`` and drop what fell out of the window (the deque's maxlen caps a fast feed)."""
+        series.append((now, *item))
+        while now - series[0][0] > self.window_s:
+            series.popleft()
+
     # ---- feeds ------------------------------------------------------------------------------
     @_locked
     def on_tier(self, ns: str, value: int) -> None:
@@ -191,19 +228,21 @@ class MonitorModel:
         if len(values) != len(STATS_FIELDS):
             return
         robot, now = self._robot(ns, "policy")
-        robot.stats = dict(zip(STATS_FIELDS, map(float, values)))
-        robot.misses.append((now, robot.stats["deadline_misses"]))
-        robot.p99.append(robot.stats["window_p99_us"])
+        robot.stats = stats = dict(zip(STATS_FIELDS, map(float, values)))
+        self._push(robot.misses, now, stats["deadline_misses"])
+        self._push(robot.latency, now, stats["window_p50_us"], stats["window_p99_us"])
+        self._push(robot.tier, now, int(stats["tier"]))
 
     @_locked
     def on_step(self, ns: str, row: Sequence[float]) -> None:
         """A step row's header: the version that ran the tick (a change is a swap) and the e-stop flag."""
         if len(row) < len(HEADER) or row[0] != STEP_ROW_VERSION:
             return
-        robot, _ = self._robot(ns, "policy")
+        robot, now = self._robot(ns, "policy")
         version = int(row[_VERSION])
         if robot.running_version is not None and version != robot.running_version:
             robot.swaps += 1
+            self._push(robot.events, now, "swap", version)
         robot.running_version = version
         robot.estop_row = bool(row[_ESTOP])
 
@@ -212,11 +251,11 @@ class MonitorModel:
         """``[index, return, length, terminated]``: the return counts for the version running now."""
         if len(values) < 2 or not math.isfinite(values[1]):
             return
-        robot, _ = self._robot(ns, "episodes")
+        robot, now = self._robot(ns, "episodes")
         ret = float(values[1])
         robot.episodes += 1
-        robot.return_series.append(ret)
         version = robot.running_version if robot.running_version is not None else 0
+        self._push(robot.return_series, now, version, ret)
         robot.returns.setdefault(version, deque(maxlen=RETURNS_KEPT)).append(ret)
 
     @_locked
@@ -230,7 +269,36 @@ class MonitorModel:
         values = {str(k): str(v) for k, v in values.items()}
         robot.statuses[name] = Status(Level(level), message, values, now)
         if name == "lowrl/policy/policy" and values.get("swap_state") == "rejected":
-            robot.rejected.add((values.get("swap_path", ""), values.get("swap_version", "")))
+            key = (values.get("swap_path", ""), values.get("swap_version", ""))
+            if key not in robot.rejected and not self._counted(robot):
+                self._push(robot.events, now, "rejection", int(_number(key[1]) or 0))
+            robot.rejected.add(key)
+        elif name.startswith("lowrl/budget/") and name != "lowrl/budget/tier":
+            value = _number(values.get("value"))
+            if value is not None:
+                self._push(robot.signals.setdefault(parts[-1], _series()), now, value)
+        elif name in _COUNTED:
+            self._count_events(robot, name, values, now)
+
+    @staticmethod
+    def _counted(robot: _Robot) -> bool:
+        """Whether a fine-tuner's (or trainer's) counter keys were heard: then they time the events."""
+        return any(name in robot.statuses for name in _COUNTED)
+
+    def _count_events(self, robot: _Robot, name: str, values: Mapping[str, str], now: float) -> None:
+        """A rejection or rollback event each time its counter key grew (the first status heard sets the base);
+        the on-robot fine-tuner's keys win over the trainer's, as in the snapshot's counts."""
+        if name == "lowrl/trainer/finetune" and "lowrl/finetune/versions" in robot.statuses:
+            return
+        version = _number(values.get("current", values.get("running", "")))
+        for key in ("rejections", "rollbacks"):
+            n = _number(values.get(key))
+            if n is None:
+                continue
+            before = robot.counters.get((name, key))
+            if before is not None and n > before:
+                self._push(robot.events, now, key[:-1], int(version or 0))
+            robot.counters[(name, key)] = int(n)
 
     # ---- the picture ------------------------------------------------------------------------
     def source_state(self, ns: str, source: str) -> str:
@@ -280,7 +348,7 @@ class MonitorModel:
             running_version=running,
             best_version=None if best is None else int(best),
             returns={v: (sum(rs) / len(rs), len(rs)) for v, rs in sorted(r.returns.items()) if rs},
-            last_return=r.return_series[-1] if r.return_series else None,
+            last_return=r.return_series[-1][2] if r.return_series else None,
             episodes=r.episodes,
             **self._counts(st, r),
             last_decision=versions.message if versions is not None else "-",
@@ -291,9 +359,22 @@ class MonitorModel:
             estop_topic=estop.values.get("topic", "estop") if estop is not None else "estop",
             estop_reset_topic=estop.values.get("reset_topic", "estop_reset") if estop is not None else "estop_reset",
             statuses=dict(st),
-            p99_series=tuple(r.p99),
-            return_series=tuple(r.return_series),
+            series=self._series(r),
         )
+
+    def _series(self, r: _Robot) -> Series:
+        """The time series inside the window now (a feed gone quiet leaves old samples: they are cut here)."""
+        now = self._clock()
+        t0 = now - self.window_s
+
+        def recent(series: deque) -> tuple:
+            return tuple(item for item in series if item[0] >= t0)
+
+        totals = recent(r.misses)
+        misses = tuple((t, int(m - before)) for (_, before), (t, m) in zip(totals, totals[1:]) if m > before)
+        return Series(now=now, window_s=self.window_s, latency=recent(r.latency), misses=misses, tier=recent(r.tier),
+                      signals={name: recent(s) for name, s in sorted(r.signals.items())},
+                      returns=recent(r.return_series), events=recent(r.events))
 
     @staticmethod
     def _counts(st: Mapping[str, Status], r: _Robot) -> dict[str, int]:
