@@ -6,7 +6,7 @@ import asyncio
 
 from lowrl_ros.commands.top import TopApp, screen_text
 from lowrl_ros.core.monitor.model import MonitorModel
-from lowrl_ros.core.monitor.text import lines
+from lowrl_ros.core.monitor.text import columns, lines, sparkline
 from lowrl_ros.core.types import Level
 from test_monitor_model import Clock, row, stats
 
@@ -30,6 +30,30 @@ def test_every_row_fits_80_columns_and_one_robot_fits_24_rows():
     assert len(text.splitlines()) <= 24
     assert "p99 845 us" in text and "running v2  best v1" in text and "v2 -321.5 (1)" in text
     assert "trainer   not running" in text  # no trainer in this session: said, not left blank
+
+
+def test_sparklines_show_the_last_minute_of_p99_and_the_tier():
+    clock = Clock()
+    m = fed_model(clock)
+    for i in range(600):  # a minute at 10 Hz: p99 ten times higher and the tier lite in its middle third
+        clock.t += 0.1
+        middle = 200 <= i < 400
+        m.on_stats("/", stats(misses=0, p99=4000.0 if middle else 400.0, tier=int(middle)))
+    text = screen_text(m)
+    lines_ = text.splitlines()
+    assert len(lines_) <= 24 and max(map(len, lines_)) <= 80
+    p99 = next(line for line in lines_ if line.startswith("p99 60 s"))
+    tier = next(line for line in lines_ if line.startswith("tier 60 s"))
+    spark, steps = p99[10:46], tier[10:46]  # 36 columns of 1.7 s; a column on a third's edge may hold both
+    assert spark[1:11] == "▁" * 10 and spark[13:23] == "█" * 10 and spark[25:35] == "▁" * 10
+    assert steps[1:11] == "█" * 10 and steps[13:23] == "▅" * 10 and steps[25:35] == "█" * 10
+    assert "max 4000 us, deadline 20000 us" in p99 and "▅lite" in tier
+
+
+def test_sparkline_columns_take_the_worst_of_their_time_and_leave_silence_blank():
+    assert columns([(9.0, 1.0), (9.5, 5.0), (1.0, 2.0)], now=10.0, reduce=max, span_s=10.0, n=5) == [
+        2.0, None, None, None, 5.0]
+    assert sparkline([0.0, 4.0, 8.0, None], top=8.0) == "▁▄█ "
 
 
 def test_a_source_that_went_quiet_is_marked_stale():
