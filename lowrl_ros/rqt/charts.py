@@ -25,8 +25,15 @@ def _us(value: float) -> str:
     return f"{value / 1000:g} ms" if value >= 1000 else f"{value:g} us"
 
 
+MIN_SPAN_S = 30.0  # a view opened a moment ago shows at least this much time, not a sliver of a 120 s axis
+
+
 def _x_range(snap: RobotSnapshot) -> tuple[float, float]:
-    return (-snap.series.window_s, 0.0)
+    """From the oldest sample heard (at least ``MIN_SPAN_S`` back) to now, at most the model's window."""
+    s = snap.series
+    starts = [seq[0][0] for seq in (s.latency, s.tier, s.returns, s.events, *s.signals.values()) if seq]
+    span = s.now - min(starts) if starts else s.window_s
+    return (-min(s.window_s, max(MIN_SPAN_S, span)), 0.0)
 
 
 def latency_chart(snap: RobotSnapshot) -> Chart:
