@@ -136,12 +136,14 @@ class Plot(QWidget):
                 p.drawText(box, Qt.AlignRight | Qt.AlignVCenter, labels)
         for trace in c.traces:
             self._trace(p, area, trace)
-        for mark in c.vlines:
+        free = {False: area.left(), True: area.left()}  # where the next label may start, on top and at the bottom
+        for mark in sorted(c.vlines, key=lambda m: m.at):
             x = self._x(area, mark.at)
             p.setPen(self._pen(mark.color, 1.0, mark.dashed))
             p.drawLine(QPointF(x, area.top()), QPointF(x, area.bottom()))
-            if mark.label:
+            if mark.label and x + 2 >= free[mark.label_low]:  # dense changes: a label only where it fits
                 p.drawText(QPointF(x + 2, area.bottom() - 4 if mark.label_low else area.top() + 11), mark.label)
+                free[mark.label_low] = x + 8 + p.fontMetrics().boundingRect(mark.label).width()
         if c.note and not any(t.points for t in c.traces):
             p.setPen(QColor("#9e9e9e"))
             p.drawText(area, Qt.AlignCenter, c.note)
@@ -150,7 +152,8 @@ class Plot(QWidget):
         bold = QFont(font)
         bold.setBold(True)
         p.setFont(bold)
-        title = p.fontMetrics().elidedText(c.title, Qt.ElideRight, self.width() - 8)
+        legend_w = sum(p.fontMetrics().boundingRect(text).width() + 12 for text, _ in c.legend)
+        title = p.fontMetrics().elidedText(c.title, Qt.ElideRight, int(self.width() - 8 - legend_w))
         p.drawText(QRectF(4, 2, self.width() - 8, MARGIN_TOP - 3), Qt.AlignLeft | Qt.AlignVCenter, title)
         p.setFont(font)
         x = self.width() - MARGIN_RIGHT
@@ -229,6 +232,7 @@ class Plot(QWidget):
                 p.setBrush(Qt.NoBrush)
             p.setPen(QPen(color, t.width))
             p.drawPolyline(QPolygonF(pts))
-        if t.label:
+        if t.label:  # kept inside the plot when the first point is near its right edge
             p.setPen(color.darker(120))
-            p.drawText(QPointF(pts[0].x() + 2, pts[0].y() - 4), t.label)
+            x = min(pts[0].x() + 2, area.right() - 2 - p.fontMetrics().boundingRect(t.label).width())
+            p.drawText(QPointF(x, pts[0].y() - 4), t.label)
