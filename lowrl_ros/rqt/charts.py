@@ -105,7 +105,7 @@ def returns_chart(snap: RobotSnapshot) -> Chart:
     return Chart(
         title=f"episode returns  running {running}  best {best}",
         traces=tuple(traces + means), vlines=tuple(markers), x_range=_x_range(snap), y_range=(lo - pad, hi + pad),
-        legend=(("● episode  ▬ version mean  ┆ swap", "#555555"), (f"rollbacks {snap.rollbacks}", LIMIT_COLOR)),
+        legend=(("● episode ▬ mean ┆ swap", "#555555"), (f"rollbacks {snap.rollbacks}", LIMIT_COLOR)),
         note="no episode yet")
 
 
