@@ -19,7 +19,7 @@ setup(
     packages=find_packages(exclude=["test"]),
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
-        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}", ["package.xml", "plugin.xml"]),  # plugin.xml: the rqt plugin (lowrl_ros/rqt/)
         (f"share/{PACKAGE}/launch", glob("launch/*.yaml")),
         *tree("config"),
         *tree("models"),

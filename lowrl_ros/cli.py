@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("lowrl_ros.commands.profile", "profile an artifact against a budget"),
     "eval": ("lowrl_ros.commands.eval", "evaluate a deployed artifact in its environment"),
     "export-c": ("lowrl_ros.commands.export_c", "export an int8 artifact as dependency-free C99"),
+    "top": ("lowrl_ros.commands.top", "watch a running robot in the terminal: tier, latency, budget, versions"),
     "bench": ("lowrl_ros.bench", "benchmarks: lowrl bench NAME (results written with the machine)"),
 }
 

@@ -73,10 +73,13 @@ def test_versions_rollbacks_rejections_and_pauses_come_back_as_events(tiny_kit, 
     # v2 returns far less than v1: back to v1 (its artifact is the caller's to deploy again).
     events = session.episode_ended(2, -3000.0)
     assert [type(e) for e in events] == [Rollback] and events[0].target.version == 1 and events[0].release is None
+    assert (session.rollbacks, session.rejections) == (1, 0)
     assert session.on_rejected(2, "too late") == []  # v2 no longer runs: a stale answer trips nothing
+    assert session.rejections == 0
     # A rejection of the running version, which is the best: nothing to go back to, so learning pauses.
     events = session.on_rejected(1, "corrupt", by="the policy node")
     assert [type(e) for e in events] == [Paused] and "the policy node rejected v1: corrupt" in events[0].reason
+    assert (session.rollbacks, session.rejections) == (1, 1)
     updates = session.tuner.updates
     assert session.step(8) == [] and session.state == "paused_safety" and session.tuner.updates == updates
     assert not session.can_learn()
@@ -189,7 +192,8 @@ def test_finetune_status_levels_and_names():
         return {e.name: e.level for e in finetune_status(FineTuneFacts(**kw))}
 
     assert levels(state="learning") == {"lowrl/finetune/log": OK, "lowrl/finetune/learner": OK,
-                                        "lowrl/finetune/versions": OK, "lowrl/finetune/reward": OK}
+                                        "lowrl/finetune/versions": OK, "lowrl/finetune/reward": OK,
+                                        "lowrl/finetune/input": OK}
     assert levels(state="paused_safety")["lowrl/finetune/learner"] == ERROR
     assert levels(state="paused_memory")["lowrl/finetune/learner"] == WARN
     assert levels(state="waiting_for_full_tier")["lowrl/finetune/learner"] == OK
@@ -197,11 +201,12 @@ def test_finetune_status_levels_and_names():
     assert levels(dropped_segments=2)["lowrl/finetune/log"] == WARN
     paused = finetune_status(FineTuneFacts(state="paused_safety", paused_reason="safety: rejected v2", rss_mb=12.34,
                                            received={"reward": 3}), prefix="x")
-    assert [e.name for e in paused] == ["x/log", "x/learner", "x/versions", "x/reward"]
+    assert [e.name for e in paused] == ["x/log", "x/learner", "x/versions", "x/reward", "x/input"]
     assert paused[1].message == "safety: rejected v2" and paused[1].values["rss_mb"] == 12.3
     assert paused[0].values["received_reward"] == 3
     off = finetune_status(FineTuneFacts(offboard=True, streamed=7, state="offboard"))
-    assert [e.name for e in off] == ["lowrl/finetune/log", "lowrl/finetune/learner", "lowrl/finetune/reward"]
+    assert [e.name for e in off] == ["lowrl/finetune/log", "lowrl/finetune/learner", "lowrl/finetune/reward",
+                                     "lowrl/finetune/input"]
     assert off[1].level == OK and off[1].message == "off-board: 7 transitions streamed"
     assert off[2].message == "reward from topic" and off[2].values["demo_buffer"] == "offboard"
     terms = finetune_status(FineTuneFacts(reward_terms=("alive", "upright"), interventions=4, demo_buffer=9,
@@ -209,6 +214,38 @@ def test_finetune_status_levels_and_names():
     assert terms.message == "reward from terms alive, upright"
     assert terms.values == {"interventions": 4, "resets_requested": 0, "demo_buffer": 9, "demo_rows_sampled": 0,
                             "last_episode.alive": "12", "last_episode.upright": "-0.1235"}
+
+
+def test_finetune_status_reads_the_counters_and_marks_missing_step_rows_stale(tiny_kit, tmp_path):
+    """The counter keys and the step rows' staleness come from the session and the recorder (an injected clock)."""
+    from lowrl_ros.core.finetune.recorder import EpisodeRecorder
+    from lowrl_ros.core.finetune.status import ROWS_TIMEOUT_S
+    from lowrl_ros.core.types import Level
+
+    session = FineTuneSession(load_kit(tiny_kit[0]), FineTuneConfig(**SMALL), tmp_path, base_path="base.onnx")
+    session.rejections, session.rollbacks = 2, 1
+    recorder, wall = EpisodeRecorder(), 1_800_000_000.0
+    recorder.swaps = 4
+
+    def status(now: float) -> dict:
+        facts = FineTuneFacts()
+        facts.read(session, recorder, now, wall + now)
+        return {e.name: e for e in finetune_status(facts)}
+
+    first = status(0.0)  # rows are awaited from the first report on
+    assert first["lowrl/finetune/input"].level == Level.OK
+    assert {k: first["lowrl/finetune/input"].values[k] for k in ("stale_since", "silent_s")} == {"stale_since": "",
+                                                                                               "silent_s": ""}
+    versions = first["lowrl/finetune/versions"].values
+    assert (versions["swaps"], versions["rejections"], versions["rollbacks"]) == (4, 2, 1)
+    never = status(ROWS_TIMEOUT_S + 1.0)["lowrl/finetune/input"]
+    assert never.level == Level.STALE and never.values["stale_since"] == "2027-01-15T08:00:02Z"
+    assert never.message == "step rows stale since 08:00:02 UTC: nothing heard in 3.0 s (timeout 2 s)"
+    recorder.last_row_at = 10.0
+    heard = status(10.5)["lowrl/finetune/input"]
+    assert heard.level == Level.OK and heard.values["silent_s"] == 0.5 and heard.values["stale_since"] == ""
+    quiet = status(15.0)["lowrl/finetune/input"]
+    assert quiet.level == Level.STALE and "no message for 5.0 s" in quiet.message and quiet.values["silent_s"] == 5.0
 
 
 def test_a_version_waiting_only_for_a_judgement_is_made_when_the_episode_is_judged(tiny_kit, tmp_path):

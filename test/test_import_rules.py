@@ -77,6 +77,7 @@ CASES = [
     ("finetune, torch-free", ["lowrl_ros.core.finetune." + m for m in ("transition_log", "versions", "wire", "status",
                                                                          "config", "rewards", "demos")],
      WRITE_LOG + JUDGE, ROBOT_FORBIDDEN),
+    ("monitor", ["lowrl_ros.core.monitor.model"], "", ROBOT_FORBIDDEN),
     # The session's writers run in the nodes; the report draws with matplotlib only when called.
     ("session", ["lowrl_ros.core.session." + m for m in ("files", "analysis", "report", "recording")], "",
      ROBOT_FORBIDDEN),
@@ -133,10 +134,12 @@ CORE_ALLOWED = {
     "importers": {"runtime"},
     "session": {"config", "runtime", "finetune", "sim"},  # finetune: the learner states, the episode log; sim: the Agg
     # pyplot; config: the monitor's parameters (core/session/recording.py MonitorConfig)
+    "monitor": {"types", "runtime"},  # the views' model: stats fields, the step-row header, tier names
 }
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)
     "ros": {"core", "ros"},
     "commands": {"core", "ros", "launcher", "commands"},
+    "rqt": {"core", "ros", "rqt"},  # the rqt plugin: a view over the monitor model and its ROS listener
 }
 
 

@@ -1,98 +1,153 @@
-"""`lowrl launch demo.launch.yaml foxglove:=true record:=FILE` against a running session (process level):
-a Foxglove client gets the session's topics with their schemas and decodes the same messages a plain
-ROS subscriber gets, while clients come and go; after Ctrl-C the recording reads back with the mcap-ros2
-decoder, the robot's joint states at no more than the 10 Hz cap. The demo launch runs no fine-tuner."""
+"""The two monitoring views against a real session (`lowrl demo`, its nodes in their own processes):
+the rqt widget offscreen (its labels equal what the nodes published; the e-stop buttons latch and release
+the policy node's e-stop), and `lowrl top` in an 80x24 tmux pane, read as a person reads it, quit with q."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
 
-from foxglove_client import collect, connect_and_leave
-from lowrl_ros.core.session.recording import recorded_files
-from lowrl_ros.ros.topic_tap import SENSOR
-from rosutil import spin_until
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+ROOT = Path(__file__).resolve().parents[1]
 LOWRL = [sys.executable, "-m", "lowrl_ros.cli"]
-pytestmark = pytest.mark.ros
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path):
-    port, record = free_port(), tmp_path / "session.mcap"
-    proc = subprocess.Popen(LOWRL + ["launch", "demo.launch.yaml", "foxglove:=true", f"foxglove_port:={port}",
-                                     f"record:={record}", "robot_topics:=true", "--log-dir", str(tmp_path / "logs")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    node = Node("monitor_probe", context=ros_context)
-    executor = SingleThreadedExecutor(context=ros_context)
-    executor.add_node(node)
-    seen: list[tuple] = []
-    node.create_subscription(JointState, "/joint_states", lambda m: seen.append(tuple(m.position)), SENSOR)
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """A demo session (no load phase) running for the module's tests; stopped with SIGINT afterwards."""
+    log = tmp_path_factory.mktemp("demo")
+    proc = subprocess.Popen(LOWRL + ["demo", "--seconds", "240", "--no-load", "--quiet", "--log-dir", str(log)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    yield proc
+    proc.send_signal(signal.SIGINT)
     try:
-        assert spin_until(executor, lambda: len(seen) > 20, timeout=90), "the demo's sim robot never published"
-        assert spin_until(executor, lambda: ("foxglove", "/") in node.get_node_names_and_namespaces(), timeout=60)
-        url = f"ws://127.0.0.1:{port}"
-        stop = threading.Event()  # the probe keeps receiving while the Foxglove client runs
-        spinner = threading.Thread(
-            target=lambda: [executor.spin_once(timeout_sec=0.02) for _ in iter(stop.is_set, True)])
-        spinner.start()
-        for _ in range(5):
-            assert connect_and_leave(url) == "serverInfo"
-        info, channels, got = collect(url, {"/joint_states": 3, "/lowrl/policy/stats": 2, "/diagnostics": 2,
-                                            "/forward_command_controller/commands": 2}, timeout=30)
-        time.sleep(0.5)  # the probe's copy of the last messages Foxglove got (no claim rests on this wait)
-        stop.set()
-        spinner.join(5)
-        assert channels["/joint_states"]["schemaName"] == "sensor_msgs/msg/JointState"
-        foxglove_joints = [tuple(deserialize_message(b, JointState).position) for b in got["/joint_states"]]
-        assert len(foxglove_joints) >= 3 and set(foxglove_joints) <= set(seen)  # the very messages published
-        stats = [deserialize_message(b, Float64MultiArray) for b in got["/lowrl/policy/stats"]]
-        assert len(stats) >= 2 and all(len(m.data) > 3 for m in stats)
-        from diagnostic_msgs.msg import DiagnosticArray
-        names = {s.name for b in got["/diagnostics"] for s in deserialize_message(b, DiagnosticArray).status}
-        assert any(n.startswith("lowrl/") for n in names), names
-        assert got["/forward_command_controller/commands"]
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.ros
+def test_rqt_widget_shows_what_the_nodes_published_and_its_estop_latches_the_policy(session, ros_context):
+    from rclpy.executors import SingleThreadedExecutor
+
+    from lowrl_ros.core.monitor.model import MonitorModel, tier_label
+    from lowrl_ros.ros.monitor_listener import MonitorListener
+    from lowrl_ros.rqt.qt import QApplication
+    from lowrl_ros.rqt.widget import MonitorWidget
+    from rosutil import spin_until
+
+    app = QApplication.instance() or QApplication([])
+    model = MonitorModel(time.monotonic, stale_s=5.0)
+    raw: dict = {"status": {}}  # what arrived, as published, before the model saw it
+    for feed in ("on_stats", "on_tier", "on_step"):
+        def record(ns, value, _feed=feed, _orig=getattr(model, feed)):
+            raw[_feed] = value
+            _orig(ns, value)
+        setattr(model, feed, record)
+    orig_status = model.on_status
+
+    def on_status(ns, name, level, message, values):
+        raw["status"][name] = dict(values)
+        orig_status(ns, name, level, message, values)
+    model.on_status = on_status
+
+    listener = MonitorListener(model, context=ros_context, node_name="monitor_session_test")
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(listener.node)
+    widget = MonitorWidget(model, listener, confirm=lambda *_: True, refresh_ms=60000)
+    wanted = ("lowrl/budget/tier", "lowrl/policy/estop", "lowrl/finetune/learner", "lowrl/budget/cpu_load",
+              "lowrl/finetune/versions", "lowrl/policy/input/joint_states", "lowrl/finetune/input")
+    try:
+        assert spin_until(executor, lambda: {"on_stats", "on_tier", "on_step"} <= set(raw)
+                          and all(w in raw["status"] for w in wanted), timeout=120), (sorted(raw), session.poll())
+        widget.refresh()
+        app.processEvents()
+        page = widget.pages["/"]
+        stats, snap = raw["on_stats"], model.snapshot("/")
+        assert f"p99 {stats[1]:.0f} us" in page.values["inference"].text()
+        assert f"deadline {stats[5]:.0f} us" in page.values["inference"].text()
+        assert page.values["tier"].text().startswith(f"published {tier_label(raw['on_tier'])}, applied "
+                                                     f"{tier_label(stats[6])}")
+        assert page.values["reason"].text() == raw["status"]["lowrl/budget/tier"]["last_change"][:68]
+        assert f"running v{int(raw['on_step'][5])}" in page.values["versions"].text()
+        learner = raw["status"]["lowrl/finetune/learner"]
+        assert page.values["learner"].text().startswith(f"{learner['state']}, {learner['updates']} updates")
+        cpu = raw["status"]["lowrl/budget/cpu_load"]
+        assert page.plots["cpu_load"].chart.title.startswith(f"cpu_load  {float(cpu['value']):.3g}")
+        series = snap.series  # the plots draw the model's series as they are (x relative to the snapshot's now)
+        assert page.plots["latency"].traces()["p99"].points[-1][1] == series.latency[-1][2]
+        assert snap.sources["policy"] == snap.sources["budget"] == snap.sources["finetune"] == "ok"
+        # The counters are the fine-tuner's keys; each input says when it went stale ("" while heard).
+        versions = raw["status"]["lowrl/finetune/versions"]
+        assert {"swaps", "rejections", "rollbacks"} <= set(versions)
+        assert f"rollbacks {versions['rollbacks']}" in page.values["versions"].text()
+        for name in ("lowrl/policy/input/joint_states", "lowrl/finetune/input"):
+            assert {"stale_since", "silent_s", "timeout_s"} <= set(raw["status"][name]), name
+
+        # Item 5: every status name the session's nodes publish falls into one group of the aggregator file,
+        # and the policy's latency status carries the loop timing keys.
+        from lowrl_ros.core.runtime.status import TIMING_KEYS
+        from test_budget_config_files import aggregator_groups
+
+        names = sorted(raw["status"])
+        assert {n: len(aggregator_groups(n)) for n in names} == {n: 1 for n in names}
+        assert set(TIMING_KEYS) <= set(raw["status"]["lowrl/policy/latency"])
+
+        page.estop_button.click()
+        assert spin_until(executor, lambda: raw["status"]["lowrl/policy/estop"].get("latched") == "True", 15)
+        page.reset_button.click()
+        assert spin_until(executor, lambda: raw["status"]["lowrl/policy/estop"].get("latched") == "False", 15)
+        widget.refresh()
+        assert page.values["e-stop"].text().startswith("clear (estop, reset estop_reset)")
     finally:
-        if proc.poll() is None:  # the launcher and every node it started (its own process group)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        widget.timer.stop()
         executor.shutdown()
-        node.destroy_node()
-    assert proc.returncode == 0, out[-3000:]
+        listener.close()
 
-    from mcap.reader import make_reader
-    from mcap_ros2.decoder import DecoderFactory
 
-    per_topic: dict[str, list[int]] = {}
-    for path in recorded_files(record):
-        with open(path, "rb") as f:
-            for _, channel, message, decoded in make_reader(f, decoder_factories=[DecoderFactory()]) \
-                    .iter_decoded_messages():
-                per_topic.setdefault(channel.topic, []).append(message.log_time)
-    for topic in ("/lowrl/policy/step", "/lowrl/policy/stats", "/diagnostics", "/joint_states"):
-        assert per_topic.get(topic), (topic, sorted(per_topic))
-    times = per_topic["/joint_states"]
-    span_s = (times[-1] - times[0]) / 1e9
-    assert len(times) <= 10 * span_s + 2  # the sim robot publishes at 100 Hz; the recording caps it at 10 Hz
-    steps = per_topic["/lowrl/policy/step"]  # the step row keeps its natural rate (the sim's 100 Hz)
-    assert len(steps) > 30 * (steps[-1] - steps[0]) / 1e9 > 0
-    assert Path(os.fspath(record)).stat().st_size > 0
+def _pane(socket: str) -> str:
+    return subprocess.run(["tmux", "-L", socket, "capture-pane", "-p", "-t", "top"], capture_output=True,
+                          text=True).stdout
+
+
+def _wait_pane(socket: str, predicate, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    screen = _pane(socket)
+    while time.monotonic() < deadline and not predicate(screen):
+        time.sleep(0.25)  # polling a terminal a person reads; the condition, not the sleep, decides
+        screen = _pane(socket)
+    return screen
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_lowrl_top_in_an_80x24_terminal_shows_the_session_and_quits_on_q(session, tmp_path):
+    socket = f"lowrl-top-test-{os.getpid()}"
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    cmd = " ".join(LOWRL + ["top"]) + "; echo TOP-EXITED $?; sleep 60"
+    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", "top", "-x", "80", "-y", "24", cmd],
+                   check=True, cwd=ROOT, env=env)
+    try:
+        # "p99 N us  deadline": the inference row (the budget row "latency_p99 N us" comes without the stats)
+        screen = _wait_pane(socket, lambda s: bool(re.search(r"p99 \d+ us  deadline", s)
+                                                   and re.search(r"running v\d", s)), timeout=90)
+        (tmp_path / "top.txt").write_text(screen)
+        lines = screen.splitlines()
+        assert len(lines) <= 24 and max(map(len, lines)) <= 80
+        assert re.search(r"p99 \d+ us  deadline \d+ us", screen), screen
+        assert re.search(r"tier\s+published \w+, applied \w+", screen), screen
+        assert "policy ok" in screen and "budget ok" in screen, screen
+        assert re.search(r"versions\s+running v\d+", screen), screen
+        subprocess.run(["tmux", "-L", socket, "send-keys", "-t", "top", "q"], check=True)
+        screen = _wait_pane(socket, lambda s: "TOP-EXITED" in s, timeout=20)
+        assert "TOP-EXITED 0" in screen, screen
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)

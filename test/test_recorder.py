@@ -97,6 +97,13 @@ def test_a_swap_mid_episode_is_not_judged():
     assert ends and ends[0].judged is None
 
 
+def test_swaps_are_counted_when_the_rows_version_changes_and_rows_are_timed():
+    rec = EpisodeRecorder(*specs({"terms": [{"term": "alive"}]}))
+    for k, version in enumerate([1, 1, 2, 2, 1]):
+        rec.step(row(k, version=version), float(k), 50.0 + k)
+    assert rec.swaps == 2 and rec.running_version == 1 and rec.last_row_at == 54.0  # the first version is no swap
+
+
 def test_a_missing_reward_input_is_counted_as_incomplete():
     rec = EpisodeRecorder(*specs({"terms": [{"term": "joint_effort"}]}))  # effort is not observed: JointState
     assert split(feed(rec, [row(0), row(1)]))[0] == [] and rec.incomplete == 1

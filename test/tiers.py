@@ -34,7 +34,8 @@ REALTIME = (
 )
 
 INTEGRATION = (
-    "test/test_monitor_session.py::",
+    "test/test_monitor_session.py::",  # lowrl top in tmux and the rqt widget against a running demo
+    "test/test_foxglove_session.py::",  # a Foxglove client and the MCAP recording of a running demo
     "test/test_documented_commands.py::test_readme_pipeline_runs_as_written",
     "test/test_documented_commands.py::test_docs_blocks_run_as_written",
     "test/test_documented_commands.py::test_eval_prints_one_line_per_episode",

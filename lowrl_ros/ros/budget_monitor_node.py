@@ -192,7 +192,7 @@ class BudgetMonitorNode(Node):
 
     def _sample(self) -> None:
         try:
-            self.last = self.monitor.step(time.monotonic(), self.probes.sample())
+            self.last = self.monitor.step(time.monotonic(), self.probes.sample(), time.time())
         except Exception as e:  # a bug here must not stop the tier from being published
             self.get_logger().error(f"budget sample failed: {type(e).__name__}: {e}", throttle_duration_sec=5.0)
             return

@@ -449,22 +449,14 @@ class FineTuneNode(Node):
         t = self.tuner
         facts = FineTuneFacts(
             recorded=self.recorded, resumed=self.resumed, rebuilt_from_wal=self.resumed_from_wal,
-            incomplete_steps=self.recorder.incomplete, bad_inputs=self.bad_inputs,
-            callback_errors=self.callback_errors, dropped_segments=self.writer.dropped_segments,
-            log_dir=str(self.writer.directory), received=dict(self.received), offboard=t is None,
-            streamed=self.streamed, transitions_topic=self._get("transitions_topic"), state=self.state,
-            paused_reason=self.paused_reason, running_version=self.running_version, last_decision=self.last_decision,
-            rss_mb=self.rss_mb, memory_cap_mb=self.config.memory_cap_mb, backlog=len(self._to_learner),
-            tier=self.tier.label if self.tier is not None else "unknown")
-        if t is not None:
-            facts.updates, facts.buffer, facts.transitions_seen = t.updates, len(t.buffer), t.transitions_seen
-            facts.learner, facts.updates_per_s = t.learner, t.updates_per_s
-            facts.prior = len(t.prior) if t.prior is not None else 0
-            facts.current, facts.best, facts.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
-            facts.demo_buffer, facts.demo_rows_sampled = len(t.demos), t.demos.sampled
-        facts.reward_terms = self.rewards.names if self.computed_reward else ()
-        facts.interventions, facts.resets_requested = self.interventions, self.resets_requested
-        facts.last_terms = self.recorder.last_terms
+            bad_inputs=self.bad_inputs, callback_errors=self.callback_errors,
+            dropped_segments=self.writer.dropped_segments, log_dir=str(self.writer.directory),
+            received=dict(self.received), offboard=t is None, streamed=self.streamed,
+            transitions_topic=self._get("transitions_topic"), state=self.state, rss_mb=self.rss_mb,
+            memory_cap_mb=self.config.memory_cap_mb, backlog=len(self._to_learner),
+            tier=self.tier.label if self.tier is not None else "unknown", resets_requested=self.resets_requested,
+            reward_terms=self.rewards.names if self.computed_reward else ())
+        facts.read(self.session, self.recorder, time.monotonic(), time.time())
         statuses = diag.from_entries(finetune_status(facts, DIAG_PREFIX))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))
 

@@ -229,7 +229,7 @@ class PolicyNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self._lock:
             self.controller.activate()
-            self._builder.reset()  # no sample or history from before this activation
+            self._builder.reset(time.perf_counter())  # no sample or history from before this activation
             fixed_rate = self.controller.config.mode == "fixed_rate"
             if not fixed_rate:
                 # Event mode acts on observations, on the executor thread: the RT settings go to it.
@@ -478,9 +478,9 @@ class PolicyNode(LifecycleNode):
             return
         running = RunningPolicy(version=c.bundle.version, path=swapper.active_path, tiers=tuple(c.bundle.policies),
                                 active=c.active, last_error=c.last_error, last_error_time=c.last_error_time,
-                                bundle_topic=self._get("bundle_topic"))
-        entries = policy_status(c.stats(), swapper.status(), swapper.stream_status(),
-                                TierView(c.tier, c.requested_tier, c.ladder), time.perf_counter(), running)
+                                bundle_topic=self._get("bundle_topic"), inputs=self._builder.inputs())
+        entries = policy_status({**c.stats(), **c.timing_stats()}, swapper.status(), swapper.stream_status(),
+                                TierView(c.tier, c.requested_tier, c.ladder), time.perf_counter(), running, time.time())
         entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
                                    override_held=c.override_held(), interventions=c.interventions,
                                    realtime=self._realtime, deploy=self._deploy)

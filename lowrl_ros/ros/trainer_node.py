@@ -267,7 +267,8 @@ class TrainerNode(Node):
                       "bad_messages": self.bad_transitions,
                       "released": ",".join(map(str, lr.released))}
             if hasattr(lr, "tuner"):  # the kit's learner (sysid has no updates, versions are its releases)
-                values.update(updates=lr.tuner.updates, current=lr.tuner.tracker.current, best=lr.tuner.tracker.best)
+                values.update(updates=lr.tuner.updates, current=lr.tuner.tracker.current, best=lr.tuner.tracker.best,
+                              rejections=lr.session.rejections, rollbacks=lr.session.rollbacks)
             else:
                 values.update(state=lr.state)
             statuses.append(diag.status(f"{DIAG_PREFIX}/finetune", level,

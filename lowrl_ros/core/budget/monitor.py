@@ -52,7 +52,7 @@ from typing import Any, Mapping, Sequence
 from lowrl_ros.core.config import field as config_field
 from lowrl_ros.core.runtime.ladder import FallbackLadder
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.types import Level, StatusEntry
+from lowrl_ros.core.types import Level, Silence, StatusEntry
 
 TEMPERATURE_SOURCES = ("auto", "file", "estimated", "none")
 
@@ -231,6 +231,7 @@ class Reading:
     value: float | None
     source: str = ""  # where it came from: "psutil", "sysfs", "file", "estimated", "policy stats"
     detail: str = ""  # why it is stale, or a label such as "estimated"
+    silence: Silence | None = None  # an input not heard within its timeout (what and since when)
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,7 @@ class SignalStatus:
     tier: ComputeTier  # the tier this signal asks for
     source: str
     message: str
+    silence: Silence | None = None  # STALE because its input went quiet: since when
 
     @property
     def margin(self) -> float | None:
@@ -264,7 +266,7 @@ def judge(name: str, kind: str, unit: str, reading: Reading, hard: float | None,
     src = reading.source + (f" ({reading.detail})" if reading.detail and reading.value is not None else "")
     if reading.value is None:
         return SignalStatus(name, kind, unit, None, warn, hard, upper, Severity.STALE, ComputeTier.FULL,
-                            reading.source, reading.detail or "no value")
+                            reading.source, reading.detail or "no value", reading.silence)
     v = float(reading.value)
     if hard is None or warn is None:
         return SignalStatus(name, kind, unit, v, None, None, upper, Severity.OK, ComputeTier.FULL, src,
@@ -408,6 +410,7 @@ class BudgetMonitor:
     _misses: MissRateWindow = field(init=False)
     _policy: PolicyReport | None = field(init=False, default=None)
     _applied_since: float | None = field(init=False, default=None)  # policy runs decider.tier since
+    _watch_from: float | None = field(init=False, default=None)  # the first sample: the stats are awaited since
 
     def __post_init__(self) -> None:
         self.decider = TierDecider(self.config.escalate_after, self.config.recover_dwell_s, self.config.ladder())
@@ -449,20 +452,27 @@ class BudgetMonitor:
         elif self._applied_since is None:
             self._applied_since = now
 
-    def judge_all(self, now: float, readings: Mapping[str, Reading]) -> list[SignalStatus]:
+    def judge_all(self, now: float, readings: Mapping[str, Reading], wall_now: float | None = None
+                  ) -> list[SignalStatus]:
         """One status per signal: policy latency and misses, memory, temperature, throttling, load.
 
         ``readings`` keys: "policy_rss", "process_rss/<name>", "memory_available",
-        "cpu_temperature", "cpu_throttle", "cpu_load" (missing keys are STALE).
+        "cpu_temperature", "cpu_throttle", "cpu_load" (missing keys are STALE). The policy stats are
+        awaited from the first call on: not heard within ``stats_timeout_s`` (since then, or since the
+        newest), the two deadline signals are STALE and say since when (``wall_now``: the wall clock at
+        ``now``, for the time of day; default ``now``).
         """
         c = self.config
         out: list[SignalStatus] = []
         p = self._policy
+        if self._watch_from is None:
+            self._watch_from = now
         fresh = p is not None and now - p.received_at <= self.stats_timeout_s
         if not fresh:
-            why = "no policy stats on /lowrl/policy/stats" if p is None else (
-                f"policy stats older than {self.stats_timeout_s:g} s")
-            lat = miss = Reading(None, "policy stats", why)
+            quiet = Silence.of("policy stats on /lowrl/policy/stats", None if p is None else p.received_at,
+                               self._watch_from, self.stats_timeout_s, now, now if wall_now is None else wall_now)
+            why = quiet.message() if quiet is not None else "waiting for the first policy stats"
+            lat = miss = Reading(None, "policy stats", why, quiet)
         elif int(p.tier) == ComputeTier.SAFE:
             # No inference runs on the safe action: its latency window is frozen, not evidence.
             lat = miss = Reading(None, "policy stats", "policy runs the safe action: no inference to judge")
@@ -505,9 +515,9 @@ class BudgetMonitor:
                 if s.kind in DEADLINE_KINDS and s.severity == Severity.HARD and ladder.apply(s.tier) <= tier else s
                 for s in statuses]
 
-    def step(self, now: float, readings: Mapping[str, Reading]) -> Assessment:
-        """Judge all signals and update the tier: the worst non-STALE signal wins."""
-        statuses = self._deepen(now, self.judge_all(now, readings))
+    def step(self, now: float, readings: Mapping[str, Reading], wall_now: float | None = None) -> Assessment:
+        """Judge all signals and update the tier: the worst non-STALE signal wins (``wall_now``: see judge_all)."""
+        statuses = self._deepen(now, self.judge_all(now, readings, wall_now))
         active = [s for s in statuses if s.severity != Severity.STALE]
         worst = max(active, key=lambda s: (s.tier, s.severity), default=None)
         ladder = self.decider.ladder
@@ -544,8 +554,9 @@ def budget_status(last: Assessment, tier: ComputeTier, policy: PolicyReport | No
                   prefix: str = "lowrl/budget", ladder: FallbackLadder | None = None) -> list[StatusEntry]:
     """The budget monitor's diagnostics, pure: one status per signal, then ``<prefix>/tier``.
 
-    A signal's level is its severity's (:attr:`Severity.level`); the tier status is OK on the full
-    tier, ERROR on the safe action and WARN in between.
+    A signal's level is its severity's (:attr:`Severity.level`); one STALE because its input went quiet
+    (the policy stats) says since when in ``stale_since`` (ISO 8601 UTC; "" otherwise). The tier status is
+    OK on the full tier, ERROR on the safe action and WARN in between.
 
     Args:
         last: the latest assessment (``BudgetMonitor.step``).
@@ -559,7 +570,8 @@ def budget_status(last: Assessment, tier: ComputeTier, policy: PolicyReport | No
         margin = s.margin
         values = {"value": "" if s.value is None else s.value, "unit": s.unit,
                   "limit": "" if s.hard is None else s.hard, "warn": "" if s.warn is None else s.warn,
-                  "margin": "" if margin is None else margin, "source": s.source, "asks_tier": s.tier.label}
+                  "margin": "" if margin is None else margin, "source": s.source, "asks_tier": s.tier.label,
+                  "stale_since": "" if s.silence is None else s.silence.since_text}
         statuses.append(StatusEntry(f"{prefix}/{s.name}", s.severity.level, s.message, values))
     level = Level.OK if tier == ComputeTier.FULL else (Level.ERROR if tier == ComputeTier.SAFE else Level.WARN)
     message = f"compute tier {tier.label}"

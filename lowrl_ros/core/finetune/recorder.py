@@ -37,6 +37,7 @@ from lowrl_ros.core.finetune.versions import Episode, EpisodeJudge
 from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.robot_file import RobotFile
 from lowrl_ros.core.runtime.step_row import StepRow
+from lowrl_ros.core.types import Silence
 
 _KEPT_FLAGS = 1000  # paired: intervention flags kept by stamp until their transition seals
 _RECENT_OBS = 16  # paired: observations kept to find the one that follows a late episode end
@@ -130,6 +131,9 @@ class EpisodeRecorder:
         self.judge = EpisodeJudge()
         self.assembler = TransitionAssembler(max_reward_delay_s)
         self.running_version = 0  # from the rows (0: not heard yet)
+        self.swaps = 0  # times the rows' running version changed: swaps the robot carried out (rollbacks too)
+        self.last_row_at: float | None = None  # the newest row's arrival (the caller's monotonic clock)
+        self._watch_from: float | None = None  # rows are awaited since (rows_silence's first call)
         self.interventions = 0  # rows a person teleoperated
         self.effort: np.ndarray | None = None  # the newest joint efforts (a joint_effort term the policy does not see)
         self.last_terms: dict[str, float] = {}  # the last computed episode's term sums
@@ -155,7 +159,10 @@ class EpisodeRecorder:
     def step(self, row: StepRow, sent: float, now: float) -> list[Recorded]:
         """One policy-node tick, sent at ``sent`` (publisher's clock); ``now`` is the caller's monotonic clock
         (reward inputs' freshness, the pairing's wait). Returns what it completed, in order."""
+        self.last_row_at = now
         if row.policy_version:
+            if self.running_version and row.policy_version != self.running_version:
+                self.swaps += 1
             self.running_version = row.policy_version
         if row.intervention:
             self.interventions += 1
@@ -246,6 +253,12 @@ class EpisodeRecorder:
     def flush(self) -> list[Recorded]:
         """Shutdown: seal every open step (complete ones are returned, the rest counted)."""
         return self._kept(self.assembler.flush())
+
+    def rows_silence(self, timeout_s: float, now: float, wall_now: float) -> Silence | None:
+        """The step rows' silence at ``now`` (None: heard within ``timeout_s``); awaited from the first call on."""
+        if self._watch_from is None:
+            self._watch_from = now
+        return Silence.of("step rows", self.last_row_at, self._watch_from, timeout_s, now, wall_now)
 
     def swap_requested(self) -> None:
         """A new version was asked for: the episode under way will have run two versions and is not judged."""

@@ -105,6 +105,8 @@ class FineTuneSession:
         self.paused_reason = ""
         self.last_decision = "none"
         self.last_updates = 0  # updates the last step ran
+        self.rejections = 0  # versions the robot refused while they were the running one (on_rejected)
+        self.rollbacks = 0  # rollback decisions (a judged version too far below the best one, or a safety trip)
 
     # ---- data ---------------------------------------------------------------------------------
     def resume(self, log_dir: str | Path | None = None) -> ResumeReport:
@@ -159,6 +161,7 @@ class FineTuneSession:
         """The robot refused ``version``: a safety trip if it is the running one (else the answer is stale)."""
         if version != self.tuner.tracker.current:
             return []
+        self.rejections += 1
         return self._decide(self.tuner.on_safety_trip(f"{by} rejected v{version}: {reason}"))
 
     def pause(self, reason: str) -> None:
@@ -188,6 +191,7 @@ class FineTuneSession:
             self.paused_reason = decision.reason
             return [Paused(decision.reason)]
         if decision.action == "rollback":
+            self.rollbacks += 1
             if not self.newer_only:
                 return [Rollback(decision.target, decision.reason)]
             # The learner now holds the best version's weights; the receiver takes only newer versions.

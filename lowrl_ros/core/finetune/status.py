@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from lowrl_ros.core.runtime.tiers import ComputeTier
-from lowrl_ros.core.types import Level, StatusEntry
+from lowrl_ros.core.types import Level, Silence, StatusEntry
 
 OK, WARN, ERROR, STALE = Level.OK, Level.WARN, Level.ERROR, Level.STALE
 
@@ -22,6 +23,8 @@ WAITING_FOR_FULL_TIER = "waiting_for_full_tier"
 PAUSED_MEMORY = "paused_memory"
 WAITING_FOR_DATA = "waiting_for_data"
 LEARNING = "learning"
+
+ROWS_TIMEOUT_S = 2.0  # step rows come at the control rate: none for this long and the input is STALE
 
 
 @dataclass(frozen=True)
@@ -108,17 +111,51 @@ class FineTuneFacts:
     demo_buffer: int = 0  # demo rows held (learning here)
     demo_rows_sampled: int = 0
     last_terms: dict[str, float] = field(default_factory=dict)  # the last computed episode's term sums
+    # counters (FineTuneSession, EpisodeRecorder): read by the monitor as keys, never from the decision text
+    swaps: int = 0  # the running version changed in the step rows
+    rejections: int = 0  # versions the robot refused
+    rollbacks: int = 0  # rollback decisions
+    rows_silence: Silence | None = None  # the step rows not heard within ROWS_TIMEOUT_S: since when
+    rows_age_s: float | None = None  # seconds since the newest step row (None: none yet)
+
+    def read(self, session: Any, recorder: Any, now: float, wall_now: float) -> None:
+        """Fill what the session (a FineTuneSession; None off-board) and the EpisodeRecorder know, at ``now``
+        (monotonic, the recorder's clock) and ``wall_now`` (the wall clock, for the time of day rows went stale)."""
+        r = recorder
+        self.running_version, self.incomplete_steps, self.interventions = r.running_version, r.incomplete, \
+            r.interventions
+        self.last_terms, self.swaps = r.last_terms, r.swaps
+        self.rows_silence = r.rows_silence(ROWS_TIMEOUT_S, now, wall_now)
+        self.rows_age_s = None if r.last_row_at is None else now - r.last_row_at
+        if session is None:
+            return
+        t = session.tuner
+        self.state, self.paused_reason, self.last_decision = session.state, session.paused_reason, \
+            session.last_decision
+        self.rejections, self.rollbacks = session.rejections, session.rollbacks
+        self.updates, self.buffer, self.transitions_seen = t.updates, len(t.buffer), t.transitions_seen
+        self.learner, self.updates_per_s = t.learner, t.updates_per_s
+        self.prior = len(t.prior) if t.prior is not None else 0
+        self.current, self.best, self.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
+        self.demo_buffer, self.demo_rows_sampled = len(t.demos), t.demos.sampled
 
 
 def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> list[StatusEntry]:
-    """The fine-tuner's diagnostics: ``<prefix>/log``, ``<prefix>/learner``, (learning here) ``<prefix>/versions``
-    and ``<prefix>/reward`` (where the reward comes from, interventions, resets, the demo buffer).
+    """The fine-tuner's diagnostics: ``<prefix>/log``, ``<prefix>/learner``, (learning here) ``<prefix>/versions``,
+    ``<prefix>/reward`` (where the reward comes from, interventions, resets, the demo buffer) and ``<prefix>/input``
+    (the step rows).
 
     Levels: the log WARNs while steps are incomplete or segments were dropped; the learner is
     ERROR under a safety pause (or a learner error), WARN while memory holds it, else OK;
-    versions are OK (what was decided is the message).
+    versions are OK (what was decided is the message; the ``swaps``, ``rejections`` and ``rollbacks``
+    keys count them); the input is STALE, saying since when, while no step row came for ``ROWS_TIMEOUT_S``.
     """
     f = facts
+    quiet = f.rows_silence
+    rows = StatusEntry(f"{prefix}/input", STALE if quiet else OK, quiet.message() if quiet else "step rows heard",
+                       {"steps_received": f.received.get("step", 0), "timeout_s": ROWS_TIMEOUT_S, "stale_since": "",
+                        "silent_s": "" if f.rows_age_s is None else round(f.rows_age_s, 3),
+                        **(quiet.values() if quiet else {})})
     log = StatusEntry(
         f"{prefix}/log", WARN if f.incomplete_steps or f.dropped_segments else OK, f"{f.recorded} transitions recorded",
         {"recorded": f.recorded, "resumed": f.resumed, "rebuilt_from_wal": f.rebuilt_from_wal,
@@ -133,7 +170,7 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
     if f.offboard:  # off-board learning: this node records and streams
         return [log, StatusEntry(f"{prefix}/learner", OK, f"off-board: {f.streamed} transitions streamed",
                                  {"state": f.state, "streamed": f.streamed, "topic": f.transitions_topic,
-                                  "running_version": f.running_version}), reward]
+                                  "running_version": f.running_version}), reward, rows]
     level = {PAUSED_SAFETY: ERROR, PAUSED_MEMORY: WARN}.get(f.state, OK)
     return [
         log,
@@ -143,6 +180,8 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
                      "memory_cap_mb": f.memory_cap_mb, "tier": f.tier, "learner": f.learner,
                      "updates_per_s": round(f.updates_per_s, 1), "prior": f.prior}),
         StatusEntry(f"{prefix}/versions", OK, f.last_decision,
-                    {"running": f.running_version, "current": f.current, "best": f.best, "next": f.next_version}),
+                    {"running": f.running_version, "current": f.current, "best": f.best, "next": f.next_version,
+                     "swaps": f.swaps, "rejections": f.rejections, "rollbacks": f.rollbacks}),
         reward,
+        rows,
     ]

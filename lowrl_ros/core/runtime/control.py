@@ -212,6 +212,39 @@ class LatencyWindow:
         return percentiles_us(self.snapshot())
 
 
+class LoopTiming:
+    """The control loop's period and execution time over the recent ticks, in the spirit of ros2_control's
+    controller manager statistics (periodicity mean/std, execution time mean/max, overruns), so each is a
+    key of the ``lowrl/policy/latency`` status that rqt_plot or a recorder can draw.
+
+    :meth:`add` runs on the control thread (two stores); :meth:`summary` computes at the diagnostics rate.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.periods = LatencyWindow(size)
+        self.executions = LatencyWindow(size)
+        self._last: float | None = None
+
+    def add(self, start: float, execution_s: float | None) -> None:
+        """A tick that started at ``start`` and took ``execution_s`` (None: nothing ran, only the period counts)."""
+        if self._last is not None:
+            self.periods.add(start - self._last)
+        self._last = start
+        if execution_s is not None:
+            self.executions.add(execution_s)
+
+    def summary(self, period_s: float) -> dict[str, float]:
+        """``periodicity_{mean,std,error_mean}_us`` (error: mean minus ``period_s``) and
+        ``execution_time_{mean,max}_us``; nan before two ticks."""
+        p, e = self.periods.snapshot() * 1e6, self.executions.snapshot() * 1e6
+        nan = float("nan")
+        return {"periodicity_mean_us": float(p.mean()) if p.size else nan,
+                "periodicity_std_us": float(p.std()) if p.size else nan,
+                "periodicity_error_mean_us": float(p.mean()) - period_s * 1e6 if p.size else nan,
+                "execution_time_mean_us": float(e.mean()) if e.size else nan,
+                "execution_time_max_us": float(e.max()) if e.size else nan}
+
+
 def percentiles_us(seconds: np.ndarray) -> tuple[float, float]:
     """(p50, p99) of latencies in seconds, in microseconds; (nan, nan) when empty. Reorders ``seconds``.
 
@@ -294,9 +327,11 @@ class EStopLatch:
                 steps = f"release the e-stop (false on {self.topic}), then {steps}"
             return StatusEntry(ESTOP_STATUS, Level.ERROR, f"e-stop latched by {self.topic}: safe action held; "
                                f"to resume, {steps}",
-                               {"topic": self.topic, "latched": True, "asserted": self.asserted, "count": self.count})
+                               {"topic": self.topic, "reset_topic": self.reset_topic, "latched": True,
+                                "asserted": self.asserted, "count": self.count})
         return StatusEntry(ESTOP_STATUS, Level.OK, f"e-stop clear ({self.topic})",
-                           {"topic": self.topic, "latched": False, "asserted": self.asserted, "count": self.count})
+                           {"topic": self.topic, "reset_topic": self.reset_topic, "latched": False,
+                            "asserted": self.asserted, "count": self.count})
 
 
 def full_policy(bundle: BundleLike) -> PolicyLike:
@@ -360,6 +395,7 @@ class PolicyController:
             actions.check_contract(self._policy.full.contract)
         self.check_config(config)
         self.latency = LatencyWindow(config.latency_window)
+        self.timing = LoopTiming(config.latency_window)
         self.requested_tier = ComputeTier.FULL
         self.tier = ComputeTier.FULL
         self.active = False
@@ -624,10 +660,13 @@ class PolicyController:
         if result.source != "safe":
             self._held = None  # the next safe period measures the pose it holds afresh
         if result.source == NOTHING:
+            self.timing.add(now, None)
             return result  # nothing goes out: no deadline to meet, nothing to hold or limit from
         self._last_action = result.action
         self._last_out, self._last_out_time = result.action, now
-        if self._clock() - ref > self.config.deadline:
+        end = self._clock()
+        self.timing.add(now, end - now)
+        if end - ref > self.config.deadline:
             self.deadline_misses += 1
         return result
 
@@ -733,3 +772,7 @@ class PolicyController:
         return {"window_p50_us": p50, "window_p99_us": p99, "deadline_misses": float(self.deadline_misses),
                 "ticks": float(self.ticks), "control_period_us": self.config.control_period_s * 1e6,
                 "deadline_us": self.config.deadline * 1e6, "tier": float(self.tier)}
+
+    def timing_stats(self) -> dict[str, float]:
+        """The loop's timing for the latency status (:class:`LoopTiming`), with ``overruns`` (= deadline misses)."""
+        return {**self.timing.summary(self.config.control_period_s), "overruns": float(self.deadline_misses)}

@@ -280,6 +280,17 @@ class TopicSpec:
     timeout_s: float  # the shortest of its terms'
 
 
+@dataclass(frozen=True)
+class InputSeen:
+    """One robot-file topic as the builder last saw it: what its input diagnostic is built from
+    (``core/runtime/status.py``, one STALE entry per topic not heard within its ``timeout_s``)."""
+
+    topic: str
+    timeout_s: float
+    last: float | None  # the newest sample's stamp (the builder's clock); None: none since the last reset
+    start: float | None  # when the builder was last reset (the activation); None: never
+
+
 class ObservationSpec:
     """The observation section of a robot file, parsed: the terms in the policy's order."""
 
@@ -388,6 +399,7 @@ class ObservationBuilder:
         self._samples: dict[str, tuple[Any, float]] = {}
         self._raw_terms = {t.index for t in spec.terms
                            if t.source == "action" and (t.convention or last_action) == "raw"}
+        self.started: float | None = None  # the last reset (see reset)
         # Each joint term's joints in a JointState (JointIndex: cached per distinct name list).
         self._joint_index = {t.index: JointIndex(t.joints) for t in spec.terms if t.source == "joint_state"}
         pose = dict(zip(spec.joints, spec.default_pose))
@@ -427,8 +439,10 @@ class ObservationBuilder:
         # The index array last used per term and its largest entry (a driver's steady messages reuse one array).
         self._joint_top: dict[int, tuple[np.ndarray, int]] = {}
 
-    def reset(self) -> None:
-        """Forget every sample, the histories and the last action (on activation)."""
+    def reset(self, now: float | None = None) -> None:
+        """Forget every sample, the histories and the last action (on activation, at ``now``: the inputs are
+        watched from then on, so one never heard is stale a timeout after it)."""
+        self.started = now
         self._samples.clear()
         self._last_action = self._last_raw = None
         for h in self._histories.values():
@@ -463,6 +477,11 @@ class ObservationBuilder:
         ``hold`` and soft start use); None before the first one or without a joint term."""
         got = self._samples.get(self._joint_topic) if self._joint_topic else None
         return None if got is None else (got[0][0], got[0][1])
+
+    def inputs(self) -> tuple[InputSeen, ...]:
+        """Each subscribed topic's newest stamp and timeout (the input diagnostics)."""
+        return tuple(InputSeen(t.topic, t.timeout_s, self._samples.get(t.topic, (None, None))[1], self.started)
+                     for t in self.spec.topics)
 
     def age(self, topic: str, now: float) -> float | None:
         """Seconds since ``topic``'s newest sample; None before the first one."""
