@@ -139,6 +139,10 @@ def run_arm(arm: str, probe: _Probe, *, seconds: float, settle_s: float, vx: flo
                  "robot_file": str(robot_file), "budget_monitor": "false" if arm == "no_monitor" else "true"}
     nodes = parse_launch(REPO / "launch" / "legged.launch.yaml", overrides)
     launcher = Launcher(nodes, log_dir / arm, console=None)
+    # The previous arm's policy node must be gone, and its last stats drained, before this arm's are read: a
+    # late message of the old node (its tick count, not this one's) once made an arm's ticks negative.
+    probe.spin(15.0, lambda: probe.node.count_publishers("/lowrl/policy/stats") == 0)
+    probe.spin(0.3)
     probe.stats, probe.velocity, probe.episodes, probe.tiers, probe.steps = None, [], [], [], []
     burners: list[subprocess.Popen] = []
     try:
