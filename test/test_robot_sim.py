@@ -36,7 +36,13 @@ def test_the_quadruped_loads_and_names_its_simulator():
     assert env.observation_space.shape == (45,) and env.action_space.shape == (12,)
     assert env.sim.config.substeps == 4 and env.sim.config.actuators == ()  # torques on the joints, MJCF's off
     assert env.gap == Gap().as_dict() and env.gap["mass_scale"] == 1.0 and env.gap["latency_steps"] == 0
-    assert env.episode_spec is not None and env.reward_spec is None  # episode: from the file, default reward
+    assert env.episode_spec is not None  # reward: and episode: from the file
+    assert env.reward_spec.names == ("track_lin_vel_xy", "track_ang_vel_z", "upright", "action_rate")
+    env.reset(seed=0, options={"command": [0.0, 0.0, 0.0]})
+    _, reward, *_, info = env.step(np.zeros(12))  # the reward inputs come from the simulator's true base velocity
+    w_z = env.sim.base_velocity()[1][2]
+    assert np.isfinite(reward)
+    assert info["reward_terms"]["track_ang_vel_z"] == pytest.approx(0.5 * np.exp(-w_z ** 2 / 0.25))
     simulator = sim2sim.simulator_for(robot)
     assert simulator.env_id == f"robot_sim:{robot.path}" and simulator.launch == ""
     assert simulator.truth_names[:3] == ("imu_angular_velocity[x]", "imu_angular_velocity[y]",
