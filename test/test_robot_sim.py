@@ -71,8 +71,8 @@ def test_zero_action_stands_and_is_deterministic_per_seed():
 
 
 def test_the_observation_is_the_policy_nodes_from_the_same_samples():
-    env = RobotSimEnv(load_robot_file(QUAD), Gap(encoder_offset=0.01, gyro_bias=(0.1, 0.0, -0.05)),
-                      last_action="raw")
+    env = RobotSimEnv(load_robot_file(QUAD), Gap(encoder_offset=0.01, gyro_bias=(0.1, 0.0, -0.05),
+                                                  tilt_bias=(0.05, -0.1)), last_action="raw")
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     spec = ObservationSpec.from_robot_file(env.robot, env.sim.config.period_s)
@@ -91,10 +91,14 @@ def test_the_observation_is_the_policy_nodes_from_the_same_samples():
         builder.set_last_action(np.clip(action, -1, 1), raw=action)
         np.testing.assert_array_equal(obs, builder.build(now).astype(np.float32))
     # The conventions, from the simulator's state directly: gyro in the IMU frame x 0.25 with the bias,
-    # projected gravity = R^T (0, 0, -1), joint positions relative to default_pose with the encoder offset.
+    # projected gravity = R^T (0, 0, -1) with R the site's rotation then the IMU's mounting tilt (roll about x,
+    # then pitch about the new y), joint positions relative to default_pose with the encoder offset.
     sim, site = env.sim, env.sim._site
     np.testing.assert_allclose(obs[0:3], 0.25 * (_site_gyro(sim) + [0.1, 0.0, -0.05]), atol=1e-5)
-    np.testing.assert_allclose(obs[3:6], -sim.data.site_xmat[site].reshape(3, 3)[2], atol=1e-5)
+    (cr, sr), (cp, sp) = (np.cos(0.05), np.sin(0.05)), (np.cos(-0.1), np.sin(-0.1))
+    tilt = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]]) @ np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
+    rotation = sim.data.site_xmat[site].reshape(3, 3) @ tilt
+    np.testing.assert_allclose(obs[3:6], rotation.T @ [0.0, 0.0, -1.0], atol=1e-5)
     np.testing.assert_allclose(obs[9:21], sim.data.qpos[sim._qadr] + 0.01 - sim.default_pose, atol=1e-5)
     np.testing.assert_allclose(obs[33:45], action, atol=1e-5)
 
@@ -136,6 +140,28 @@ def test_a_gap_changes_mass_friction_and_latency():
     assert moved[0] > 0.01 and abs(moved[1]) < 0.2 * moved[0]
     with pytest.raises(SimConfigError, match="gap.body_mass_scale names body 'tail'.*torso"):
         nominal.set_gap(Gap(body_mass_scale={"tail": 2.0}))
+
+
+def test_per_joint_gains_priors_and_the_mjcf_joint_limits():
+    robot = load_robot_file(QUAD)
+    sim = RobotSim(robot, Gap(kp_scale=tuple([0.5] * 6 + [2.0] * 6), motor_strength=0.8))
+    np.testing.assert_allclose(sim._kp, [750.0] * 6 + [3000.0] * 6)
+    np.testing.assert_allclose(sim._limit, 480.0)
+    with pytest.raises(SimConfigError, match=r"gap.kd_scale has 3 values; give one or 12 .*yaw_front_left"):
+        sim.set_gap(Gap(kd_scale=(1.0, 1.0, 1.0)))
+    priors = sim.config.gap_priors
+    drawn = [Gap(encoder_offset=(0.0,) * 12).sample(priors, np.random.default_rng(seed)) for seed in range(20)]
+    assert drawn[0] == Gap(encoder_offset=(0.0,) * 12).sample(priors, np.random.default_rng(0))  # per seed
+    for gap in drawn:
+        d = gap.as_dict()
+        for key, (lo, hi) in priors.items():
+            assert all(lo <= v <= hi for v in np.ravel(d[key])), (key, d[key])
+        assert len(d["encoder_offset"]) == 12 and isinstance(d["latency_steps"], int)
+    assert len({g.mass_scale for g in drawn}) == 20
+    # The robot file's action limits are the MJCF's joint ranges (config/robots/quadruped.yaml says so).
+    limits = sim.model.jnt_range[[sim.model.joint(j).id for j in sim.config.joints]]
+    action = robot.raw["action"]["limits"]
+    np.testing.assert_allclose(np.array([action["lower"], action["upper"]]).T, limits, atol=1e-4)
 
 
 def _refused(tmp_path: Path, edit, match: str) -> None:

@@ -40,6 +40,7 @@ SIM_KEYS = ("mjcf", "remove_bodies", "joints", "actuators", "imu_site", "base_bo
 CONTROL_KEYS = ("period_s", "physics_dt", "kp", "kd", "torque_limit", "action_clip")
 RESET_KEYS = ("base_height", "joint_noise", "velocity_noise")
 PKG_PREFIX = "pkg://"
+PER_JOINT = ("motor_strength", "kp_scale", "kd_scale", "encoder_offset")  # gap parameters given per joint or once
 
 
 class SimConfigError(ValueError):
@@ -57,7 +58,8 @@ class Gap:
         motor_strength: the torque limit and every torque x this.
         kp_scale, kd_scale: the PD gains x these.
         latency_steps: physics steps between a target and the motors acting on it.
-        encoder_offset: rad added to each measured joint position (one number or one per joint).
+        encoder_offset: rad added to each measured joint position.
+        (motor_strength, kp_scale, kd_scale, encoder_offset: one number, or one per robot-file joint.)
         gyro_bias: rad/s added to the IMU's angular velocity (x, y, z).
         tilt_bias: rad, the IMU mounted rolled/pitched by this (roll, pitch): its orientation reads tilted.
         joint_position_noise, joint_velocity_noise, gyro_noise, orientation_noise: Gaussian std per
@@ -67,9 +69,9 @@ class Gap:
     mass_scale: float = 1.0
     body_mass_scale: Mapping[str, float] = field(default_factory=dict)
     friction: float = 1.0
-    motor_strength: float = 1.0
-    kp_scale: float = 1.0
-    kd_scale: float = 1.0
+    motor_strength: float | tuple[float, ...] = 1.0
+    kp_scale: float | tuple[float, ...] = 1.0
+    kd_scale: float | tuple[float, ...] = 1.0
     latency_steps: int = 0
     encoder_offset: float | tuple[float, ...] = 0.0
     gyro_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -106,8 +108,12 @@ class Gap:
             elif key in ("gyro_bias", "tilt_bias"):
                 n = 3 if key == "gyro_bias" else 2
                 out[key] = tuple(_floats(f"{where}.{key}", value, n))
-            elif key == "encoder_offset":
+            elif key in PER_JOINT:
                 vals = _floats(f"{where}.{key}", value, None)
+                if not vals:
+                    raise SimConfigError(f"{where}.{key} needs one number or one per robot-file joint, got {value!r}")
+                if key != "encoder_offset" and min(vals) <= 0:
+                    raise SimConfigError(f"{where}.{key} must be > 0, got {value!r}")
                 out[key] = vals[0] if isinstance(value, (int, float)) else tuple(vals)
             else:
                 v = _floats(f"{where}.{key}", value, 1)[0]
@@ -132,8 +138,9 @@ class Gap:
                 drawn[key] = int(rng.integers(int(lo), int(hi) + 1))
             elif key in ("gyro_bias", "tilt_bias"):
                 drawn[key] = tuple(float(v) for v in rng.uniform(lo, hi, 3 if key == "gyro_bias" else 2))
-            elif key == "encoder_offset":
-                n = len(self.encoder_offset) if isinstance(self.encoder_offset, tuple) else 1
+            elif key in PER_JOINT:  # per joint when this gap gives it per joint
+                current = getattr(self, key)
+                n = len(current) if isinstance(current, tuple) else 1
                 v = rng.uniform(lo, hi, n)
                 drawn[key] = float(v[0]) if n == 1 else tuple(map(float, v))
             else:
@@ -468,10 +475,13 @@ class RobotSim:
         if gap.friction != 1.0 and not cfg.foot_geoms:
             raise SimConfigError(f"{self.robot.where('sim')}: a friction gap needs sim.foot_geoms (the geoms it "
                                  "scales)")
-        offset = np.asarray(gap.encoder_offset, dtype=np.float64)
-        if offset.size not in (1, len(self.names)):
-            raise SimConfigError(f"gap.encoder_offset has {offset.size} values; give one or {len(self.names)} "
-                                 "(one per robot-file joint)")
+        per: dict[str, np.ndarray] = {}
+        for key in PER_JOINT:
+            value = np.asarray(getattr(gap, key), dtype=np.float64).ravel()
+            if value.size not in (1, len(self.names)):
+                raise SimConfigError(f"gap.{key} has {value.size} values; give one or {len(self.names)} (one per "
+                                     f"robot-file joint: {', '.join(self.names)})")
+            per[key] = np.broadcast_to(value, (len(self.names),)).copy()
         scale = np.full(m.nbody, gap.mass_scale)
         scale[0] = 1.0  # the world
         for b, s in gap.body_mass_scale.items():
@@ -482,9 +492,10 @@ class RobotSim:
         if self._feet.size:
             m.geom_friction[self._feet, 0] *= gap.friction
         self.gap = gap
-        self._kp, self._kd = cfg.kp * gap.kp_scale, cfg.kd * gap.kd_scale
-        self._limit = cfg.torque_limit * gap.motor_strength
-        self._offset = np.broadcast_to(offset, (len(self.names),)).copy()
+        self._kp, self._kd = cfg.kp * per["kp_scale"], cfg.kd * per["kd_scale"]
+        self._strength = per["motor_strength"]
+        self._limit = cfg.torque_limit * self._strength
+        self._offset = per["encoder_offset"]
         self._tilt = _quat_from_roll_pitch(*gap.tilt_bias)
 
     # ---- stepping ------------------------------------------------------------------------------
@@ -522,7 +533,7 @@ class RobotSim:
             if self.config.interface == "position":
                 tau = self._kp * (applied - d.qpos[self._qadr]) - self._kd * d.qvel[self._dadr]
             else:
-                tau = applied * self.gap.motor_strength
+                tau = applied * self._strength
             tau = np.clip(tau, -self._limit, self._limit)
             if self._act.size:
                 d.ctrl[self._act] = tau * self._ctrl_per_torque
@@ -597,5 +608,6 @@ def _mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _quat_from_roll_pitch(roll: float, pitch: float) -> np.ndarray:
-    """w, x, y, z of a rotation by ``pitch`` about y after ``roll`` about x (the IMU's mounting tilt)."""
-    return _mul(_axis_angle(np.array([0.0, 1.0, 0.0]), pitch), _axis_angle(np.array([1.0, 0.0, 0.0]), roll))
+    """w, x, y, z of a rotation by ``roll`` about x, then ``pitch`` about the rotated y (the IMU's mounting tilt;
+    the legged example's convention, core/sim/legged.py ``_rpy_quat``)."""
+    return _mul(_axis_angle(np.array([1.0, 0.0, 0.0]), roll), _axis_angle(np.array([0.0, 1.0, 0.0]), pitch))
