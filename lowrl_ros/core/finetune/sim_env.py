@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
-from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.robot_file import RobotFile, load_robot_file
 from lowrl_ros.core.sim.robot_env import RobotSimEnv
-from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file, parse_sim
+from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file
 
 
 def make_robot_env(robot: RobotFile | str | Path, gap: Gap | dict | None = None, gap_file: str | Path | None = None,
@@ -23,11 +22,10 @@ def make_robot_env(robot: RobotFile | str | Path, gap: Gap | dict | None = None,
     if gap is not None and gap_file is not None:
         raise ValueError("give gap or gap_file, not both")
     robot = robot if isinstance(robot, RobotFile) else load_robot_file(robot)
-    period = parse_sim(robot)[0].period_s
-    spec = ObservationSpec.from_robot_file(robot, period)
-    reward = RewardSpec.from_robot_file(robot, spec)
-    if reward is not None and reward.topic:
-        reward = None  # a reward published by the robot's own stack: the simulator has none, use the default
-    episode = EpisodeSpec.from_robot_file(robot, spec)
-    return RobotSimEnv(robot, load_gap_file(gap_file) if gap_file is not None else gap, last_action=last_action,
-                       reward=reward, episode=episode, max_episode_s=max_episode_s)
+    env = RobotSimEnv(robot, load_gap_file(gap_file) if gap_file is not None else gap, last_action=last_action,
+                      max_episode_s=max_episode_s)
+    reward = RewardSpec.from_robot_file(robot, env.spec_obs)
+    # A reward the robot's own stack publishes (reward.topic) has no simulated source: the env's default then.
+    env.reward_spec = None if reward is None or reward.topic else reward
+    env.episode_spec = EpisodeSpec.from_robot_file(robot, env.spec_obs)
+    return env

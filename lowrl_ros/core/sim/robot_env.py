@@ -20,6 +20,7 @@ one, on a tilt over 60 degrees (terminated) or ``max_episode_s`` (truncated).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -62,9 +63,9 @@ class RobotSimEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, robot: RobotFile | str, gap: Gap | dict | None = None, *, last_action: str = "raw",
+    def __init__(self, robot: RobotFile | str | Path, gap: Gap | dict | None = None, *, last_action: str = "raw",
                  reward: Any = None, episode: Any = None, max_episode_s: float = 20.0) -> None:
-        self.robot = load_robot_file(robot) if isinstance(robot, str) else robot
+        self.robot = robot if isinstance(robot, RobotFile) else load_robot_file(robot)
         gap = Gap.from_dict(gap) if isinstance(gap, dict) else gap
         self.sim = RobotSim(self.robot, gap)
         cfg = self.sim.config
