@@ -192,6 +192,9 @@ REFUSED = {
                      r"sim.remove_bodies names body 'balloon'.*ball"),
     "unmapped robot joint": (lambda d: d["sim"].update(joints={"tail_joint": "yaw_front_left"}),
                              r"sim.joints maps 'tail_joint', which is not a robot-file joint \(joints: yaw_front_left"),
+    "robot joint the MJCF lacks": (lambda d: d.update(joints=["tail"] + d["joints"][1:]),
+                                   r"sim.joints.tail \(unset: the robot-file joint's own name; map it in sim.joints\) "
+                                   r"names joint 'tail', which the MJCF does not have"),
     "period": (lambda d: d["sim"]["control"].update(period_s=0.012),
                r"sim.control.period_s 0.012 is not a whole number of physics steps \(physics_dt 0.005"),
     "unknown key": (lambda d: d["sim"].update(imu="torso"), r"unknown key sim.imu; known: mjcf, "),

@@ -236,6 +236,13 @@ def _mapping_or_same(section: Any, key: str, joints: tuple[str, ...], where: str
     return tuple(str(section.get(j, j)) for j in joints)
 
 
+def _key(section: str, joint: str, sim: Mapping[str, Any]) -> str:
+    """``sim.<section>.<joint>``, saying so when the entry is unset and the robot-file name stood in."""
+    given = isinstance(sim.get(section), Mapping) and joint in sim[section]
+    return f"sim.{section}.{joint}" + ("" if given else f" (unset: the robot-file joint's own name; map it in "
+                                                         f"sim.{section})")
+
+
 def _per_joint(key: str, value: Any, n: int, where: str, positive: bool = True) -> np.ndarray:
     try:
         vals = np.asarray(_floats(f"sim.control.{key}", value, n))
@@ -328,7 +335,7 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
 
     mj_joints = _mapping_or_same(d.get("joints"), "joints", joints, where)
     for rj, mj in zip(joints, mj_joints):
-        jid = _need(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt, mj, f"sim.joints.{rj}", "joint", where)
+        jid = _need(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt, mj, _key("joints", rj, d), "joint", where)
         if int(model.jnt_type[jid]) not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
             raise SimConfigError(f"{where}: sim.joints.{rj} maps to MJCF joint {mj!r}, which is not a hinge or "
                                  "slide joint (a robot-file joint is one degree of freedom)")
@@ -341,7 +348,7 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
         actuators: tuple[str, ...] = ()
     else:
         actuators = _mapping_or_same(acts, "actuators", joints, where)
-        ids = [_need(model, mujoco.mjtObj.mjOBJ_ACTUATOR, model.nu, an, f"sim.actuators.{rj}", "actuator", where)
+        ids = [_need(model, mujoco.mjtObj.mjOBJ_ACTUATOR, model.nu, an, _key("actuators", rj, d), "actuator", where)
                for rj, an in zip(joints, actuators)]  # every name first: a missing one is the clearer error
         for rj, mj, an, aid in zip(joints, mj_joints, actuators, ids):
             jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, mj)
