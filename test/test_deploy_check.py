@@ -22,6 +22,7 @@ from lowrl_ros.core.importers.registry import ImportOptions, load_source, write_
 from lowrl_ros.core.importers.training import training_config
 from lowrl_ros.core.runtime.artifact import last_action_convention, load_weights, save_artifact
 from lowrl_ros.core.runtime.deploy_check import check_deployment, recorded_training
+from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.robot_file import load_robot_file, parse_robot_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,25 +206,25 @@ def test_cli_table_and_exit_codes(isaac, tmp_path, capsys):
     assert "lowrl check:" in capsys.readouterr().err
 
 
-def _legged_example_policy(tmp_path: Path) -> Path:
-    """legged_example.yaml ships without a policy: a 55 -> 12 one with its names, as an Isaac Lab import names them."""
-    robot = load_robot_file(ROOT / "config/robots/legged_example.yaml")
-    names = [f"{t.get('name', t['term'])}[{k}]" for t in robot.observation
-             for k in range(3 if t["term"] in ("imu_angular_velocity", "projected_gravity", "velocity_command")
-                            else 10 if t["term"] == "array" else 12)]
+def _untrained_policy(tmp_path: Path, name: str) -> Path:
+    """A robot file shipped without a policy: a random one with its entry names, as an Isaac Lab import names them."""
+    robot = load_robot_file(ROOT / "config/robots" / name)
+    names = ObservationSpec.from_robot_file(robot, 0.02).entry_names()
     from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract
 
     rng = np.random.default_rng(0)
-    w = MlpWeights([(rng.normal(size=(16, 55)), np.zeros(16)), (rng.normal(size=(12, 16)), np.zeros(12))])
-    c = PolicyContract(names, robot.joints, [-1.0] * 12, [1.0] * 12, control_period_s=0.02)
-    return save_artifact(tmp_path / "legged_example.onnx", w, c)
+    m = len(robot.joints)
+    w = MlpWeights([(rng.normal(size=(16, len(names))), np.zeros(16)), (rng.normal(size=(m, 16)), np.zeros(m))])
+    c = PolicyContract(names, robot.joints, [-1.0] * m, [1.0] * m, control_period_s=0.02)
+    return save_artifact(tmp_path / name.replace(".yaml", ".onnx"), w, c)
 
 
 def test_every_shipped_robot_file_with_its_policy(tmp_path):
     """The shipped pairs agree (no hard mismatch, no warning), so the demos configure with deploy_check: refuse."""
     pairs = {"pendulum.yaml": ROOT / "models/pendulum_sac_int8.onnx",
              "legged_ant.yaml": ROOT / "models/legged_ant_int8.onnx",
-             "legged_example.yaml": _legged_example_policy(tmp_path)}
+             "legged_example.yaml": _untrained_policy(tmp_path, "legged_example.yaml"),
+             "quadruped.yaml": _untrained_policy(tmp_path, "quadruped.yaml")}  # its walking policy: issue 27 item 5
     assert sorted(pairs) == sorted(p.name for p in (ROOT / "config/robots").glob("*.yaml"))
     for name, policy in pairs.items():
         _, contract = load_weights(policy)

@@ -81,13 +81,15 @@ CASES = [
     # The session's writers run in the nodes; the report draws with matplotlib only when called.
     ("session", ["lowrl_ros.core.session." + m for m in ("files", "analysis", "report", "recording")], "",
      ROBOT_FORBIDDEN),
-    ("ros.policy_node", ["lowrl_ros.ros.policy_node"], RUN_ARTIFACT, HEAVY),
+    ("ros.policy_node", ["lowrl_ros.ros.policy_node"], RUN_ARTIFACT, HEAVY + ("lowrl_ros.core.sim",)),  # sim: off-board
     ("ros.budget_monitor_node", ["lowrl_ros.ros.budget_monitor_node"], "", HEAVY),
     # Off-board modules that run where torch may be absent (numpy-only int8 actors, gates, export).
     ("torch-free off-board", ["lowrl_ros.core.compress.quantize", "lowrl_ros.core.compress.release",
                               "lowrl_ros.core.compress.export_c", "lowrl_ros.core.sim.evaluate",
                               "lowrl_ros.core.train.actorq_worker", "lowrl_ros.commands.eval",
-                              "lowrl_ros.commands.profile", "lowrl_ros.commands.export_c"], "", ("torch",)),
+                              "lowrl_ros.commands.profile", "lowrl_ros.commands.export_c",
+                              "lowrl_ros.core.sim.robot_sim", "lowrl_ros.core.sim.robot_env",
+                              "lowrl_ros.core.finetune.sim_env"], "", ("torch",)),
     ("importers, torch-free", ["lowrl_ros.core.importers." + m for m in ("registry", "contract", "onnx", "isaaclab")]
      + ["lowrl_ros.commands.import_policy"], IMPORT_ONNX, ("torch",)),
 ]

@@ -109,6 +109,8 @@ def test_every_overlay_and_base_file_is_covered():
     tested = set(FILES.values()) | {f for _, f in OVERLAYS}
     # robots/*.yaml are robot files, not parameter files: test_observation.py and test_robot_inputs.py load them.
     not_nodes = {p for p in shipped if p.startswith(("train_", "compress_", "diagnostic_aggregator", "robots/"))}
+    # gap: files are a robot simulator's gaps (core/sim/robot_sim.py load_gap_file), loaded by test_robot_sim.py.
+    not_nodes |= {p for p in shipped if p.startswith("gaps/") and "gap" in yaml.safe_load((CONFIG / p).read_text())}
     assert shipped - not_nodes == tested, "a new parameter file needs a case here"
 
 

@@ -13,6 +13,7 @@ Top-level keys, the complete set::
     reward        reward terms on the robot                (parsed by core/finetune/rewards.py)
     episode       episode ends: fall, time limit           (parsed by core/finetune/rewards.py)
     fallback      the cheaper steps the policy may take     (parsed by core/runtime/ladder.py)
+    sim           the robot's simulator, off-board          (parsed by core/sim/robot_sim.py; never on the robot)
 
 This module checks the top level and parses ``joints``, ``default_pose`` and ``observation``; the
 output side (``interface``, ``action``, ``output``, ``safety``) is kept raw in :attr:`RobotFile.raw`
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 TOP_LEVEL_KEYS: tuple[str, ...] = ("joints", "default_pose", "interface", "observation", "action", "output",
-                                   "safety", "reward", "episode", "fallback")
+                                   "safety", "reward", "episode", "fallback", "sim")
 
 
 class RobotFileError(ValueError):

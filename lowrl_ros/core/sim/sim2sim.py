@@ -53,8 +53,8 @@ DEFAULT_TOLERANCE = 0.02
 
 @dataclass(frozen=True)
 class Simulator:
-    """Which simulator runs a robot file: the launch file (under launch/), its env, the names of its truth
-    observation (``TrueState.obs``), in order."""
+    """Which simulator runs a robot file: the launch file (under launch/; "" when none runs it over ROS yet), its
+    env, the names of its truth observation (``TrueState.obs``), in order."""
 
     launch: str
     env_id: str
@@ -64,15 +64,25 @@ class Simulator:
 def simulator_for(robot: Any) -> Simulator:
     """The simulator of a robot file (``robot``: core/runtime/robot_file.RobotFile).
 
-    The one place that chooses: until robot files have a ``sim:`` section, the legged example's MuJoCo
-    robot (core/sim/legged.py) for a robot file with its joints; ValueError naming the fix otherwise."""
+    The one place that chooses: a robot file with a ``sim:`` section names its own simulator
+    (core/sim/robot_sim.py, checked here: a config that disagrees with its MJCF or the robot file raises
+    SimConfigError naming the entry; no sim robot node runs it yet, so ``launch`` is ""); otherwise the
+    legged example's MuJoCo robot (core/sim/legged.py) for a robot file with its joints; ValueError naming
+    the fix otherwise."""
+    if "sim" in (getattr(robot, "raw", None) or {}):
+        from lowrl_ros.core.runtime.observation import ObservationSpec
+        from lowrl_ros.core.sim.robot_sim import parse_sim
+
+        config, _ = parse_sim(robot)
+        names = ObservationSpec.from_robot_file(robot, config.period_s).entry_names()
+        return Simulator("", f"robot_sim:{robot.path}", tuple(names))
     from lowrl_ros.core.sim import legged
 
     joints = tuple(getattr(robot, "joints", ()) or ())
     if sorted(joints) != sorted(legged.JOINTS):
         raise ValueError(f"no simulator for a robot with joints {', '.join(joints) or '(none)'}: lowrl sim2sim runs "
-                         f"the legged example's MuJoCo robot ({', '.join(legged.JOINTS)}) until robot files "
-                         "describe their own simulator")
+                         f"the legged example's MuJoCo robot ({', '.join(legged.JOINTS)}) or the simulator of the "
+                         "robot file's sim: section (docs/robot_file.md, 'Simulator')")
     return Simulator("legged.launch.yaml", "LeggedAnt", legged.OBS_NAMES)
 
 
