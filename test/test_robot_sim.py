@@ -44,7 +44,7 @@ def test_the_quadruped_loads_and_names_its_simulator():
     assert np.isfinite(reward)
     assert info["reward_terms"]["track_ang_vel_z"] == pytest.approx(0.5 * np.exp(-w_z ** 2 / 0.25))
     simulator = sim2sim.simulator_for(robot)
-    assert simulator.env_id == f"robot_sim:{robot.path}" and simulator.launch == ""
+    assert simulator.env_id == f"robot_sim:{robot.path}" and simulator.launch == "sim2sim.launch.yaml"
     assert simulator.truth_names[:3] == ("imu_angular_velocity[x]", "imu_angular_velocity[y]",
                                          "imu_angular_velocity[z]")
     gap = load_gap_file(GAP)

@@ -68,6 +68,8 @@ INTEGRATION = (
     "test/test_demo_load.py::test_burners_exit_when_the_demo_is_killed",
     "test/test_sim2sim.py::test_sim2sim_shipped_legged_policy_is_in_parity",
     "test/test_sim2sim.py::test_sim2sim_with_two_joints_swapped_fails_naming_the_term",
+    "test/test_robot_file_sim.py::test_sim2sim_quadruped_is_in_parity",
+    "test/test_robot_file_sim.py::test_sim2sim_quadruped_with_two_joints_swapped_fails_naming_the_term",
 )
 
 

@@ -1,8 +1,8 @@
 """`lowrl sim2sim POLICY ROBOT_FILE`: the step before the real robot, in simulation, over ROS 2.
 
 First the deploy check (`lowrl check`'s table). Then the robot's simulator (core/sim/sim2sim.py
-``simulator_for``: the legged example's MuJoCo robot, launch/legged.launch.yaml; a robot file's own ``sim:``
-section is checked but no sim robot node runs it over ROS yet: exit 2 saying so) runs with the policy node
+``simulator_for``: a robot file's own ``sim:`` section, launch/sim2sim.launch.yaml, or the legged example's
+MuJoCo robot, launch/legged.launch.yaml) runs with the policy node
 driven by the robot file, each its own process through the project's launcher, for ``--seconds`` of policy
 control (counted from the first policy tick). The sim robot publishes its own state with each joint state
 (``truth_topic``); a recorder in this process (ros/recorder_node.py) keeps those, the policy node's step rows
@@ -57,11 +57,6 @@ def run(args: argparse.Namespace) -> int:
         simulator = simulator_for(robot)
     except (ArtifactError, ValueError, OSError) as exc:
         print(f"lowrl sim2sim: {exc}", file=sys.stderr)
-        return 2
-    if not simulator.launch:
-        print(f"lowrl sim2sim: {args.robot_file}'s simulator ({simulator.env_id}) loads, but no sim robot node runs a "
-              "sim: section over ROS yet; step it in-process (docs/sim_to_real.md, 'Your robot's simulator')",
-              file=sys.stderr)
         return 2
     print_deploy_check(deploy, args.policy, args.robot_file, training)
     if deploy.hard and args.deploy_check == "refuse":

@@ -34,6 +34,11 @@ simulator itself knows (core/sim/sim_robot.py ``TrueState``: `lowrl sim2sim`'s r
 ``command_velocity`` set ([vx, vy, yaw rate]) it also publishes that Twist on ``cmd_vel_topic`` at 20 Hz:
 a stand-in for a joystick in demos.
 
+``env_id: robot_file`` runs the ``sim:`` section of the robot file named by ``robot_file``
+(core/sim/robot_file_sim.py) the same way, on that robot file's own topics (they replace the topic
+parameters): JointState and Imu every ``control_period_s``, physics at the sim's own step, the command
+in ``output.joints`` order; ``truth_topic`` carries that robot's training observation (RobotSimEnv's).
+
 Benchmarks hook into it in-process: ``on_published`` callables get the time of each joint state
 (`lowrl bench loop` measures round trips from it), and ``redirect_joint_states`` moves the output.
 """
@@ -55,7 +60,8 @@ from lowrl_ros.core.runtime.step_row import peek_version
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.session.files import EPISODE_FIELDS, EPISODES_CSV, CsvLog, write_session_info
 from lowrl_ros.core.sim.legged import LeggedSim
-from lowrl_ros.core.sim.sim_robot import LEGGED, SimRobot, SimRobotConfig, SimRobotTopics
+from lowrl_ros.core.sim.robot_file_sim import RobotFileSim
+from lowrl_ros.core.sim.sim_robot import LEGGED, ROBOT_FILE, SimRobot, SimRobotConfig, SimRobotTopics
 from lowrl_ros.ros.qos import CONTROL, LATCHED, RECORD, STATS, STATUS
 from lowrl_ros.ros.params import config_from_params, declare_config
 from lowrl_ros.ros.spinning import run_node
@@ -71,11 +77,16 @@ class SimRobotNode(Node):
         declare_config(self, SimRobotConfig)
         declare_config(self, SimRobotTopics)
         declare_config(self, RealityGapConfig, prefix=GAP_PREFIX)
-        get = lambda name: self.get_parameter(name).value  # noqa: E731
         self.config = config_from_params(self, SimRobotConfig)
         self.gap = config_from_params(self, RealityGapConfig, prefix=GAP_PREFIX)
-        self.robot = (LeggedSim.from_config(self.config, self.gap) if self.config.env_id == LEGGED
-                      else SimRobot(self.config, self.gap))
+        if self.config.env_id == ROBOT_FILE:  # a robot file's sim: robot, on the robot file's own topics
+            self.robot = RobotFileSim.from_config(self.config)
+        elif self.config.env_id == LEGGED:
+            self.robot = LeggedSim.from_config(self.config, self.gap)
+        else:
+            self.robot = SimRobot(self.config, self.gap)
+        topics = getattr(self.robot, "topics", {})
+        get = lambda name: topics[name] if name in topics else self.get_parameter(name).value  # noqa: E731
         # A position-controlled robot holds its pose until the first command (zero would fold its legs).
         self._hold = getattr(self.robot, "hold_command", np.zeros(self.robot.action_dim))
         self._command = self._hold.copy()
@@ -92,7 +103,7 @@ class SimRobotNode(Node):
         self._reset_due = False  # legged physics thread: a reset request it applies before its next tick
 
         self._pub_imu = None
-        if hasattr(self.robot, "imu"):  # the legged robot: an IMU, a velocity command
+        if hasattr(self.robot, "imu"):  # a legged robot (LeggedAnt, robot_file): an IMU, a velocity command
             self._pub_imu = self.create_publisher(Imu, get("imu_topic"), CONTROL)
             self._imu_msg = Imu()
             self._imu_msg.header.frame_id = "imu_link"
@@ -161,7 +172,7 @@ class SimRobotNode(Node):
         if self._pub_state is None or now < self._state_due:
             return
         self._state_due = now + self.STATE_ESTIMATE_PERIOD_S
-        vxy, yaw_rate = self.robot.robot.base_velocity_yaw_frame()
+        vxy, yaw_rate = self.robot.robot.base_velocity_yaw_frame()  # LeggedAnt only (robot_file: no topic)
         m = self._state_msg
         m.header.stamp = stamp
         m.twist.linear.x, m.twist.linear.y, m.twist.angular.z = float(vxy[0]), float(vxy[1]), float(yaw_rate)

@@ -120,7 +120,7 @@ class RobotSimEnv(gym.Env):
         for spec in (self.reward_spec, self.episode_spec):
             if spec is not None:
                 spec.reset()
-        self._obs = self._observe()
+        self._obs = self.observe()
         return self._obs.astype(np.float32), {"command": self.command.copy(), "gap": self.gap}
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
@@ -131,7 +131,7 @@ class RobotSimEnv(gym.Env):
         self._target = target
         self.sim.step(target)
         self.builder.set_last_action(y, raw=raw)
-        obs = self._observe()
+        obs = self.observe()
         now = self.sim.time
         fell = self.sim.base_up() < FALL_UP
         if self.reward_spec is not None:
@@ -154,7 +154,9 @@ class RobotSimEnv(gym.Env):
         return obs.astype(np.float32), float(reward), bool(terminated), bool(truncated), info
 
     # ---- the robot's samples, built into the observation by the policy node's own builder --------
-    def _observe(self) -> np.ndarray:
+    def observe(self) -> np.ndarray:
+        """The observation of the simulator's current state, built by the policy node's own builder (also the sim
+        robot node's truth, core/sim/robot_file_sim.py)."""
         now = self.sim.time
         b = self.builder
         if "joint_state" in self._topics:

@@ -526,15 +526,17 @@ class RobotSim:
         self.torque = np.zeros(len(self.names))
         self.time = 0.0
 
-    def step(self, targets: np.ndarray) -> None:
-        """One control period: ``targets`` (robot-file joint order; rad for position, N m for effort) reach the
-        motors ``latency_steps`` physics steps late, then PD (position) or pass through (effort), clipped to the
-        torque limit, every physics step."""
+    def step(self, targets: np.ndarray, physics_steps: int | None = None) -> None:
+        """One control period (or ``physics_steps`` physics steps: a real-time sim robot catching up the wall
+        clock, core/sim/robot_file_sim.py): ``targets`` (robot-file joint order; rad for position, N m for effort)
+        reach the motors ``latency_steps`` physics steps late, then PD (position) or pass through (effort), clipped
+        to the torque limit, every physics step."""
         import mujoco
 
         m, d = self.model, self.data
         targets = np.array(targets, dtype=np.float64)
-        for _ in range(self.config.substeps):
+        n = self.config.substeps if physics_steps is None else int(physics_steps)
+        for _ in range(n):
             self._queue.append(targets)
             applied = self._queue[0]
             if self.config.interface == "position":
@@ -548,7 +550,7 @@ class RobotSim:
                 d.qfrc_applied[self._dadr] = tau
             self.torque = tau
             mujoco.mj_step(m, d)
-        self.time += self.config.period_s
+        self.time += self.config.period_s if physics_steps is None else n * self.config.physics_dt
 
     # ---- sensors (the samples the policy node's observation builder takes) ------------------------
     def joint_state(self, noisy: bool = True) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:

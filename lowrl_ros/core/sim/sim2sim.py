@@ -53,8 +53,8 @@ DEFAULT_TOLERANCE = 0.02
 
 @dataclass(frozen=True)
 class Simulator:
-    """Which simulator runs a robot file: the launch file (under launch/; "" when none runs it over ROS yet), its
-    env, the names of its truth observation (``TrueState.obs``), in order."""
+    """Which simulator runs a robot file: the launch file (under launch/), its env, the names of its truth
+    observation (``TrueState.obs``), in order."""
 
     launch: str
     env_id: str
@@ -66,7 +66,8 @@ def simulator_for(robot: Any) -> Simulator:
 
     The one place that chooses: a robot file with a ``sim:`` section names its own simulator
     (core/sim/robot_sim.py, checked here: a config that disagrees with its MJCF or the robot file raises
-    SimConfigError naming the entry; no sim robot node runs it yet, so ``launch`` is ""); otherwise the
+    SimConfigError naming the entry), run by the sim robot node's ``env_id: robot_file``
+    (core/sim/robot_file_sim.py) from launch/sim2sim.launch.yaml; otherwise the
     legged example's MuJoCo robot (core/sim/legged.py) for a robot file with its joints; ValueError naming
     the fix otherwise."""
     if "sim" in (getattr(robot, "raw", None) or {}):
@@ -75,7 +76,7 @@ def simulator_for(robot: Any) -> Simulator:
 
         config, _ = parse_sim(robot)
         names = ObservationSpec.from_robot_file(robot, config.period_s).entry_names()
-        return Simulator("", f"robot_sim:{robot.path}", tuple(names))
+        return Simulator("sim2sim.launch.yaml", f"robot_sim:{robot.path}", tuple(names))
     from lowrl_ros.core.sim import legged
 
     joints = tuple(getattr(robot, "joints", ()) or ())
@@ -141,7 +142,8 @@ def match(rows: Sequence[StepRow], truths: Sequence[TrueState], obs_names: Seque
     sensor = np.array([i for i, name in enumerate(obs_names) if name in where and not name.startswith("last_action[")],
                       dtype=np.intp)
     from_truth = np.array([where[obs_names[i]] for i in sensor], dtype=np.intp)
-    actions = {f"last_action[{a}]": k for k, a in enumerate(action_names)}
+    actions = {f"last_action[{a}]": k for k, a in enumerate(action_names)}  # by action name, or by index
+    actions.update({f"last_action[{k}]": k for k in range(len(action_names))})  # (a robot file's own entry names)
     last = [(i, actions[name]) for i, name in enumerate(obs_names) if name in actions]
     truths = sorted(truths, key=lambda t: t.stamp)
     t_stamps = np.array([t.stamp for t in truths])

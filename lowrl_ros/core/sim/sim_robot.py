@@ -31,8 +31,9 @@ import numpy as np
 from lowrl_ros.core.config import field
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig, RealityGapWrapper
 
-SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5", "LeggedAnt")
+SUPPORTED_ENVS = ("Pendulum-v1", "InvertedPendulum-v5", "LeggedAnt", "robot_file")
 LEGGED = "LeggedAnt"  # the legged robot (core/sim/legged.py): position targets, PD at the physics rate, IMU
+ROBOT_FILE = "robot_file"  # a robot file's sim: section (core/sim/robot_file_sim.py): its topics, its simulator
 MODES = ("realtime", "lockstep")
 
 
@@ -74,6 +75,8 @@ class SimRobotConfig:
     lockstep_resend_s: float = field(0.5, "lockstep: re-publish the joint state (without stepping) after this long "
                                           "without a command", range=(0.01, 60.0))
     session_dir: str = field("", "where the episode log (episodes.csv) goes ('' = no log)")
+    robot_file: str = field("", "env_id robot_file: the robot file whose sim: section this robot runs (its topics "
+                                "and simulator replace the topic parameters)")
 
     def __post_init__(self) -> None:
         if self.env_id not in SUPPORTED_ENVS:
@@ -86,12 +89,14 @@ class SimRobotConfig:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is unknown; use realtime (wall-clock timer) or lockstep "
                              "(one step per command)")
-        if self.env_id == LEGGED and self.mode != "realtime":
-            raise ValueError("the LeggedAnt robot runs in real time only (its physics steps with the wall clock); "
+        if self.env_id == ROBOT_FILE and not self.robot_file:
+            raise ValueError("env_id robot_file needs the robot_file parameter: a robot file with a sim: section")
+        if self.env_id in (LEGGED, ROBOT_FILE) and self.mode != "realtime":
+            raise ValueError(f"the {self.env_id} robot runs in real time only (its physics steps with the wall clock); "
                              "set mode: realtime")
-        if self.env_id == LEGGED and self.control_period_s > 0.02:
-            raise ValueError(f"LeggedAnt: control_period_s={self.control_period_s} is its physics step and PD loop "
-                             "period, at most 0.02 s; e.g. 0.005 (200 Hz)")
+        if self.env_id in (LEGGED, ROBOT_FILE) and self.control_period_s > 0.02:
+            raise ValueError(f"{self.env_id}: control_period_s={self.control_period_s} is its sensor (and, LeggedAnt, "
+                             "physics) period, at most 0.02 s; e.g. 0.005 (200 Hz)")
         if not 0.01 <= self.lockstep_resend_s <= 60.0:
             raise ValueError(f"lockstep_resend_s={self.lockstep_resend_s} is outside 0.01..60 s; e.g. 0.5")
 

@@ -1,0 +1,152 @@
+"""A robot file's ``sim:`` robot as the sim robot node drives it (``env_id: robot_file``; no ROS).
+
+The node publishes what the robot file's observation terms read, on the robot file's own topics
+(``topics``): a JointState (robot-file joint order), the IMU as sensor_msgs/Imu (orientation x, y, z, w,
+the IMU site's angular velocity and acceleration) and, when the robot file has a ``velocity_command`` term,
+a fixed velocity command (the node's ``command_velocity``). It takes position targets on the robot file's
+output topic, in ``output.joints`` order (the robot file's joints when it lists none), and hands them to the
+simulator's PD loop (core/sim/robot_sim.py ``RobotSim``); until the first one it holds the default pose.
+
+Physics keeps the wall clock: each ``step`` runs the physics steps (``sim.control.physics_dt``) due since
+the last call (at least 1, at most ``max_catch_up``), so how often the node calls it sets only how often
+the robot's sensors are published. The simulator is the one :class:`RobotSimEnv` holds, and the truth row
+(``true_state``) is that env's own observation of the state just published: the policy node's
+ObservationBuilder over the simulator's true samples, so `lowrl sim2sim` compares the ROS path with the
+training path itself. Exact only on the nominal model (no sensor noise: the sensors would draw again).
+A fall (the base tilted past 60 degrees, RobotSimEnv's default end) counts and puts the robot back.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from lowrl_ros.core.sim.robot_env import FALL_UP, RobotSimEnv
+from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, encode_truth
+
+
+class RobotFileSim:
+    """The sim robot node's interface (``step``, ``joints``, ``imu``, ``true_state``, ``check_action``,
+    ``hold_command``, ``set_velocity_command``, ``topics``) over a robot file's simulator."""
+
+    def __init__(self, robot_file: str | Path, seed: int = 0, max_episode_steps: int = 0, realtime: bool = True,
+                 max_catch_up: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
+        import mujoco
+
+        self.env = RobotSimEnv(robot_file)
+        self.env.reset(seed=seed, options={"command": np.zeros(3)})
+        self.sim = self.env.sim
+        robot = self.env.robot
+        self.joint_names = tuple(robot.joints)
+        output = robot.raw.get("output") or {}
+        self.controller_joints = tuple(output.get("joints") or robot.joints)
+        unknown = sorted(set(self.controller_joints) - set(self.joint_names))
+        if unknown or len(self.controller_joints) != len(self.joint_names):
+            raise ValueError(f"{robot.where('output.joints')}: {', '.join(unknown) or 'a joint count'} does not match "
+                             f"the robot file's joints ({', '.join(self.joint_names)})")
+        self._to_robot = np.array([self.controller_joints.index(j) for j in self.joint_names], dtype=np.intp)
+        pose = np.asarray(robot.default_pose, dtype=np.float64)
+        self.hold_command = np.array([pose[self.joint_names.index(j)] for j in self.controller_joints])
+        self.action_dim = len(self.joint_names)
+        spec = self.env.spec_obs
+        by_type = {t.msg_type: t.topic for t in spec.topics}
+        self.topics = {"joint_states_topic": by_type.get("joint_state", "joint_states"),
+                       "imu_topic": by_type.get("imu", "imu"), "cmd_vel_topic": by_type.get("twist", "cmd_vel"),
+                       "command_topic": output.get("topic") or "joint_group_position_controller/commands",
+                       "state_estimate_topic": ""}  # the legged robot's estimator stand-in: not for this robot
+        self.physics_dt = self.sim.config.physics_dt
+        self.max_episode_steps, self.realtime, self.max_catch_up = max_episode_steps, realtime, max_catch_up
+        self._clock = clock
+        self._base = mujoco.mj_name2id(self.sim.model, mujoco.mjtObj.mjOBJ_BODY, self.sim.config.base_body or "")
+        self.episodes, self.falls = 0, 0
+        self.returns: list[float] = []
+        self._steps, self._physics_steps = 0, 0
+        self._t0: float | None = None
+        self._targets = self.hold_command[self._to_robot].copy()
+
+    @classmethod
+    def from_config(cls, config: SimRobotConfig) -> RobotFileSim:
+        """The sim robot node's ``env_id: robot_file``: its ``robot_file``, ``seed``, ``max_episode_steps``."""
+        return cls(config.robot_file, seed=config.seed, max_episode_steps=config.max_episode_steps)
+
+    @property
+    def command(self) -> np.ndarray:
+        return self.env.command
+
+    def set_velocity_command(self, vx: float, vy: float, yaw_rate: float) -> None:
+        self.env.command = np.array([vx, vy, yaw_rate], dtype=np.float64)
+
+    def check_action(self, action) -> np.ndarray:
+        """Position targets (``output.joints`` order) as a float array; ValueError naming the fix otherwise."""
+        arr = np.asarray(action, dtype=np.float64).ravel()
+        if arr.size != self.action_dim:
+            raise ValueError(f"command has {arr.size} values, the robot takes {self.action_dim} position targets "
+                             f"in output.joints order ({', '.join(self.controller_joints)})")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"command {arr.tolist()} is not finite; the controller sent NaN/Inf")
+        return arr
+
+    def targets(self, action) -> np.ndarray:
+        """The PD targets (robot-file joint order) a command in ``output.joints`` order asks for."""
+        return self.check_action(action)[self._to_robot]
+
+    def step(self, action) -> StepOutcome:
+        """Apply the targets and advance the physics to the wall clock (one physics step when not realtime)."""
+        self._targets = self.targets(action)
+        n = 1
+        if self.realtime:
+            now = self._clock()
+            if self._t0 is None:
+                self._t0 = now - self.physics_dt
+            due = int((now - self._t0) / self.physics_dt) - self._physics_steps
+            n = min(max(due, 1), self.max_catch_up)
+            if due > self.max_catch_up:  # a stall: drop the backlog instead of racing
+                self._t0 = now - (self._physics_steps + n) * self.physics_dt
+        self.sim.step(self._targets, physics_steps=n)
+        self._physics_steps += n
+        self._steps += n
+        fell = self.sim.base_up() < FALL_UP
+        done = fell or (self.max_episode_steps > 0 and self._steps >= self.max_episode_steps)
+        outcome = StepOutcome(0.0, bool(done), 0.0, self._steps, bool(fell))
+        if done:
+            self.episodes += 1
+            self.falls += int(fell)
+            self.returns.append(0.0)
+            self.reset()
+        return outcome
+
+    def reset(self) -> None:
+        """Back to the default pose (the robot file's reset noise); the command is kept."""
+        self._steps = 0
+        self.sim.reset()
+        self.env.builder.reset(self.sim.time)
+
+    def joints(self) -> JointReading:
+        names, q, v, effort = self.sim.joint_state()
+        return JointReading(tuple(names), q, v, effort)
+
+    def imu(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(orientation x, y, z, w; angular velocity; linear acceleration), as sensor_msgs/Imu carries them."""
+        return self.sim.imu()
+
+    def true_state(self, stamp: float) -> np.ndarray:
+        """The truth row (sim_robot.encode_truth): the training env's observation of this state (entry names
+        ObservationSpec.entry_names(); ``last_action`` zero, the policy's to give), the base's body-frame
+        (vx, vy, yaw rate), the command, the falls."""
+        v, w = self.sim.base_velocity()
+        return encode_truth(stamp, self.falls, (v[0], v[1], w[2]), self.env.command, self.env.observe())
+
+    def position_xy(self) -> np.ndarray:
+        """The base body's world x, y (m): ground truth for the node's walk log."""
+        return self.sim.data.xpos[self._base, :2].copy()
+
+    def heading(self) -> float:
+        """The base body's world yaw (rad)."""
+        m = self.sim.data.xmat[self._base]
+        return math.atan2(m[3], m[0])
+
+    def close(self) -> None:
+        self.env.close()
