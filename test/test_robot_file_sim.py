@@ -26,14 +26,15 @@ QUADRUPED = ROOT / "config/robots/quadruped.yaml"
 
 def untrained_policy(robot_file: Path, out: Path) -> Path:
     """A deterministic untrained policy of the robot file's contract (its entry names, its joints, 50 Hz, the
-    sim's action clip as limits): small weights, so its targets stay near the default pose and the robot stands."""
+    sim's action clip as limits): small weights, so the robot stands, and an output bias that holds each joint its
+    own distance off the default pose (a swap of two joints then shows while the robot stands still)."""
     robot = load_robot_file(robot_file)
     names = ObservationSpec.from_robot_file(robot, 0.02).entry_names()
     clip = float(((robot.raw.get("sim") or {}).get("control") or {}).get("action_clip", 1.0))
     rng = np.random.default_rng(0)
     m = len(robot.joints)
     w = MlpWeights([(0.05 * rng.normal(size=(16, len(names))), np.zeros(16)),
-                    (0.05 * rng.normal(size=(m, 16)), np.zeros(m))])
+                    (0.05 * rng.normal(size=(m, 16)), 0.8 * np.linspace(-1.0, 1.0, m))])
     return save_artifact(out, w, PolicyContract(names, robot.joints, [-clip] * m, [clip] * m, control_period_s=0.02))
 
 
