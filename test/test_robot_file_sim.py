@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract, save_artifact
@@ -18,7 +19,8 @@ from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.sim.robot_env import RobotSimEnv
 from lowrl_ros.core.sim.robot_file_sim import RobotFileSim
-from lowrl_ros.core.sim.sim_robot import decode_truth
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+from lowrl_ros.core.sim.sim_robot import SimRobotConfig, decode_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 QUADRUPED = ROOT / "config/robots/quadruped.yaml"
@@ -69,6 +71,17 @@ def test_targets_in_output_order_reach_the_pd_loop_and_the_truth_is_the_training
         np.testing.assert_allclose(truth.obs[sensed], obs[sensed], atol=1e-5)
         assert not truth.obs[~sensed].any()  # last_action: the policy's to give
     assert np.abs(truth.obs[sensed]).max() > 0.05  # the robot moved: the comparison saw a state, not zeros
+
+
+def test_the_node_config_builds_it_and_a_gym_gap_is_refused():
+    config = SimRobotConfig(env_id="robot_file", robot_file=str(QUADRUPED), control_period_s=0.005, seed=2)
+    assert RobotFileSim.from_config(config, RealityGapConfig()).joint_names[0] == "yaw_front_left"
+    with pytest.raises(ValueError, match="gap"):
+        RobotFileSim.from_config(config, RealityGapConfig(mass_scale=1.2))
+    with pytest.raises(ValueError, match="robot_file parameter"):
+        SimRobotConfig(env_id="robot_file")
+    with pytest.raises(ValueError, match="real time"):
+        SimRobotConfig(env_id="robot_file", robot_file=str(QUADRUPED), mode="lockstep")
 
 
 def test_a_fall_is_counted_and_the_robot_put_back():

@@ -80,7 +80,7 @@ class SimRobotNode(Node):
         self.config = config_from_params(self, SimRobotConfig)
         self.gap = config_from_params(self, RealityGapConfig, prefix=GAP_PREFIX)
         if self.config.env_id == ROBOT_FILE:  # a robot file's sim: robot, on the robot file's own topics
-            self.robot = RobotFileSim.from_config(self.config)
+            self.robot = RobotFileSim.from_config(self.config, self.gap)
         elif self.config.env_id == LEGGED:
             self.robot = LeggedSim.from_config(self.config, self.gap)
         else:

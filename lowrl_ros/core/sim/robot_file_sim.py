@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.sim.robot_env import FALL_UP, RobotSimEnv
 from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, encode_truth
 
@@ -68,8 +69,13 @@ class RobotFileSim:
         self._targets = self.hold_command[self._to_robot].copy()
 
     @classmethod
-    def from_config(cls, config: SimRobotConfig) -> RobotFileSim:
-        """The sim robot node's ``env_id: robot_file``: its ``robot_file``, ``seed``, ``max_episode_steps``."""
+    def from_config(cls, config: SimRobotConfig, gap: RealityGapConfig | None = None) -> RobotFileSim:
+        """The sim robot node's ``env_id: robot_file``: its ``robot_file``, ``seed``, ``max_episode_steps``. The
+        node's ``gap.*`` parameters are the gymnasium envs' gap, not this simulator's (core/sim/robot_sim.py
+        ``Gap``): a non-identity one is refused rather than silently ignored."""
+        if gap is not None and gap != RealityGapConfig():
+            raise ValueError(f"env_id robot_file runs the robot file's nominal model; the gap.* parameters "
+                             f"({gap.describe()}) do not apply to it: leave them at their defaults")
         return cls(config.robot_file, seed=config.seed, max_episode_steps=config.max_episode_steps)
 
     @property
