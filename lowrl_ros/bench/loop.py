@@ -544,10 +544,32 @@ def _period_stats(periods: np.ndarray, period_s: float = 0.02) -> dict:
             "missed_periods": int(np.maximum(np.round(periods / period_s) - 1, 0).sum())}
 
 
-def run_legged(args: argparse.Namespace) -> int:
-    """``lowrl bench loop --legged``: see add_arguments and docs/policy_node.md."""
+def legged_bench_robot(args: argparse.Namespace, name: str):
+    """The legged bench robot both legged loop benchmarks run (``--legged``, ``--monitoring``): the result
+    ``name`` checked free, DDS kept local, the shipped robot file and a random-weight policy for it.
+
+    Returns (package share, robot file path, RobotFile, its ObservationSpec, policy path in a fresh temporary
+    directory for the run's files); raises record.ResultExists.
+    """
     import tempfile
 
+    from lowrl_ros.bench import record
+    from lowrl_ros.core.runtime.observation import ObservationSpec
+    from lowrl_ros.core.runtime.robot_file import load_robot_file
+    from lowrl_ros.launcher import PACKAGE, package_share
+
+    record.check_free(record.result_path("loop", name=name, root=args.out), record.command_line())
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    share = package_share(PACKAGE)
+    robot_path = share / LEGGED_ROBOT
+    robot = load_robot_file(robot_path)
+    spec = ObservationSpec.from_robot_file(robot, 0.02)
+    tmp = Path(tempfile.mkdtemp(prefix=f"lowrl_bench_{name}_"))
+    return share, robot_path, robot, spec, legged_policy(tmp / "legged.onnx", spec.obs_dim)
+
+
+def run_legged(args: argparse.Namespace) -> int:
+    """``lowrl bench loop --legged``: see add_arguments and docs/policy_node.md."""
     import rclpy
     from rclpy.node import Node
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -555,23 +577,13 @@ def run_legged(args: argparse.Namespace) -> int:
 
     from lowrl_ros.bench import record
     from lowrl_ros.core.runtime.actions import OutputConfig
-    from lowrl_ros.core.runtime.observation import ObservationSpec
-    from lowrl_ros.core.runtime.robot_file import load_robot_file
-    from lowrl_ros.launcher import PACKAGE, package_share
 
     try:
-        record.check_free(record.result_path("loop", name="legged", root=args.out), record.command_line())
+        share, robot_path, robot, spec, policy = legged_bench_robot(args, "legged")
     except record.ResultExists as exc:
         print(f"lowrl bench loop: {exc}", file=sys.stderr)
         return 2
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    share = package_share(PACKAGE)
-    robot_path = share / LEGGED_ROBOT
-    robot = load_robot_file(robot_path)
-    spec = ObservationSpec.from_robot_file(robot, 0.02)
     obs_dim = spec.obs_dim
-    tmp = Path(tempfile.mkdtemp(prefix="lowrl_bench_legged_"))
-    policy = legged_policy(tmp / "legged.onnx", obs_dim)
     cpus = sorted(os.sched_getaffinity(0))
     node_cpu = cpus[-1]
     seconds = args.phase_seconds

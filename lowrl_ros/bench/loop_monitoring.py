@@ -18,13 +18,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from lowrl_ros.bench.loop import (LEGGED_ROBOT, RobotPublisher, _cpu_percent, _period_stats, _periods, legged_policy,
-                                  spawn)
+from lowrl_ros.bench.loop import (LEGGED_ROBOT, RobotPublisher, _cpu_percent, _period_stats, _periods,
+                                  legged_bench_robot, spawn)
 
 TARGET_CPU_PERCENT = 1.0
 
@@ -61,22 +59,13 @@ def run_monitoring(args: argparse.Namespace) -> int:
 
     from lowrl_ros.bench import record
     from lowrl_ros.core.runtime.actions import OutputConfig
-    from lowrl_ros.core.runtime.observation import ObservationSpec
-    from lowrl_ros.core.runtime.robot_file import load_robot_file
-    from lowrl_ros.launcher import PACKAGE, package_share
 
     try:
-        record.check_free(record.result_path("loop", name="monitoring", root=args.out), record.command_line())
+        share, robot_path, robot, _spec, policy = legged_bench_robot(args, "monitoring")
     except record.ResultExists as exc:
         print(f"lowrl bench loop: {exc}", file=sys.stderr)
         return 2
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    share = package_share(PACKAGE)
-    robot_path = share / LEGGED_ROBOT
-    robot = load_robot_file(robot_path)
-    obs_dim = ObservationSpec.from_robot_file(robot, 0.02).obs_dim
-    tmp = Path(tempfile.mkdtemp(prefix="lowrl_bench_monitoring_"))
-    policy = legged_policy(tmp / "legged.onnx", obs_dim)
+    tmp = policy.parent
     ns = ["-r", "__ns:=/bench_robot"]
     proc = spawn([sys.executable, "-m", "lowrl_ros.ros.policy_node", "--ros-args", "--params-file",
                   str(share / "config/policy_node.yaml"), *ns, "-p", f"policy_path:={policy}",

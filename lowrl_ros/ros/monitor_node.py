@@ -18,13 +18,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
 from lowrl_ros.core.session.foxglove_sink import FoxgloveSink
 from lowrl_ros.core.session.recording import McapSessionWriter, MonitorConfig, message_definition, share_dirs
 from lowrl_ros.ros.params import config_from_params, declare_config
+from lowrl_ros.ros.spinning import make_executor, run_node
 from lowrl_ros.ros.topic_tap import TopicTap
 
 class MonitorNode(Node):
@@ -64,26 +63,16 @@ class MonitorNode(Node):
             self.recorder.close()
 
 
+def _make_node() -> MonitorNode:
+    try:
+        return MonitorNode()
+    except FileNotFoundError as exc:  # a message definition not installed: a configuration error too
+        raise ValueError(str(exc)) from exc
+
+
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args)
-    try:
-        node = MonitorNode()
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.close()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    # Single-threaded: the EventsExecutor burns a share of a core with nothing to do (budget_monitor_node).
+    return run_node("monitor_node", _make_node, args=args, make_executor_fn=lambda: make_executor(events=False))
 
 
 if __name__ == "__main__":

@@ -697,7 +697,8 @@ class PolicyController:
             return self._safe(reason)
         if self.tier == ComputeTier.SAFE:
             stop = self.ladder.stop.name  # "safe": the configured safe action; "hold": hold, whatever is configured
-            return self._safe(f"compute tier safe ({stop}, the robot's last fallback step)", stop.replace("safe", ""))
+            return self._safe(f"compute tier safe ({stop}, the robot's last fallback step)",
+                              "hold" if stop == "hold" else "")
         if (self.ticks - 1) % self._decimation() and self._last_source in ("policy", "hold"):
             # Hold only what the policy last chose, never a safe action from before (act instead).
             return StepResult(self._last_action, "hold")
