@@ -6,6 +6,7 @@ tiny kit, so a broken option or an update count that ignores it fails in CI.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,12 @@ def test_legged_fine_tuning_runs_on_the_gapped_robot_with_the_shipped_artifact(t
     sim = gap_returns(run / "actor_int8.onnx", "LeggedAnt", RealityGapConfig(), 2, 10_000)
     gapped = gap_returns(run / "actor_int8.onnx", "LeggedAnt", gap, 2, 10_000)
     assert sum(gapped) < sum(sim)  # the preset costs the sim policy return
+
+
+def test_the_evaluation_noise_is_the_base_against_itself_as_a_share_of_the_gap():
+    from lowrl_ros.bench.sim2real import _noise, _recovered
+
+    assert _recovered([100.0, 100.0], [50.0, 50.0], [75.0, 75.0]) == 50.0
+    assert math.isnan(_recovered([50.0], [50.0], [60.0]))  # no gap: no share of it
+    noise = _noise([100.0], [40.0, 60.0], [45.0, 55.0, 65.0])
+    assert noise["base_vs_itself_pct"] == 10.0 and noise["before_returns_second_set"] == [45.0, 55.0, 65.0]

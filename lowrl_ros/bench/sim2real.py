@@ -77,6 +77,9 @@ ENV_GAP = {"Pendulum-v1": dict(joint_offset=0.3)}
 
 # FineTuneConfig.algorithm values compared in one run: kit = the kit's own SAC/TD3 (finetune_node's default).
 METHODS = ("kit", "crossq", "rlpd")
+# The second episode set of the evaluation noise (docs/sim_to_real.md): seeds apart from the first set's
+# (10000 + 100 * seed + i) and from the robot's own episodes (seed + 50000).
+NOISE_SEED_OFFSET = 5_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -486,6 +489,17 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
             "version_paths": {v.version: v.path for v in tracker.versions.values()}, "out_dir": str(out_dir)}
 
 
+def _recovered(sim: list[float], before: list[float], after: list[float]) -> float:
+    """The share of the gap recovered, % (NaN where the gap is empty)."""
+    s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
+    return 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
+
+
+def _noise(sim: list[float], before: list[float], before_b: list[float]) -> dict:
+    """The base judged against itself: its mean on the second episode set minus the first, as % of the gap."""
+    return {"before_returns_second_set": before_b, "base_vs_itself_pct": _recovered(sim, before, before_b)}
+
+
 def _steps_to_half_gap(episodes: list, before: float, sim: float, window: int) -> int | None:
     """Robot steps until the mean return of the last ``window`` robot episodes first reaches half the gap.
 
@@ -567,6 +581,14 @@ def run(args: argparse.Namespace) -> int:
             eval_seed = 10_000 + 100 * seed
             sim = gap_returns(base, env_id, identity, args.eval_episodes, eval_seed)
             before = gap_returns(base, env_id, gap, args.eval_episodes, eval_seed)
+            # The evaluation noise: the same figures on a second, disjoint set of episodes. The base against
+            # itself across the two sets is the noise a judge of unpaired episodes faces (the fine-tuner's);
+            # the gap recovered on the second set shows how much of a figure is the episodes drawn.
+            sim_b, before_b = (gap_returns(base, env_id, g, args.eval_episodes, eval_seed + NOISE_SEED_OFFSET)
+                               for g in (identity, gap))
+            noise = _noise(sim, before, before_b)
+            print(f"  evaluation noise: the base against itself on a second episode set "
+                  f"{noise['base_vs_itself_pct']:+.0f} % of the gap", flush=True)
             oracle = {}
             if args.oracle:  # once per seed, shared by the methods
                 oracle_path = (legged_oracle(seed, gap, args) if env_id == LEGGED
@@ -594,6 +616,9 @@ def run(args: argparse.Namespace) -> int:
                     after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
                 s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
                 recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
+                after_b = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed + NOISE_SEED_OFFSET)
+                noise_run = {**noise, "after_returns_second_set": after_b,
+                             "recovered_pct_second_set": _recovered(sim_b, before_b, after_b)}
                 made = {}
                 if args.all_versions:  # every version on the same episodes (the base's figure is `before`)
                     means = {v: float(np.mean(gap_returns(path, env_id, gap, args.eval_episodes, eval_seed)))
@@ -618,7 +643,7 @@ def run(args: argparse.Namespace) -> int:
                        "sim_returns": sim, "before_returns": before, "after_returns": after,
                        "bytes_per_update": per_update, "fp32_dense_bytes": ft["fp32_state_dict_bytes"],
                        "bytes_ratio": ratio, **{k: v for k, v in ft.items() if k != "episode_returns"},
-                       "robot_episode_returns": ft["episode_returns"], **dict(oracle), **made}
+                       "robot_episode_returns": ft["episode_returns"], **dict(oracle), **made, **noise_run}
                 results["runs"].append(run)
                 print(f"  [{method}] sim {s:.1f}, gapped before {b:.1f}, after {a:.1f} (best v{ft['best_version']} of "
                       f"{ft['versions']}): {recovered:.0f} % of the gap recovered; {per_update:.0f} B per update vs "
@@ -626,6 +651,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{ft['wall_s']} s; {ft['updates_per_s']} updates/s; 50 % of the gap after "
                       f"{half if half is not None else '-'} robot steps", flush=True)
                 rows.append(f"| {env_id} | {method} | {seed} | {s:.1f} | {b:.1f} | {a:.1f} | {recovered:.0f} % "
+                            f"| {noise_run['recovered_pct_second_set']:.0f} % / {noise['base_vs_itself_pct']:+.0f} % "
                             f"| {half if half is not None else '-'} | "
                             + ("- " if method == "sysid" else f"{ft['updates_per_s']:.0f} ")
                             + f"| v{ft['best_version']} of {ft['versions']} "
@@ -671,10 +697,11 @@ def run(args: argparse.Namespace) -> int:
                 + (f"; oracle: the same trainer config run {args.oracle_steps or 'as many'} steps on the gapped "
                    "robot from scratch" if args.oracle and set(args.envs) - {LEGGED} else "") + ".\n\n"
                 "| env | method | seed | sim return | gapped, before | gapped, after | gap recovered | "
+                "noise: recovered on a 2nd episode set / the base against itself | "
                 "robot steps to 50 % of the gap | updates/s | version kept | "
                 "bytes per update / fp32 dense | RSS max (MB) | fine-tune wall (s) | "
                 "oracle on the gap (recovered vs it) | best version made (recovered) |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     path = record.write_result("sim2real", results, markdown, **where)
     print(markdown)
     print(f"results: {path}")
