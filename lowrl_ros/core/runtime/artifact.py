@@ -4,7 +4,8 @@ An artifact is what reaches a robot (docs/architecture.md, "Policy artifacts"): 
 ONNX runtime can run (normalisation, MLP, rescaling and clamping are all inside the graph), int8
 weights where quantized, zero weights stored compactly, and a JSON document under the metadata key
 ``lowrl.contract`` carrying the contract (observation/action names and order, scaling, limits,
-control period, version, parent version, tier, provenance) and the architecture.
+control period, version, parent version, tier, provenance) and the architecture. A version-3 artifact
+also carries a residual correction head on its frozen base (ResidualHead, save_residual_artifact).
 
 Loading validates everything and raises :class:`ArtifactError` naming the file, the problem and
 the fix. See docs/CONTRACTS.md ("Artifact and runtime API") for the pinned interface.
@@ -787,7 +788,15 @@ def read_artifact_bytes(path: str | Path) -> bytes:
 
 
 def load_weights(path: str | Path) -> tuple[MlpWeights, PolicyContract]:
-    """Validate an artifact and return its (dequantised float32) weights and contract."""
+    """Validate an artifact and return its (dequantised float32) weights and contract.
+
+    For the tools that take one network (distillation's teacher, the torch reference node): an artifact
+    with a residual head is refused, since its MlpWeights would be the base alone.
+    """
     parsed = parse_artifact(read_artifact_bytes(path), str(path))
+    if parsed.residual is not None:
+        raise ArtifactError(f"{path}: carries a residual correction head (format version 3); this tool takes one "
+                            "network and would drop the head, so it refuses: give the plain artifact the head was "
+                            "trained on (its base)")
     return parsed.weights(), parsed.contract
 

@@ -3,6 +3,7 @@
 The graph is plain standard ONNX (opset 18), so any ONNX runtime gets actions from it:
 
     obs -> (obs - offset) * scale -> [clip to +-obs_clip] -> [layer -> activation]*
+        -> [+ bound * tanh(residual head of the same normalised obs)]
         -> action_offset + action_scale * y -> clamp to [low, high] -> action
 
 The clip is there only when the contract sets ``obs_clip``; the rescale (Mul, Add) only when it is not
@@ -12,7 +13,10 @@ Hidden activations are those of ``activations.HIDDEN``: Relu, Tanh, Elu (alpha 1
 0.01) and Softsign are single opset-18 ops; SiLU is ``x * Sigmoid(x)`` and GELU (tanh
 approximation) ``0.5 * x * (1 + Tanh(k * (x + c * x^3)))`` composed from Mul/Add/Tanh (opset 18 has
 no Gelu op; ORT fuses the pattern where it can). An artifact that uses nothing of format version 2
-gets exactly the graph (and bytes) the version-1 writer made.
+gets exactly the graph (and bytes) the version-1 writer made. The residual head (format version 3)
+is a second MLP with initializers ``r{i}.*`` (stored like the base's ``l{i}.*``), its last layer
+followed by Tanh, a Mul by ``residual.bound`` and an Add onto the base's y (``residual.y``, which the
+action transform then reads).
 
 Each layer's weight is stored one of four ways (``StoredLayer.storage`` / ``.dtype``):
 
