@@ -164,6 +164,8 @@ def test_weights_refuses_to_drop_a_head_and_base_weights_is_the_base(tmp_path):
     parsed = _parse(save_residual_artifact(tmp_path / "r.onnx", base, _head()))
     with pytest.raises(ArtifactError, match="residual correction head"):
         parsed.weights()
+    with pytest.raises(ArtifactError, match="takes one network and would drop the head"):
+        artifact_mod.load_weights(parsed.source)
     want = _parse(base).weights()
     assert all(np.array_equal(w, w0) for (w, _), (w0, _) in zip(parsed.base_weights().layers, want.layers))
 
