@@ -176,3 +176,41 @@ def _hexf_clip(v: float) -> str:
     from lowrl_ros.core.compress.export_c import _hexf
 
     return _hexf(v)
+
+
+@needs_gcc
+@pytest.mark.parametrize("int8", [False, True])
+def test_a_residual_head_is_exported_and_matches(tmp_path, int8):
+    """Format version 3: C runs base + bound * tanh(head) as the artifact does (ORT for int8, the reference for fp32),
+    with obs_clip and an explicit action transform, a sparse base layer and a head of its own activation."""
+    from lowrl_ros.core.runtime.artifact import ResidualHead, parse_artifact, save_residual_artifact
+    from lowrl_ros.core.runtime.engines import probe_observations
+    from test_activations import DIMS, new_features_contract
+    from test_artifact import make_weights
+
+    contract = new_features_contract()
+    w = prune_by_magnitude(make_weights(DIMS, hidden="relu", output="none"), 0.85, skip_output=True)
+    base = save_artifact(tmp_path / "base.onnx", w, contract, int8=int8)
+    rng = np.random.default_rng(4)
+    head = ResidualHead([(rng.normal(0, 0.5, (24, DIMS[0])).astype(np.float32), np.zeros(24, np.float32)),
+                         (rng.normal(0, 0.5, (DIMS[-1], 24)).astype(np.float32), np.zeros(DIMS[-1], np.float32))],
+                        tuple(np.linspace(0.2, 0.6, DIMS[-1])), "silu")
+    art = save_residual_artifact(tmp_path / "r.onnx", base, head, int8=int8)
+    result = export_c(art, tmp_path / "c", name="r")
+    assert [p.out_dim for p in result.head_layers] == [24, DIMS[-1]]
+    assert "residual head" in (tmp_path / "c" / "r.h").read_text()
+    fn = _compile_and_load(tmp_path / "c", "r")
+    obs = probe_observations(contract, 64, seed=9)
+    c_out = _c_actions(fn, obs, contract.action_dim)
+    span = np.array(contract.action_high) - np.array(contract.action_low)
+    parsed = parse_artifact(art.read_bytes(), str(art))
+    if int8:
+        policy = load_artifact(art, engine="ort")
+        want, tol = np.array([policy.act(o) for o in obs]), TOL_INT8
+    else:
+        want, tol = parsed.reference_action(obs), TOL_FP32
+    err = (np.abs(c_out - want) / span).max()
+    assert err <= tol, f"int8={int8}: C error {err:.3g} of the action range > {tol}"
+    # The head matters here: the base alone is far off.
+    base_only = load_artifact(base, engine="ort" if int8 else "numpy")
+    assert (np.abs(c_out - np.array([base_only.act(o) for o in obs])) / span).max() > 100 * tol

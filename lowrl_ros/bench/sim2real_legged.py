@@ -47,14 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fp32_dense_bytes(path: str | Path) -> int:
-    """Bytes of ``torch.save`` of an fp32 dense state_dict of the artifact's network (the bench's yardstick)."""
+    """Bytes of ``torch.save`` of an fp32 dense state_dict of the artifact's network (the bench's yardstick),
+    a residual head's layers included."""
     import torch
 
-    from lowrl_ros.core.runtime.artifact import load_weights
+    from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
 
-    weights, _ = load_weights(path)
+    parsed = parse_artifact(read_artifact_bytes(path), str(path))
+    layers = parsed.base_weights().layers + (parsed.residual.layers if parsed.residual is not None else [])
     state = {}
-    for i, (w, b) in enumerate(weights.layers):
+    for i, (w, b) in enumerate(layers):
         state[f"{i}.weight"] = torch.tensor(np.asarray(w), dtype=torch.float32)
         state[f"{i}.bias"] = torch.tensor(np.asarray(b), dtype=torch.float32)
     buf = io.BytesIO()

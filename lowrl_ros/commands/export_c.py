@@ -28,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"lowrl export-c: {exc}", file=sys.stderr)
         return 2
     layers = ", ".join(f"{p.in_dim}->{p.out_dim} {p.dtype} {p.storage}" for p in result.layers)
+    if result.head_layers:
+        layers += " + residual head " + ", ".join(f"{p.in_dim}->{p.out_dim} {p.dtype} {p.storage}"
+                                                  for p in result.head_layers)
     print(f"wrote {result.header} and {result.source}: {layers}; {result.weight_bytes} bytes of constants, "
           f"{result.scratch_bytes} bytes of static buffers; call {result.name}_act(obs, action)")
     return 0

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from lowrl_ros.core.runtime.artifact import ArtifactError, parse_artifact
+from lowrl_ros.core.runtime.artifact import ArtifactError, artifact_head_bytes, parse_artifact
 from lowrl_ros.core.runtime.bundle import load_bundle
 
 
@@ -23,12 +23,7 @@ def describe(path: Path, engine: str = "auto") -> dict:
         tiers[name] = {
             "bytes": policy.nbytes,
             "sha256": policy.sha256,
-            "layers": [
-                {"shape": f"{layer.in_dim}->{layer.out_dim}", "storage": layer.storage, "dtype": layer.dtype,
-                 "nnz": layer.nnz, "sparsity": round(1 - layer.nnz / (layer.in_dim * layer.out_dim), 4),
-                 "stored_bytes": layer.nbytes()}
-                for layer in parsed.layers
-            ],
+            "layers": _layers(parsed.layers),
             "activations": f"{parsed.hidden_activation}/{parsed.output_activation}",
             "macs": policy.macs,
             "dense_macs": policy.dense_macs,
@@ -38,8 +33,24 @@ def describe(path: Path, engine: str = "auto") -> dict:
             "numpy_kernels": policy.kernels,
             "contract": policy.contract.to_dict(),
         }
+        if parsed.residual is not None:
+            tiers[name]["residual"] = {"layers": _layers(parsed.head_layers), "bound": list(parsed.residual.bound),
+                                       "hidden_activation": parsed.residual.hidden_activation,
+                                       "bytes": artifact_head_bytes(parsed)}
     return {"path": str(path), "version": bundle.version, "sha256": bundle.sha256,
             "smallest_tier": bundle.smallest().contract.tier, "tiers": tiers}
+
+
+def _layers(layers: list) -> list[dict]:
+    return [{"shape": f"{layer.in_dim}->{layer.out_dim}", "storage": layer.storage, "dtype": layer.dtype,
+             "nnz": layer.nnz, "sparsity": round(1 - layer.nnz / (layer.in_dim * layer.out_dim), 4),
+             "stored_bytes": layer.nbytes()} for layer in layers]
+
+
+def _print_layers(layers: list[dict], what: str) -> None:
+    for i, layer in enumerate(layers):
+        print(f"  {what} {i}: {layer['shape']:>11} {layer['dtype']} {layer['storage']:<6} "
+              f"nnz {layer['nnz']} (sparsity {layer['sparsity']:.0%}), {layer['stored_bytes']} bytes")
 
 
 def _tier_bytes(path: Path, name: str, bundle) -> bytes:
@@ -76,9 +87,13 @@ def run(args: argparse.Namespace) -> int:
         c = t["contract"]
         print(f"\n[{name}] {t['bytes']} bytes, {t['macs']} MACs per call on {t['engine']} "
               f"({t['nnz_macs']} non-zero of {t['dense_macs']}), activations {t['activations']}")
-        for i, layer in enumerate(t["layers"]):
-            print(f"  layer {i}: {layer['shape']:>11} {layer['dtype']} {layer['storage']:<6} "
-                  f"nnz {layer['nnz']} (sparsity {layer['sparsity']:.0%}), {layer['stored_bytes']} bytes")
+        _print_layers(t["layers"], "layer")
+        if "residual" in t:
+            r = t["residual"]
+            print(f"  residual head: y = base + bound * tanh(head(x)), hidden {r['hidden_activation']}, "
+                  f"{r['bytes']} bytes of {t['bytes']} (what a new head changes), bound "
+                  + ", ".join(f"{b:g}" for b in r["bound"]))
+            _print_layers(r["layers"], " head")
         print(f"  engine: {t['engine']} ({t['engine_choice_reason']})")
         print(f"  obs ({len(c['obs_names'])}): {', '.join(c['obs_names'])}")
         print(f"  actions ({len(c['action_names'])}): "

@@ -5,7 +5,7 @@ static const arrays and one function ``void <name>_act(const float *obs, float *
 computes exactly the artifact's graph (onnx_graph.py):
 
     obs -> (obs - offset) * scale -> [clip to +-obs_clip] -> [layer -> activation]*
-        -> action_offset + action_scale * y -> clamp -> action
+        -> [+ bound * tanh(residual head)] -> action_offset + action_scale * y -> clamp -> action
 
 (the clip only when the contract sets ``obs_clip``; the rescale only when
 ``PolicyContract.action_transform`` is not the identity: a tanh output maps [-1, 1] onto
@@ -79,6 +79,7 @@ class CExport:
     weight_bytes: int  # bytes of all static const weight/index/scale/bias arrays
     scratch_bytes: int  # bytes of the static work buffers
     sha256: str  # of the source artifact
+    head_layers: tuple[CLayerPlan, ...] = ()  # a residual correction head's layers (format version 3)
 
 
 # Each activation as a C float expression of {x}: the formulas (and constants) of core/runtime/activations.py.
@@ -277,6 +278,14 @@ def _header_comment(parsed: ParsedArtifact, name: str, plans: list[CLayerPlan]) 
         + json.dumps([list(map(float, v)) for v in c.action_transform(parsed.output_activation)]),
         f"activations: hidden {parsed.hidden_activation}, output {parsed.output_activation}",
         "layers: " + "; ".join(f"{p.in_dim}->{p.out_dim} {p.dtype} {p.storage} nnz {p.nnz}" for p in plans),
+    ]
+    if parsed.residual is not None:
+        head = parsed.residual
+        lines.append(f"residual head (format version 3): y = y_base + bound * tanh(head(normalised obs)), hidden "
+                     f"{head.hidden_activation}, bound {list(head.bound)}, layers: "
+                     + "; ".join(f"{p.in_dim}->{p.out_dim} {p.dtype} {p.storage} nnz {p.nnz}"
+                                 for p in map(_plan, parsed.head_layers)))
+    lines += [
         "int8 layers quantize their input row dynamically to uint8 exactly like ONNX DynamicQuantizeLinear",
         "(as the artifact's ONNX graph does) and accumulate in int32. Not reentrant (static buffers).",
         "provenance: " + json.dumps(c.provenance, sort_keys=True),
@@ -301,46 +310,24 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
     parsed = _load(Path(artifact), tier)
     c = parsed.contract
     plans = [_plan(layer) for layer in parsed.layers]
+    head_plans = [_plan(layer) for layer in parsed.head_layers]
     up = name.upper()
-    widest = max(max(layer.in_dim, layer.out_dim) for layer in parsed.layers)
-    any_int8 = any(p.dtype == "int8" for p in plans)
-    csr_kinds = set()
+    widest = max(max(layer.in_dim, layer.out_dim) for layer in parsed.all_layers)
+    any_int8 = any(p.dtype == "int8" for p in plans + head_plans)
+    csr_kinds: set = set()
     arrays: list[str] = []
     calls: list[str] = []
-    src, dst = f"{name}_buf_a", f"{name}_buf_b"
-    for i, (layer, plan) in enumerate(zip(parsed.layers, plans)):
-        p = f"{name}_l{i}"
-        w = _rows(layer)
-        ctype = "int8_t" if plan.dtype == "int8" else "float"
-        arrays.append(_array("float", f"{p}_b", layer.bias))
-        if plan.dtype == "int8":
-            arrays.append(_array("float", f"{p}_ws", layer.w_scale))
-        if plan.storage == "dense":
-            arrays.append(_array(ctype, f"{p}_w", w))
-            if plan.dtype == "int8":
-                calls.append(f"{name}_dense_i8({p}_w, {p}_ws, {p}_b, {src}, {dst}, {plan.in_dim}, {plan.out_dim}, "
-                             f"{name}_xq);")
-            else:
-                calls.append(f"{name}_dense_f32({p}_w, {p}_b, {src}, {dst}, {plan.in_dim}, {plan.out_dim});")
-        else:
-            rows, cols = np.nonzero(w)  # row-major order: CSR by output row
-            ptr = np.searchsorted(rows, np.arange(plan.out_dim + 1))
-            pt = "uint16_t" if plan.nnz < 65536 else "uint32_t"
-            ct = "uint8_t" if plan.in_dim <= 256 else "uint16_t"
-            csr_kinds.add((pt, ct))
-            arrays += [_array(pt, f"{p}_ptr", ptr), _array(ct, f"{p}_col", cols),
-                       _array(ctype, f"{p}_val", w[rows, cols])]
-            k = f"{pt}_{ct}"
-            if plan.dtype == "int8":
-                calls.append(f"{name}_csr_i8_{k}({p}_ptr, {p}_col, {p}_val, {p}_ws, {p}_b, {src}, {dst}, "
-                             f"{plan.in_dim}, {plan.out_dim}, {name}_xq);")
-            else:
-                calls.append(f"{name}_csr_f32_{k}({p}_ptr, {p}_col, {p}_val, {p}_b, {src}, {dst}, {plan.out_dim});")
-        act = parsed.output_activation if i == len(plans) - 1 else parsed.hidden_activation
-        if act != "none":
-            expr = _C_ACTIVATIONS[act].format(x=f"{dst}[j]")
-            calls.append(f"for (j = 0; j < {plan.out_dim}; ++j) {{ {dst}[j] = {expr}; }}")
-        src, dst = dst, src
+    src = _emit_mlp(name, "l", parsed.layers, plans, f"{name}_buf_a", parsed.hidden_activation,
+                    parsed.output_activation, arrays, calls, csr_kinds)
+    y_expr = f"{src}[j]"
+    head = parsed.residual
+    if head is not None:
+        # y = y_base + bound * tanh(head(x)), as the graph: the head reads the kept normalised obs.
+        calls.append(f"for (j = 0; j < {c.action_dim}; ++j) {{ {name}_yb[j] = {src}[j]; }}")
+        h = _emit_mlp(name, "r", parsed.head_layers, head_plans, f"{name}_xn", head.hidden_activation, "tanh",
+                      arrays, calls, csr_kinds)
+        arrays.append(_array("float", f"{name}_bound", np.asarray(head.bound, np.float32)))
+        y_expr = f"{name}_yb[j] + {h}[j] * {name}_bound[j]"
     low = np.asarray(c.action_low, np.float32)
     high = np.asarray(c.action_high, np.float32)
     arrays += [_array("float", f"{name}_obs_offset", np.asarray(c.obs_offset, np.float32)),
@@ -352,20 +339,22 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
         a_offset = (high + low) / 2 if parsed.output_activation == "tanh" else np.zeros_like(low)
     else:
         a_scale, a_offset = (np.asarray(v, np.float32) for v in c.action_transform(parsed.output_activation))
-    rescale = f"v = {src}[j]"
+    tail = ""
     if not np.all(a_scale == 1.0):
         arrays.append(_array("float", f"{name}_action_scale", a_scale))
-        rescale += f" * {name}_action_scale[j]"  # as the graph: Mul, then Add
+        tail += f" * {name}_action_scale[j]"  # as the graph: Mul, then Add
     if not np.all(a_offset == 0.0):
         arrays.append(_array("float", f"{name}_action_offset", a_offset))
-        rescale += f" + {name}_action_offset[j]"
-    rescale += ";"
+        tail += f" + {name}_action_offset[j]"
+    rescale = f"v = {y_expr};" + (f" v = v{tail};" if tail else "")
     if c.obs_clip is None:
         clip = ""
     else:
         lim = _hexf(c.obs_clip)
         clip = (f"        {name}_buf_a[j] = {name}_buf_a[j] < -{lim} ? -{lim} : {name}_buf_a[j];\n"
                 f"        {name}_buf_a[j] = {name}_buf_a[j] > {lim} ? {lim} : {name}_buf_a[j];\n")
+    if head is not None:
+        clip += f"        {name}_xn[j] = {name}_buf_a[j];\n"  # the head's input, kept past the base's layers
     kernels = _KERNELS
     for pt, ct in sorted(csr_kinds):
         kernels += _CSR.replace("_PT_CT", f"_{pt}_{ct}").replace("PT", pt).replace("CT", ct)
@@ -393,6 +382,7 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
         + "".join(arrays)
         + f"\nstatic float {name}_buf_a[{widest}];\nstatic float {name}_buf_b[{widest}];\n"
         + (f"static uint8_t {name}_xq[{widest}];\n" if any_int8 else "")
+        + (f"static float {name}_xn[{c.obs_dim}];\nstatic float {name}_yb[{c.action_dim}];\n" if head else "")
         + kernels
         + f"\nvoid {name}_act(const float *obs, float *action)\n{{\n    int32_t j;\n    float v;\n"
         + f"    for (j = 0; j < {c.obs_dim}; ++j) {{\n"
@@ -405,10 +395,55 @@ def export_c(artifact: str | Path, out_dir: str | Path, name: str = "policy", ti
     h_path, c_path = out / f"{name}.h", out / f"{name}.c"
     h_path.write_text(header)
     c_path.write_text(source)
-    weight_bytes = sum(p.bytes for p in plans) + 4 * (2 * c.obs_dim + 2 * c.action_dim) + 4 * c.action_dim * (
-        int(not np.all(a_scale == 1.0)) + int(not np.all(a_offset == 0.0)))
-    scratch = 2 * 4 * widest + (widest if any_int8 else 0)
-    return CExport(h_path, c_path, name, tuple(plans), weight_bytes, scratch, parsed.sha256)
+    per_action = int(not np.all(a_scale == 1.0)) + int(not np.all(a_offset == 0.0)) + int(head is not None)
+    weight_bytes = (sum(p.bytes for p in plans + head_plans) + 4 * (2 * c.obs_dim + 2 * c.action_dim)
+                    + 4 * c.action_dim * per_action)
+    scratch = 2 * 4 * widest + (widest if any_int8 else 0) + (4 * (c.obs_dim + c.action_dim) if head else 0)
+    return CExport(h_path, c_path, name, tuple(plans), weight_bytes, scratch, parsed.sha256, tuple(head_plans))
+
+
+def _emit_mlp(name: str, prefix: str, layers: list[StoredLayer], plans: list[CLayerPlan], src: str, hidden: str,
+              output: str, arrays: list[str], calls: list[str], csr_kinds: set) -> str:
+    """Append one MLP's arrays (``<name>_<prefix><i>_*``) and calls reading ``src``; returns the output buffer.
+
+    Layers ping-pong between the two static buffers (the first reads ``src``, which may be a third one).
+    """
+    buf_a, buf_b = f"{name}_buf_a", f"{name}_buf_b"
+    dst = buf_b if src == buf_a else buf_a
+    for i, (layer, plan) in enumerate(zip(layers, plans)):
+        p = f"{name}_{prefix}{i}"
+        w = _rows(layer)
+        ctype = "int8_t" if plan.dtype == "int8" else "float"
+        arrays.append(_array("float", f"{p}_b", layer.bias))
+        if plan.dtype == "int8":
+            arrays.append(_array("float", f"{p}_ws", layer.w_scale))
+        if plan.storage == "dense":
+            arrays.append(_array(ctype, f"{p}_w", w))
+            if plan.dtype == "int8":
+                calls.append(f"{name}_dense_i8({p}_w, {p}_ws, {p}_b, {src}, {dst}, {plan.in_dim}, {plan.out_dim}, "
+                             f"{name}_xq);")
+            else:
+                calls.append(f"{name}_dense_f32({p}_w, {p}_b, {src}, {dst}, {plan.in_dim}, {plan.out_dim});")
+        else:
+            rows, cols = np.nonzero(w)  # row-major order: CSR by output row
+            ptr = np.searchsorted(rows, np.arange(plan.out_dim + 1))
+            pt = "uint16_t" if plan.nnz < 65536 else "uint32_t"
+            ct = "uint8_t" if plan.in_dim <= 256 else "uint16_t"
+            csr_kinds.add((pt, ct))
+            arrays += [_array(pt, f"{p}_ptr", ptr), _array(ct, f"{p}_col", cols),
+                       _array(ctype, f"{p}_val", w[rows, cols])]
+            k = f"{pt}_{ct}"
+            if plan.dtype == "int8":
+                calls.append(f"{name}_csr_i8_{k}({p}_ptr, {p}_col, {p}_val, {p}_ws, {p}_b, {src}, {dst}, "
+                             f"{plan.in_dim}, {plan.out_dim}, {name}_xq);")
+            else:
+                calls.append(f"{name}_csr_f32_{k}({p}_ptr, {p}_col, {p}_val, {p}_b, {src}, {dst}, {plan.out_dim});")
+        act = output if i == len(plans) - 1 else hidden
+        if act != "none":
+            expr = _C_ACTIVATIONS[act].format(x=f"{dst}[j]")
+            calls.append(f"for (j = 0; j < {plan.out_dim}; ++j) {{ {dst}[j] = {expr}; }}")
+        src, dst = dst, (buf_a if dst == buf_b else buf_b)
+    return src
 
 
 def _keep_used(kernels: str, used: str, name: str) -> str:

@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from lowrl_ros.core.finetune.prior import write_prior
-from lowrl_ros.core.runtime.artifact import (PolicyContract, load_weights, parse_artifact, read_artifact_bytes,
-                                             reference_action)
+from lowrl_ros.core.runtime.artifact import PolicyContract, parse_artifact, read_artifact_bytes
 from lowrl_ros.core.train.agent import OffPolicyAgent, to_tensors
 from lowrl_ros.core.train.checkpoint import load_checkpoint
 from lowrl_ros.core.train.config import TrainConfig
@@ -115,7 +114,7 @@ def write_kit(run_dir: str | Path, kit_dir: str | Path, artifact: str | Path | N
                          "RUN_DIR/actor.onnx)")
     state = load_checkpoint(run_dir)
     cfg = TrainConfig.from_dict(state["config"])
-    _, contract = load_weights(artifact)
+    contract = parse_artifact(read_artifact_bytes(artifact), str(artifact)).contract
     agent = make_agent(cfg, contract.obs_dim, contract.action_dim)
     agent.load_state_dict(state["agent"])
     if "buffer" in state:  # before kit.json: a kit.json means the kit is whole
@@ -309,7 +308,8 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
         if int(value) < 0:
             raise KitRefused(f"{name}={value} must be >= 0")
     parsed = parse_artifact(read_artifact_bytes(artifact), str(artifact))
-    weights, contract = parsed.weights(), parsed.contract
+    # The kit's actor is the base network; a residual head (if any) is part of the parity reference below.
+    weights, contract = parsed.base_weights(), parsed.contract
     # One thread by default, as the trainer: on a busy 2-core machine two intra-op threads made the warm-up
     # ~10x slower (4 against 42 updates/s measured here), spinning against the other load.
     torch.set_num_threads(int(threads))
@@ -328,7 +328,7 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
     agent.actor.load_layers(weights.layers)
     if getattr(agent, "actor_target", None) is not None:
         agent.actor_target.load_state_dict(agent.actor.state_dict())
-    _check_parity(agent.actor, weights, contract, seed)
+    _check_parity(agent.actor, parsed, seed)
 
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -347,7 +347,7 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
             bar.update(int(critic_updates), {"phase": "critic warm-up"}, force=True)
         bar.close()
     after = _td_error(agent, buffer, rng, cfg.gamma)
-    _check_parity(agent.actor, weights, contract, seed)  # the warm-up never moves the actor
+    _check_parity(agent.actor, parsed, seed)  # the warm-up never moves the actor
     report = WarmupReport(source, len(buffer), int(critic_updates), before, after,
                           float(np.mean(buffer.reward[:len(buffer)])), round(time.perf_counter() - started, 1))
     if env_id is not None:  # the simulator's warm-up data is the kit's prior data (RLPD), as a trained kit's replay is
@@ -364,13 +364,19 @@ def _progress(total: int, enabled: bool):
     return ProgressLine(total)
 
 
-def _check_parity(actor: ArtifactActor, weights, contract: PolicyContract, seed: int) -> None:
-    """The torch actor must compute the artifact's action (the fp32 reference): else a kit trains another policy."""
+def _check_parity(actor: ArtifactActor, parsed, seed: int) -> None:
+    """The torch actor must compute the artifact's action (the fp32 reference, a residual head included):
+    else a kit trains another policy."""
+    contract = parsed.contract
     probe = np.random.default_rng(seed + 7).normal(0.0, 1.0, (64, contract.obs_dim))
     probe = probe / np.asarray(contract.obs_scale) + np.asarray(contract.obs_offset)  # spread over the normalised range
-    got, want = actor.act(probe), reference_action(weights, contract, probe)
+    got, want = actor.act(probe), parsed.reference_action(probe)
     err = float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
     if not err <= 1e-4:
+        if parsed.residual is not None:
+            raise KitRefused(f"the artifact carries a residual correction head that moves its actions by {err:.2e} "
+                             "(relative) from its base network, and a kit fine-tunes one network: make the kit from "
+                             "the base artifact, or go on with the residual learner, which keeps the head apart")
         raise KitRefused(f"the torch actor differs from the artifact by {err:.2e} (relative): this network cannot be "
                          "fine-tuned exactly; report it with the artifact")
 

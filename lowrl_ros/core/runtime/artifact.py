@@ -4,7 +4,8 @@ An artifact is what reaches a robot (docs/architecture.md, "Policy artifacts"): 
 ONNX runtime can run (normalisation, MLP, rescaling and clamping are all inside the graph), int8
 weights where quantized, zero weights stored compactly, and a JSON document under the metadata key
 ``lowrl.contract`` carrying the contract (observation/action names and order, scaling, limits,
-control period, version, parent version, tier, provenance) and the architecture.
+control period, version, parent version, tier, provenance) and the architecture. A version-3 artifact
+also carries a residual correction head on its frozen base (ResidualHead, save_residual_artifact).
 
 Loading validates everything and raises :class:`ArtifactError` naming the file, the problem and
 the fix. See docs/CONTRACTS.md ("Artifact and runtime API") for the pinned interface.
@@ -14,12 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from lowrl_ros.core.runtime import activations, onnx_graph
 from lowrl_ros.core.runtime.onnx_graph import StoredLayer
@@ -30,7 +33,11 @@ FORMAT = "lowrl.policy"
 # version that describes it, so one that uses nothing new still loads on an older robot:
 #   1: relu/tanh, obs (offset, scale), tanh output mapped to the limits or clamp
 #   2: + the other activations of core/runtime/activations.py, obs_clip, action_scale/action_offset
-FORMAT_VERSION = 2
+#   3: + a residual correction head: y = y_base + bound * tanh(head(x)) (arch "residual", initializers r{i}.*)
+FORMAT_VERSION = 3
+# What each version adds, for the message an older reader's successor gives (parse_artifact).
+_VERSION_ADDS = {2: "activations beyond relu/tanh, obs_clip, action_scale/offset",
+                 3: "a residual correction head on a frozen base policy"}
 ACTIVATIONS_HIDDEN = activations.HIDDEN
 ACTIVATIONS_OUTPUT = activations.OUTPUT
 _V2_CONTRACT_KEYS = ("obs_clip", "action_scale", "action_offset")
@@ -40,6 +47,7 @@ _V2_CONTRACT_KEYS = ("obs_clip", "action_scale", "action_offset")
 # clip(o + s*y, low, high) (a gymnasium env that stores what step() got: SB3, our own kits). Absent: "action".
 LAST_ACTION_KEY = "last_action"
 LAST_ACTION_CONVENTIONS = ("raw", "action")
+_HEAD_INIT = re.compile(r"r\d+\.")  # a residual head layer's initializers (onnx_graph.build_model)
 
 
 class ArtifactError(ValueError):
@@ -335,9 +343,63 @@ class MlpWeights:
         return x
 
 
-def reference_action(weights: MlpWeights, contract: PolicyContract, obs: np.ndarray) -> np.ndarray:
-    """The float64 action the contract defines for ``obs`` (the parity reference for engines)."""
-    return contract.to_action(weights.forward(contract.normalise(obs)), weights.output_activation)
+@dataclass(frozen=True)
+class ResidualHead:
+    """A bounded correction on top of a frozen base policy (format version 3).
+
+    The artifact's network output is y = y_base(x) + bound * tanh(head(x)), with x the contract's
+    normalised observation; the contract's action transform and clip then apply to y as for any
+    artifact. The tanh and the per-action bound keep the correction within +-bound of the base,
+    whatever the head learns (the residual learner's safety argument), and a head whose last layer
+    is zero gives exactly the base's actions.
+
+    Attributes:
+        layers: (W float32 [out, in], b float32 [out]) per layer; input obs_dim, output action_dim.
+        bound: per action entry, > 0 and finite, in the units of the base network's output y.
+        hidden_activation: one of core/runtime/activations.HIDDEN, after every layer but the last
+            (the last layer feeds the tanh directly).
+    """
+
+    layers: list[tuple[np.ndarray, np.ndarray]]
+    bound: tuple[float, ...]
+    hidden_activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        try:
+            mlp = MlpWeights(self.layers, self.hidden_activation, "none")
+        except ValueError as exc:
+            raise ValueError(f"residual head: {exc}") from None
+        bound = _floats("residual head bound", self.bound, mlp.output_dim)
+        if not all(b > 0 for b in bound):
+            raise ValueError(f"residual head bound {list(bound)} must be > 0 per action (y units); a correction "
+                             "that may not move an action is bound 0+: give a small positive number, e.g. 1e-3")
+        object.__setattr__(self, "layers", mlp.layers)
+        object.__setattr__(self, "bound", bound)
+
+    @property
+    def input_dim(self) -> int:
+        return int(self.layers[0][0].shape[1])
+
+    @property
+    def output_dim(self) -> int:
+        return int(self.layers[-1][0].shape[0])
+
+    def forward(self, obs_norm: np.ndarray) -> np.ndarray:
+        """Reference float64 correction d = bound * tanh(head(x)) of normalised observations [..., in]."""
+        mlp = MlpWeights(self.layers, self.hidden_activation, "tanh")
+        return np.array(self.bound) * mlp.forward(obs_norm)
+
+
+def reference_action(weights: MlpWeights, contract: PolicyContract, obs: np.ndarray,
+                     residual: ResidualHead | None = None) -> np.ndarray:
+    """The float64 action the contract defines for ``obs`` (the parity reference for engines).
+
+    ``residual``: the artifact's correction head (ParsedArtifact.residual), added to the base's y
+    before the action transform; an artifact's own reference is ParsedArtifact.reference_action.
+    """
+    x = contract.normalise(obs)
+    y = weights.forward(x) if residual is None else weights.forward(x) + residual.forward(x)
+    return contract.to_action(y, weights.output_activation)
 
 
 def prune_by_magnitude(weights: MlpWeights, sparsity: float, *, skip_output: bool = False) -> MlpWeights:
@@ -384,32 +446,74 @@ def save_artifact(path: str | Path, weights: MlpWeights, contract: PolicyContrac
     return _write(path, stored, weights.hidden_activation, weights.output_activation, contract)
 
 
+def save_residual_artifact(path: str | Path, base: "str | Path | ParsedArtifact", head: ResidualHead,
+                           contract: PolicyContract | None = None, *, int8: bool = True) -> Path:
+    """Write base + correction head as one artifact (format version 3); return the path.
+
+    The base's stored layers are written bit for bit (the base stays frozen: its int8 values, scales
+    and sparse masks are not re-quantised); when ``base`` already carries a head, only its base part
+    is kept and ``head`` replaces that head.
+
+    Args:
+        path: destination file; written atomically (as save_artifact).
+        base: the base artifact, a path or a ParsedArtifact.
+        head: the correction (ResidualHead); input obs_dim, output action_dim of the contract.
+        contract: the new version's contract (version, parent, provenance); default the base's. It
+            must read and write what the base does (PolicyContract.same_io).
+        int8: store the head int8 per output channel, like the base layers (False: float32).
+    """
+    parsed = base if isinstance(base, ParsedArtifact) else parse_artifact(read_artifact_bytes(base), str(base))
+    if not isinstance(head, ResidualHead):
+        raise ArtifactError(f"{path}: head must be a ResidualHead, got {type(head).__name__}")
+    if contract is None:
+        contract = parsed.contract
+    elif not contract.same_io(parsed.contract):
+        raise ArtifactError(f"{path}: the contract's observations, actions or limits differ from the base "
+                            f"{parsed.source}'s; a residual version keeps the base's IO: change only version, "
+                            "parent_version and provenance (dataclasses.replace(base.contract, ...))")
+    if head.input_dim != contract.obs_dim or head.output_dim != contract.action_dim:
+        raise ArtifactError(f"{path}: the residual head maps {head.input_dim} -> {head.output_dim} but the contract "
+                            f"has {contract.obs_dim} observations and {contract.action_dim} actions; build the head "
+                            "with the contract's obs_dim inputs and action_dim outputs")
+    stored = [onnx_graph.pack_layer(w, b, int8=int8) for w, b in head.layers]
+    return _write(path, parsed.layers, parsed.hidden_activation, parsed.output_activation, contract,
+                  (stored, head.hidden_activation, head.bound))
+
+
 def reexport_artifact(src: str | Path, dst: str | Path | None = None) -> Path:
     """Rebuild an artifact's graph with this version's exporter, keeping its stored weights bit for bit.
 
     For artifacts written by an older lowrl_ros whose graph the loader now refuses (e.g. int8 graphs
-    from before the U8U8 fix); the contract, version and weights are unchanged. ``dst`` defaults to
-    ``src`` (replaced atomically).
+    from before the U8U8 fix); the contract, version and weights (a residual head's too) are unchanged.
+    ``dst`` defaults to ``src`` (replaced atomically).
     """
     parsed = parse_artifact(read_artifact_bytes(src), str(src))
-    return _write(dst or src, parsed.layers, parsed.hidden_activation, parsed.output_activation, parsed.contract)
+    return rewrite_artifact(parsed, dst or src, parsed.contract)
 
 
-def _write(path, stored: list, hidden_activation: str, output_activation: str, contract: PolicyContract) -> Path:
-    meta = {
-        "format": FORMAT,
-        "format_version": 2 if (contract.uses_v2 or hidden_activation not in activations.LEGACY) else 1,
-        "contract": contract.to_dict(),
-        "arch": {
-            "kind": "mlp",
-            "hidden_activation": hidden_activation,
-            "output_activation": output_activation,
-            "layers": [
-                {"in": s.in_dim, "out": s.out_dim, "storage": s.storage, "dtype": s.dtype, "nnz": s.nnz}
-                for s in stored
-            ],
-        },
+def rewrite_artifact(parsed: "ParsedArtifact", path: str | Path, contract: PolicyContract) -> Path:
+    """Write ``parsed``'s stored weights (base and any residual head, bit for bit) under another contract."""
+    return _write(path, parsed.layers, parsed.hidden_activation, parsed.output_activation, contract,
+                  parsed.stored_head())
+
+
+def _layer_specs(stored: list) -> list[dict]:
+    return [{"in": s.in_dim, "out": s.out_dim, "storage": s.storage, "dtype": s.dtype, "nnz": s.nnz} for s in stored]
+
+
+def _write(path, stored: list, hidden_activation: str, output_activation: str, contract: PolicyContract,
+           head: tuple[list, str, tuple[float, ...]] | None = None) -> Path:
+    """Write the artifact; ``head``: (stored head layers, hidden activation, bound) of a residual head, or None."""
+    version = 3 if head else 2 if (contract.uses_v2 or hidden_activation not in activations.LEGACY) else 1
+    arch = {
+        "kind": "mlp",
+        "hidden_activation": hidden_activation,
+        "output_activation": output_activation,
+        "layers": _layer_specs(stored),
     }
+    if head:
+        arch["residual"] = {"hidden_activation": head[1], "bound": list(head[2]), "layers": _layer_specs(head[0])}
+    meta = {"format": FORMAT, "format_version": version, "contract": contract.to_dict(), "arch": arch}
     explicit = contract.action_scale is not None or contract.action_offset is not None
     scale, offset = contract.action_transform(output_activation) if explicit else (None, None)
     model = onnx_graph.build_model(
@@ -425,6 +529,9 @@ def _write(path, stored: list, hidden_activation: str, output_activation: str, c
         # Only an explicit transform goes in as such: the default one is built the version-1 way (same bytes).
         action_scale=scale,
         action_offset=offset,
+        head_layers=head[0] if head else None,
+        head_hidden_activation=head[1] if head else "relu",
+        head_bound=np.array(head[2]) if head else None,
     )
     path = Path(path)
     data = model.SerializeToString()
@@ -436,7 +543,11 @@ def _write(path, stored: list, hidden_activation: str, output_activation: str, c
 
 @dataclass
 class ParsedArtifact:
-    """A validated artifact, before any engine is built."""
+    """A validated artifact, before any engine is built.
+
+    ``layers`` are the base network's stored layers; ``head_layers`` and ``residual`` the residual
+    correction head of a format-version-3 artifact (empty and None for a plain one).
+    """
 
     source: str
     data: bytes
@@ -446,23 +557,70 @@ class ParsedArtifact:
     hidden_activation: str
     output_activation: str
     sha256: str
+    head_layers: list[StoredLayer] = field(default_factory=list)
+    residual: ResidualHead | None = None
+
+    @property
+    def all_layers(self) -> list[StoredLayer]:
+        """Every stored layer an engine computes: the base's, then the head's."""
+        return self.layers + self.head_layers
 
     @property
     def macs(self) -> int:
-        """Multiply-adds per call that a sparse kernel must do (non-zero weights)."""
-        return int(sum(layer.nnz for layer in self.layers))
+        """Multiply-adds per call that a sparse kernel must do (non-zero weights, head included)."""
+        return int(sum(layer.nnz for layer in self.all_layers))
 
     @property
     def dense_macs(self) -> int:
-        return int(sum(layer.in_dim * layer.out_dim for layer in self.layers))
+        return int(sum(layer.in_dim * layer.out_dim for layer in self.all_layers))
 
-    def weights(self) -> MlpWeights:
-        """The network with dequantised float32 weights."""
+    def base_weights(self) -> MlpWeights:
+        """The base network alone, with dequantised float32 weights (without any residual head)."""
         return MlpWeights(
             [(layer.dequantized(), layer.bias.copy()) for layer in self.layers],
             self.hidden_activation,
             self.output_activation,
         )
+
+    def weights(self) -> MlpWeights:
+        """The network with dequantised float32 weights; ArtifactError for an artifact with a residual head.
+
+        An MlpWeights cannot hold the head, and returning the base alone would let a parity check or a
+        reference run silently drop the correction: use base_weights() with ``residual``, or
+        reference_action()/forward(), which include it.
+        """
+        if self.residual is not None:
+            raise ArtifactError(f"{self.source}: this artifact carries a residual correction head, which an "
+                                "MlpWeights cannot hold; use ParsedArtifact.reference_action()/forward() (base + "
+                                "head) or base_weights() with .residual")
+        return self.base_weights()
+
+    def forward(self, obs_norm: np.ndarray) -> np.ndarray:
+        """Reference float64 network output y (base + correction) of normalised observations."""
+        y = self.base_weights().forward(obs_norm)
+        return y if self.residual is None else y + self.residual.forward(obs_norm)
+
+    def reference_action(self, obs: np.ndarray) -> np.ndarray:
+        """The float64 action the artifact defines for ``obs``, head included (every parity gate's reference)."""
+        return reference_action(self.base_weights(), self.contract, obs, self.residual)
+
+    def stored_head(self) -> tuple[list[StoredLayer], str, tuple[float, ...]] | None:
+        """(stored head layers, hidden activation, bound) for rewriting the artifact, or None."""
+        if self.residual is None:
+            return None
+        return self.head_layers, self.residual.hidden_activation, self.residual.bound
+
+
+def artifact_head_bytes(parsed: ParsedArtifact) -> int:
+    """Bytes of the residual head's initializers (weights, scales, biases, bound, their graph constants).
+
+    What changes between two versions that share a frozen base: a benchmark reports it against the
+    whole file (len(parsed.data)). 0 for a plain artifact.
+    """
+    if parsed.residual is None:
+        return 0
+    return int(sum(numpy_helper.to_array(t).nbytes for t in parsed.model.graph.initializer
+                   if t.name.startswith("residual.") or _HEAD_INIT.match(t.name)))
 
 
 def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
@@ -493,9 +651,10 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
         raise fail(f"'{METADATA_KEY}' does not describe a {FORMAT} artifact", regen)
     fv = meta.get("format_version")
     if isinstance(fv, int) and fv > FORMAT_VERSION:
+        adds = "; ".join(f"version {v} adds {what}" for v, what in sorted(_VERSION_ADDS.items())
+                        if FORMAT_VERSION < v <= fv)
         raise fail(f"format_version {fv} was written by a newer lowrl_ros (this one reads 1..{FORMAT_VERSION}; "
-                   "version 2 adds activations beyond relu/tanh, obs_clip, action_scale/offset)",
-                   "update lowrl_ros on the robot")
+                   f"{adds})", "update lowrl_ros on the robot")
     if not isinstance(fv, int) or not 1 <= fv <= FORMAT_VERSION:
         raise fail(f"format_version {fv!r} is not supported (this lowrl reads 1..{FORMAT_VERSION})",
                    "update lowrl_ros on the robot or re-export with this version")
@@ -510,63 +669,99 @@ def parse_artifact(data: bytes, source: str) -> ParsedArtifact:
     if (arch.get("hidden_activation") not in ACTIVATIONS_HIDDEN
             or arch.get("output_activation") not in ACTIVATIONS_OUTPUT):
         raise fail(f"unknown activations {arch.get('hidden_activation')!r}/{arch.get('output_activation')!r}", regen)
-    specs = arch["layers"]
-    for i, spec in enumerate(specs):
-        if not (isinstance(spec, dict) and spec.get("storage") in onnx_graph.STORAGES
-                and spec.get("dtype") in onnx_graph.DTYPES):
-            raise fail(f"layer {i} description {spec!r} is malformed", regen)
-        if not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("in", "out")):
-            raise fail(f"layer {i} sizes {spec.get('in')!r}x{spec.get('out')!r} are not positive integers", regen)
-    dims = [specs[0]["in"]] + [s["out"] for s in specs]
-    for i in range(1, len(specs)):
-        if specs[i]["in"] != specs[i - 1]["out"]:
-            raise fail(f"layer {i} takes {specs[i]['in']} inputs but layer {i - 1} gives {specs[i - 1]['out']}", regen)
-    if dims[0] != contract.obs_dim or dims[-1] != contract.action_dim:
-        raise fail(
-            f"the network maps {dims[0]} -> {dims[-1]} but the contract names {contract.obs_dim} observations "
-            f"and {contract.action_dim} actions", "make the contract match the network and re-export",
-        )
-    try:
-        layers = onnx_graph.read_layers(model, specs)
-    except KeyError as exc:
-        raise fail(f"initializer {exc} is missing from the graph", regen) from None
-    for i, layer in enumerate(layers):
-        _check_layer(i, layer, fail, regen)
+    layers = _read_mlp(model, arch["layers"], "l", "layer", contract, fail, regen)
+    head_layers, residual = [], None
+    if "residual" in arch:
+        head_layers, residual = _read_head(model, arch["residual"], fv, contract, fail, regen)
     _check_io(model, contract, fail, regen)
     return ParsedArtifact(
         source=source, data=data, model=model, contract=contract, layers=layers,
         hidden_activation=arch["hidden_activation"], output_activation=arch["output_activation"],
-        sha256=hashlib.sha256(data).hexdigest(),
+        sha256=hashlib.sha256(data).hexdigest(), head_layers=head_layers, residual=residual,
     )
 
 
-def _check_layer(i: int, layer: StoredLayer, fail, regen: str) -> None:
+def _read_mlp(model: onnx.ModelProto, specs: Any, prefix: str, what: str, contract: PolicyContract,
+              fail, regen: str) -> list[StoredLayer]:
+    """The stored layers ``{prefix}{i}.*`` that ``specs`` describe, checked to map obs_dim -> action_dim."""
+    if not (isinstance(specs, list) and specs):
+        raise fail(f"the {what}s' description is missing or empty", regen)
+    for i, spec in enumerate(specs):
+        if not (isinstance(spec, dict) and spec.get("storage") in onnx_graph.STORAGES
+                and spec.get("dtype") in onnx_graph.DTYPES):
+            raise fail(f"{what} {i} description {spec!r} is malformed", regen)
+        if not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("in", "out")):
+            raise fail(f"{what} {i} sizes {spec.get('in')!r}x{spec.get('out')!r} are not positive integers", regen)
+    dims = [specs[0]["in"]] + [s["out"] for s in specs]
+    for i in range(1, len(specs)):
+        if specs[i]["in"] != specs[i - 1]["out"]:
+            raise fail(f"{what} {i} takes {specs[i]['in']} inputs but {what} {i - 1} gives {specs[i - 1]['out']}",
+                       regen)
+    if dims[0] != contract.obs_dim or dims[-1] != contract.action_dim:
+        network = "network" if prefix == "l" else "residual head"
+        raise fail(f"the {network} maps {dims[0]} -> {dims[-1]} but the contract names {contract.obs_dim} "
+                   f"observations and {contract.action_dim} actions",
+                   "make the contract match the network and re-export")
+    try:
+        layers = onnx_graph.read_layers(model, specs, prefix)
+    except KeyError as exc:
+        raise fail(f"initializer {exc} is missing from the graph", regen) from None
+    for i, layer in enumerate(layers):
+        _check_layer(f"{what} {i}", layer, fail, regen)
+    return layers
+
+
+def _read_head(model: onnx.ModelProto, spec: Any, fv: int, contract: PolicyContract, fail,
+               regen: str) -> tuple[list[StoredLayer], ResidualHead]:
+    """The residual head of a version-3 artifact: its stored layers and the dequantised ResidualHead."""
+    if fv < 3:
+        raise fail(f"the arch has a 'residual' head but format_version {fv} (a head needs 3)", regen)
+    if not (isinstance(spec, dict) and spec.get("hidden_activation") in ACTIVATIONS_HIDDEN
+            and isinstance(spec.get("bound"), list)):
+        raise fail("the 'residual' head description needs hidden_activation (one of "
+                   f"{ACTIVATIONS_HIDDEN}), bound (one number per action) and layers", regen)
+    stored = _read_mlp(model, spec.get("layers"), "r", "residual head layer", contract, fail, regen)
+    try:
+        bound = onnx_graph.initializer(model, "residual.bound")
+    except KeyError:
+        raise fail("initializer 'residual.bound' is missing from the graph", regen) from None
+    if bound.shape != (contract.action_dim,) or not np.array_equal(bound, np.float32(spec["bound"])):
+        raise fail(f"the graph's residual.bound {bound.tolist()} differs from the arch's {spec['bound']}", regen)
+    try:
+        head = ResidualHead([(layer.dequantized(), layer.bias.copy()) for layer in stored], tuple(spec["bound"]),
+                            spec["hidden_activation"])
+    except ValueError as exc:
+        raise fail(str(exc), "retrain the head or fix its bound, then save_residual_artifact() again") from None
+    return stored, head
+
+
+def _check_layer(name: str, layer: StoredLayer, fail, regen: str) -> None:
     want = np.int8 if layer.dtype == "int8" else np.float32
     if layer.bias.shape != (layer.out_dim,) or layer.bias.dtype != np.float32:
-        raise fail(f"layer {i} bias has shape {layer.bias.shape} {layer.bias.dtype}, "
+        raise fail(f"{name} bias has shape {layer.bias.shape} {layer.bias.dtype}, "
                    f"expected ({layer.out_dim},) float32", regen)
     if layer.storage == "dense":
         if layer.weight_t.shape != (layer.in_dim, layer.out_dim) or layer.weight_t.dtype != want:
-            raise fail(f"layer {i} weight has shape {layer.weight_t.shape} {layer.weight_t.dtype}, "
+            raise fail(f"{name} weight has shape {layer.weight_t.shape} {layer.weight_t.dtype}, "
                        f"expected ({layer.in_dim}, {layer.out_dim}) {np.dtype(want)}", regen)
     else:
         n = layer.in_dim * layer.out_dim
         if layer.mask.dtype != np.uint8 or layer.mask.shape != ((n + 7) // 8,):
-            raise fail(f"layer {i} sparse mask has shape {layer.mask.shape} {layer.mask.dtype}, "
+            raise fail(f"{name} sparse mask has shape {layer.mask.shape} {layer.mask.dtype}, "
                        f"expected ({(n + 7) // 8},) uint8", regen)
         set_bits = int(np.unpackbits(layer.mask, bitorder="little")[:n].sum())
         if layer.values.dtype != want or layer.values.ndim != 1 or layer.values.size != set_bits + 1:
-            raise fail(f"layer {i} stores {layer.values.size - 1} non-zero values but its mask has {set_bits}", regen)
+            raise fail(f"{name} stores {layer.values.size - 1} non-zero values but its mask has {set_bits}", regen)
     if layer.dtype == "int8":
         s = layer.w_scale
         if s.shape != (layer.out_dim,) or s.dtype != np.float32 or not (np.isfinite(s).all() and (s > 0).all()):
-            raise fail(f"layer {i} int8 scales are missing, mis-shaped, non-finite or <= 0", regen)
+            raise fail(f"{name} int8 scales are missing, mis-shaped, non-finite or <= 0", regen)
     else:
         w = layer.weight_t if layer.storage == "dense" else layer.values
         if not np.isfinite(w).all():
-            raise fail(f"layer {i} has NaN or Inf weights", "retrain or fix the weights, then re-export")
+            raise fail(f"{name} has NaN or Inf weights", "retrain or fix the weights, then re-export")
     if not np.isfinite(layer.bias).all():
-        raise fail(f"layer {i} has NaN or Inf biases", "retrain or fix the weights, then re-export")
+        raise fail(f"{name} has NaN or Inf biases", "retrain or fix the weights, then re-export")
 
 
 def _check_io(model: onnx.ModelProto, contract: PolicyContract, fail, regen: str) -> None:
@@ -593,7 +788,15 @@ def read_artifact_bytes(path: str | Path) -> bytes:
 
 
 def load_weights(path: str | Path) -> tuple[MlpWeights, PolicyContract]:
-    """Validate an artifact and return its (dequantised float32) weights and contract."""
+    """Validate an artifact and return its (dequantised float32) weights and contract.
+
+    For the tools that take one network (distillation's teacher, the torch reference node): an artifact
+    with a residual head is refused, since its MlpWeights would be the base alone.
+    """
     parsed = parse_artifact(read_artifact_bytes(path), str(path))
+    if parsed.residual is not None:
+        raise ArtifactError(f"{path}: carries a residual correction head (format version 3); this tool takes one "
+                            "network and would drop the head, so it refuses: give the plain artifact the head was "
+                            "trained on (its base)")
     return parsed.weights(), parsed.contract
 

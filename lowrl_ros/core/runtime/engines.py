@@ -224,10 +224,9 @@ class NumpyEngine:
         c = parsed.contract
         offset = np.array(c.obs_offset)
         scale = np.array(c.obs_scale)
-        n = len(parsed.layers)
         # Buffers: each layer's input ends with a constant 1 that multiplies the bias column.
-        bufs = [np.ones(layer.in_dim + 1, np.float32) for layer in parsed.layers]
-        self._x_body = bufs[0][:-1]
+        x_aug = np.ones(c.obs_dim + 1, np.float32)
+        self._x_body = x_aug[:-1]
         self._y = np.zeros(c.action_dim, np.float32)
         self.raw = self._y  # the network's output y, before the action transform (last_action "raw")
         self._steps: list[tuple] = []
@@ -237,7 +236,25 @@ class NumpyEngine:
             self._steps += [(functools.partial(np.maximum, out=self._x_body), (self._x_body, lo)),
                             (functools.partial(np.minimum, out=self._x_body), (self._x_body, hi))]
         self.kernel_kinds: list[str] = []
-        for i, layer in enumerate(parsed.layers):
+        self._add_mlp(parsed.layers, x_aug, self._y, parsed.hidden_activation, parsed.output_activation,
+                      offset, scale, kernel)
+        if parsed.residual is not None:
+            # y = y_base + bound * tanh(head(x)): the head reads the same (clipped) observation buffer.
+            d = np.zeros(c.action_dim, np.float32)
+            self._add_mlp(parsed.head_layers, x_aug, d, parsed.residual.hidden_activation, "tanh",
+                          offset, scale, kernel)
+            bound = np.array(parsed.residual.bound, np.float32)
+            self._steps += [(np.multiply, (d, bound, d)), (np.add, (self._y, d, self._y))]
+        self._steps = tuple(self._steps)
+        a_scale, a_offset = c.action_transform(parsed.output_activation)
+        self.run_into = self._make_run_into(a_scale, a_offset)
+
+    def _add_mlp(self, layers: list, x_aug: np.ndarray, y: np.ndarray, hidden: str, output: str,
+                 offset: np.ndarray, scale: np.ndarray, kernel: str) -> None:
+        """Append the steps of one MLP reading ``x_aug`` (raw obs + a constant 1) and writing ``y``."""
+        bufs = [x_aug] + [np.ones(layer.out_dim + 1, np.float32) for layer in layers[:-1]]
+        n = len(layers)
+        for i, layer in enumerate(layers):
             w = layer.dequantized().astype(np.float64)
             b = layer.bias.astype(np.float64)
             if i == 0:
@@ -245,7 +262,7 @@ class NumpyEngine:
                 w = w * scale[None, :]
                 b = b - w @ offset
             w_aug = np.concatenate([w, b[:, None]], axis=1).astype(np.float32)
-            out = self._y if i == n - 1 else bufs[i + 1][:-1]
+            out = y if i == n - 1 else bufs[i + 1][:-1]
             dense = _DenseKernel(w_aug, bufs[i], out)
             chosen = dense
             density = np.count_nonzero(w_aug) / w_aug.size
@@ -256,12 +273,8 @@ class NumpyEngine:
             # The hot loop is a flat tuple of (numpy function, positional args incl. out): no Python
             # method layer per step, no keyword parsing, no allocation.
             self._steps += chosen.calls()
-            act = parsed.output_activation if i == n - 1 else parsed.hidden_activation
-            self._steps += _activation_steps(act, out, np.empty_like(out))
+            self._steps += _activation_steps(output if i == n - 1 else hidden, out, np.empty_like(out))
             self.kernel_kinds.append(chosen.kind)
-        self._steps = tuple(self._steps)
-        a_scale, a_offset = c.action_transform(parsed.output_activation)
-        self.run_into = self._make_run_into(a_scale, a_offset)
 
     def _make_run_into(self, a_scale: np.ndarray, a_offset: np.ndarray):
         """The per-call function, as a closure over locals (no attribute lookups in the hot path)."""
@@ -311,7 +324,8 @@ class Policy:
             gather-kernel layers only their non-zero weights).
         dense_macs: multiply-adds if every weight is computed; nnz_macs: the non-zero weights.
         path: the file it came from; sha256: of the artifact's bytes; nbytes: artifact bytes.
-        kernels: the numpy engine's kernel per layer ("dense"/"gather"), empty for ORT.
+        kernels: the numpy engine's kernel per layer ("dense"/"gather"; the base's, then a residual
+            head's), empty for ORT.
     """
 
     def __init__(self, parsed: ParsedArtifact, engine_impl, reason: str, path: Path | None) -> None:
@@ -326,14 +340,14 @@ class Policy:
         # weight (zeros included); a gather kernel only the non-zero ones.
         if self.kernels:
             self.macs = int(sum(layer.nnz if k == "gather" else layer.in_dim * layer.out_dim
-                                for layer, k in zip(parsed.layers, self.kernels)))
+                                for layer, k in zip(parsed.all_layers, self.kernels)))
         else:
             self.macs = parsed.dense_macs
         self.path = path
         self.source = parsed.source
         self.sha256 = parsed.sha256
         self.nbytes = len(parsed.data)
-        self.int8 = any(layer.dtype == "int8" for layer in parsed.layers)
+        self.int8 = any(layer.dtype == "int8" for layer in parsed.all_layers)
         self._impl = engine_impl
         self._run = engine_impl.run_into
         self._low = np.array(c.action_low, np.float64)

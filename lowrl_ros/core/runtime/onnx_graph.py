@@ -3,6 +3,7 @@
 The graph is plain standard ONNX (opset 18), so any ONNX runtime gets actions from it:
 
     obs -> (obs - offset) * scale -> [clip to +-obs_clip] -> [layer -> activation]*
+        -> [+ bound * tanh(residual head of the same normalised obs)]
         -> action_offset + action_scale * y -> clamp to [low, high] -> action
 
 The clip is there only when the contract sets ``obs_clip``; the rescale (Mul, Add) only when it is not
@@ -12,7 +13,10 @@ Hidden activations are those of ``activations.HIDDEN``: Relu, Tanh, Elu (alpha 1
 0.01) and Softsign are single opset-18 ops; SiLU is ``x * Sigmoid(x)`` and GELU (tanh
 approximation) ``0.5 * x * (1 + Tanh(k * (x + c * x^3)))`` composed from Mul/Add/Tanh (opset 18 has
 no Gelu op; ORT fuses the pattern where it can). An artifact that uses nothing of format version 2
-gets exactly the graph (and bytes) the version-1 writer made.
+gets exactly the graph (and bytes) the version-1 writer made. The residual head (format version 3)
+is a second MLP with initializers ``r{i}.*`` (stored like the base's ``l{i}.*``), its last layer
+followed by Tanh, a Mul by ``residual.bound`` and an Add onto the base's y (``residual.y``, which the
+action transform then reads).
 
 Each layer's weight is stored one of four ways (``StoredLayer.storage`` / ``.dtype``):
 
@@ -46,6 +50,7 @@ from lowrl_ros.core.runtime import activations
 OPSET = 18  # BitwiseAnd needs 18; ORT >= 1.14 and onnx >= 1.13 run it
 IN_NAME = "obs"
 OUT_NAME = "action"
+RESIDUAL_Y = "residual.y"  # the combined y = y_base + correction that the action transform reads
 STORAGES = ("dense", "sparse")
 DTYPES = ("fp32", "int8")
 
@@ -140,6 +145,9 @@ def build_model(
     obs_clip: float | None = None,
     action_scale: np.ndarray | None = None,
     action_offset: np.ndarray | None = None,
+    head_layers: list[StoredLayer] | None = None,
+    head_hidden_activation: str = "relu",
+    head_bound: np.ndarray | None = None,
 ) -> onnx.ModelProto:
     """The whole artifact graph; ``metadata`` goes into the model's metadata_props.
 
@@ -148,6 +156,9 @@ def build_model(
         action_scale, action_offset: the contract's explicit action transform
             (``action_offset + action_scale * y``); both None: the version-1 default (tanh output
             mapped onto [low, high], none output unchanged). Give both or neither.
+        head_layers, head_hidden_activation, head_bound: the residual correction head (format
+            version 3): the action transform then reads y_base + head_bound * tanh(head(x_norm)),
+            with the head's initializers named ``r{i}.*`` beside the base's ``l{i}.*``.
     """
     if (action_scale is None) != (action_offset is None):
         raise ValueError("give both action_scale and action_offset (PolicyContract.action_transform) or neither")
@@ -169,28 +180,14 @@ def build_model(
         clip = np.float32(obs_clip)
         x = node("Clip", [x, _const(inits, "obs_clip_low", np.array(-clip, np.float32)),
                           _const(inits, "obs_clip_high", np.array(clip, np.float32))], "obs_clipped")
-    for i, layer in enumerate(layers):
-        p = f"l{i}"
-        if layer.storage == "dense":
-            w = _const(inits, f"{p}.w" if layer.dtype == "fp32" else f"{p}.wq", layer.weight_t)
-        else:
-            w = _expand_sparse(node, inits, p, layer)
-        bias = _const(inits, f"{p}.b", layer.bias)
-        if layer.dtype == "fp32":
-            y = node("MatMul", [x, w], f"{p}.mm")
-        else:
-            q = [f"{p}.xq", f"{p}.xs", f"{p}.xzp"]
-            nodes.append(helper.make_node("DynamicQuantizeLinear", [x], q, name=f"{p}.dql"))
-            wu8 = _int8_to_uint8(node, inits, p, w)
-            wzp = _const(inits, f"{p}.wzp", np.full(layer.out_dim, 128, np.uint8))
-            acc = node("MatMulInteger", [q[0], wu8, q[2], wzp], f"{p}.mmi")
-            accf = node("Cast", [acc], f"{p}.accf", to=TensorProto.FLOAT)
-            scale = node("Mul", [q[1], _const(inits, f"{p}.w_scale", layer.w_scale)], f"{p}.scale")
-            y = node("Mul", [accf, scale], f"{p}.mm")
-        y = node("Add", [y, bias], f"{p}.pre")
-        last = i == len(layers) - 1
-        act = output_activation if last else hidden_activation
-        x = _activation(node, inits, act, y, f"{p}.act")
+    x_norm = x
+    x = _mlp(node, nodes, inits, "l", layers, x, hidden_activation, output_activation)
+    if head_layers:
+        # The residual correction head (format version 3): y = y_base + bound * tanh(head(x_norm)).
+        d = _mlp(node, nodes, inits, "r", head_layers, x_norm, head_hidden_activation, "tanh")
+        d = node("Mul", [d, _const(inits, "residual.bound", np.asarray(head_bound, np.float64).astype(np.float32))],
+                 "residual.d")
+        x = node("Add", [x, d], RESIDUAL_Y)
     low = action_low.astype(np.float32)
     high = action_high.astype(np.float32)
     if action_scale is None:
@@ -221,6 +218,34 @@ def build_model(
     model.ir_version = 8  # onnx 1.13+ / ORT 1.14+ read it; newer IR versions lock older runtimes out
     helper.set_model_props(model, metadata)
     return model
+
+
+def _mlp(node, nodes: list, inits: list, prefix: str, layers: list[StoredLayer], x: str, hidden: str,
+         output: str) -> str:
+    """Append the layers (initializers ``{prefix}{i}.*``) reading ``x``; returns the last activation's output."""
+    for i, layer in enumerate(layers):
+        p = f"{prefix}{i}"
+        if layer.storage == "dense":
+            w = _const(inits, f"{p}.w" if layer.dtype == "fp32" else f"{p}.wq", layer.weight_t)
+        else:
+            w = _expand_sparse(node, inits, p, layer)
+        bias = _const(inits, f"{p}.b", layer.bias)
+        if layer.dtype == "fp32":
+            y = node("MatMul", [x, w], f"{p}.mm")
+        else:
+            q = [f"{p}.xq", f"{p}.xs", f"{p}.xzp"]
+            nodes.append(helper.make_node("DynamicQuantizeLinear", [x], q, name=f"{p}.dql"))
+            wu8 = _int8_to_uint8(node, inits, p, w)
+            wzp = _const(inits, f"{p}.wzp", np.full(layer.out_dim, 128, np.uint8))
+            acc = node("MatMulInteger", [q[0], wu8, q[2], wzp], f"{p}.mmi")
+            accf = node("Cast", [acc], f"{p}.accf", to=TensorProto.FLOAT)
+            scale = node("Mul", [q[1], _const(inits, f"{p}.w_scale", layer.w_scale)], f"{p}.scale")
+            y = node("Mul", [accf, scale], f"{p}.mm")
+        y = node("Add", [y, bias], f"{p}.pre")
+        last = i == len(layers) - 1
+        act = output if last else hidden
+        x = _activation(node, inits, act, y, f"{p}.act")
+    return x
 
 
 def _activation(node, inits: list, act: str, y: str, out: str) -> str:
@@ -280,8 +305,8 @@ def _expand_sparse(node, inits: list, p: str, layer: StoredLayer) -> str:
     return node("Reshape", [flat, shape], f"{p}.w_dense")
 
 
-def read_layers(model: onnx.ModelProto, arch_layers: list[dict]) -> list[StoredLayer]:
-    """Read the layer initializers named by the arch description; KeyError names a missing one."""
+def read_layers(model: onnx.ModelProto, arch_layers: list[dict], prefix: str = "l") -> list[StoredLayer]:
+    """Read the layer initializers ``{prefix}{i}.*`` named by the arch description; KeyError names a missing one."""
     inits = {t.name: t for t in model.graph.initializer}
 
     def get(name: str) -> np.ndarray:
@@ -291,7 +316,7 @@ def read_layers(model: onnx.ModelProto, arch_layers: list[dict]) -> list[StoredL
 
     layers = []
     for i, spec in enumerate(arch_layers):
-        p = f"l{i}"
+        p = f"{prefix}{i}"
         layer = StoredLayer(int(spec["in"]), int(spec["out"]), spec["storage"], spec["dtype"], get(f"{p}.b"))
         if layer.dtype == "int8":
             layer.w_scale = get(f"{p}.w_scale")

@@ -333,8 +333,8 @@ def fold_sensor_offsets(src: str | Path, dst: str | Path, sensors: dict, version
     The network then reads (obs - bias - offset) * scale: the robot's biased readings become the simulator's.
     The weights (int8 included) are unchanged; only the contract's offset and provenance differ (and its
     ``version`` / ``parent_version`` when given: a release to the robot must be newer than what it runs)."""
-    # _write puts the stored (already quantised) layers back as they are: no re-quantisation.
-    from lowrl_ros.core.runtime.artifact import _write, parse_artifact, read_artifact_bytes
+    # rewrite_artifact puts the stored (already quantised) layers back as they are: no re-quantisation.
+    from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes, rewrite_artifact
 
     parsed = parse_artifact(read_artifact_bytes(src), str(src))
     c = parsed.contract
@@ -346,7 +346,7 @@ def fold_sensor_offsets(src: str | Path, dst: str | Path, sensors: dict, version
                                    provenance={**c.provenance, "sensor_offsets_folded": "lowrl_ros.core.sim.sysid"})
     if version is not None:
         contract = dataclasses.replace(contract, version=int(version), parent_version=parent_version)
-    return _write(dst, parsed.layers, parsed.hidden_activation, parsed.output_activation, contract)
+    return rewrite_artifact(parsed, dst, contract)
 
 
 def true_fields(gap: RealityGapConfig) -> dict:

@@ -36,7 +36,7 @@ import onnx
 from onnx import numpy_helper
 
 from lowrl_ros.core.config import field
-from lowrl_ros.core.runtime.artifact import ArtifactError, PolicyContract, parse_artifact, reference_action
+from lowrl_ros.core.runtime.artifact import ArtifactError, PolicyContract, parse_artifact
 from lowrl_ros.core.runtime.bundle import MANIFEST, PolicyBundle, is_bundle_file, load_bundle
 from lowrl_ros.core.runtime.engines import probe_observations
 from lowrl_ros.core.runtime.swap import RejectCode
@@ -252,7 +252,6 @@ class BundleReceiver:
         """
         c = parsed.contract
         probes = probe_observations(c, n=self.config.probe_count, seed=version)
-        weights = parsed.weights()
         low, high = np.array(c.action_low), np.array(c.action_high)
         span = high - low
         # int8 ORT also quantizes activations (dynamic uint8); the numpy engine and the reference do not.
@@ -262,7 +261,7 @@ class BundleReceiver:
             if not (np.isfinite(action).all() and (action >= low).all() and (action <= high).all()):
                 raise BundleRejected("parity", f"bundle v{version} tier {tier!r} gave action {action.tolist()} "
                                                "(non-finite or outside the limits) on a probe observation")
-            diff = np.abs(action - reference_action(weights, c, obs))
+            diff = np.abs(action - parsed.reference_action(obs))  # a residual head included
             if (diff > tol).any():
                 raise BundleRejected("parity", f"bundle v{version} tier {tier!r}: engine {policy.engine} and "
                                                f"the weights' reference differ by {diff.max():.4g} > "
