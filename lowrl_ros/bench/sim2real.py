@@ -251,9 +251,11 @@ def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
         model.learn(args.ppo_steps)
         model.save(ppo_dir / "ppo.zip")
     # What a user runs: lowrl import PPO.zip -o actor_int8.onnx --int8 --env-id Pendulum-v1, then lowrl kit.
-    import_args = argparse.Namespace(source=ppo_dir / "ppo.zip", output=run_dir / "actor_int8.onnx", kind=None,
-                                     sidecar=None, vecnormalize=None, activation=None, int8=True, sparsity=0.0,
-                                     version=1, tier="full", env_id=env_id, control_period=None)
+    # Parsed by the command's own parser, so a flag `lowrl import` gains never goes missing here.
+    import_parser = argparse.ArgumentParser()
+    import_policy.add_arguments(import_parser)
+    import_args = import_parser.parse_args([str(ppo_dir / "ppo.zip"), "-o", str(run_dir / "actor_int8.onnx"),
+                                            "--int8", "--env-id", env_id])
     if import_policy.run(import_args) != 0:
         raise ValueError("lowrl import refused the PPO model (see above)")
     weights, contract = load_weights(run_dir / "actor_int8.onnx")
