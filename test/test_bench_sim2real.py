@@ -138,3 +138,19 @@ def test_legged_fine_tuning_runs_on_the_gapped_robot_with_the_shipped_artifact(t
     sim = gap_returns(run / "actor_int8.onnx", "LeggedAnt", RealityGapConfig(), 2, 10_000)
     gapped = gap_returns(run / "actor_int8.onnx", "LeggedAnt", gap, 2, 10_000)
     assert sum(gapped) < sum(sim)  # the preset costs the sim policy return
+
+
+def test_finetune_set_sets_other_fine_tuner_fields_and_refuses_flagged_or_bad_ones(capsys):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import add_arguments, finetune_set, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--methods", "residual", "--finetune-set", "residual_scale=0.1",
+                              "residual_critic_updates=5e3", "residual_prior=false"])
+    assert finetune_set(args) == {"residual_scale": 0.1, "residual_critic_updates": 5000, "residual_prior": False}
+    for item, says in (("lr=0.1", "use --lr"), ("nope=1", "no such field"),
+                       ("residual_scale=2", "residual_scale=2.0 must be in")):
+        assert run(parser.parse_args(["--finetune-set", item, "--out", "/nonexistent/never"])) == 2
+        assert says in capsys.readouterr().out

@@ -191,3 +191,19 @@ def test_a_residual_base_part_and_a_missing_base_are_handled(base_kit, tmp_path)
 def test_residual_settings_are_validated_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"FineTuneConfig: {field}="):
         FineTuneConfig(algorithm="residual", **{field: value})
+
+
+def test_a_lowrl_train_kit_works_too(tiny_kit, tmp_path):
+    """Our own SAC kit: the base is its int8 artifact (tanh output); the yardstick stays the kit's actor and critic."""
+    kit_dir, int8 = tiny_kit
+    kit = load_kit(kit_dir)
+    tuner = FineTuner(kit, FineTuneConfig(**{**CFG, "residual_critic_updates": 0}), tmp_path, base_path=str(int8))
+    base, contract = load_weights(int8)
+    obs = np.random.default_rng(3).normal(0.0, 2.0, (200, kit.obs_dim))
+    with torch.no_grad():
+        got = tuner.agent.actor(torch.as_tensor(norm_obs(contract, obs), dtype=torch.float32)).numpy()
+    low, high = np.asarray(contract.action_low), np.asarray(contract.action_high)
+    assert np.max(np.abs(low + (got + 1.0) * (high - low) / 2.0 - reference_action(base, contract, obs))) < 1e-5
+    _fill(tuner)
+    assert tuner.update(10) == 10 and tuner.weights_finite()
+    assert np.isfinite(tuner.start_value(obs[0]))

@@ -114,6 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fine-tuner updates per robot step (FineTuneConfig.updates_per_transition; 1)")
     parser.add_argument("--bc-weight", type=float, default=0.0,
                         help="behaviour-cloning weight in the actor loss (FineTuneConfig.bc_weight; 0: off)")
+    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="set another FineTuneConfig field of the fine-tuner, e.g. --finetune-set "
+                             "residual_scale=0.1 residual_critic_updates=500 (the fields with a flag of their own "
+                             "take the flag)")
     parser.add_argument("--oracle", action="store_true",
                         help="also train a policy on the gapped robot from scratch (same config and steps): the "
                              "return achievable under the gap, and the gap recovered against it")
@@ -193,6 +197,29 @@ def _gaps(args: argparse.Namespace) -> dict:
                                         **ENV_GAP.get(env_id, {}), **changes}) for env_id in args.envs}
 
 
+# FineTuneConfig fields the benchmark sets from flags of their own (--finetune-set refuses them).
+_FLAGGED = {"version_every_updates": "--version-every", "eval_episodes": "--judge-episodes", "seed": "--seeds",
+            "lr": "--lr", "critic_warmup_updates": "--critic-warmup", "updates_per_transition": "--updates-per-step",
+            "bc_weight": "--bc-weight", "judge_baseline": "--plain-judging", "algorithm": "--methods"}
+
+
+def finetune_set(args: argparse.Namespace) -> dict:
+    """--finetune-set FIELD=VALUE items as FineTuneConfig values (ValueError naming a bad or flagged field)."""
+    from lowrl_ros.core.config import coerce
+    from lowrl_ros.core.finetune.config import FineTuneConfig
+
+    fields = FineTuneConfig.__dataclass_fields__
+    out = {}
+    for name, value in parse_overrides(args.finetune_set, "--finetune-set").items():
+        if name in _FLAGGED:
+            raise ValueError(f"--finetune-set {name}: use {_FLAGGED[name]}")
+        if name not in fields:
+            raise ValueError(f"--finetune-set {name}: FineTuneConfig has no such field")
+        out[name] = coerce(fields[name], value, owner="FineTuneConfig")
+    FineTuneConfig(**out)  # its own checks, before any run
+    return out
+
+
 def _config_tag(cfg) -> str:
     """Short hash of a training config: a cached policy is reused only for the config that made it."""
     return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:8]
@@ -250,7 +277,7 @@ def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     # What a user runs: lowrl import PPO.zip -o actor_int8.onnx --int8 --env-id Pendulum-v1, then lowrl kit.
     import_args = argparse.Namespace(source=ppo_dir / "ppo.zip", output=run_dir / "actor_int8.onnx", kind=None,
                                      sidecar=None, vecnormalize=None, activation=None, int8=True, sparsity=0.0,
-                                     version=1, tier="full", env_id=env_id, control_period=None)
+                                     version=1, tier="full", env_id=env_id, control_period=None, last_action=None)
     if import_policy.run(import_args) != 0:
         raise ValueError("lowrl import refused the PPO model (see above)")
     weights, contract = load_weights(run_dir / "actor_int8.onnx")
@@ -533,6 +560,7 @@ def run(args: argparse.Namespace) -> int:
                 from lowrl_ros.core.sim.legged import LeggedRobot
 
                 LeggedRobot(gap=gaps[env_id])
+        tune_set = finetune_set(args)
         if "sysid" in args.methods and args.envs != [LEGGED]:
             raise ValueError("--methods sysid identifies the legged robot's gap; run it with --envs LeggedAnt")
         if args.start == "sb3-ppo" and args.envs != ["Pendulum-v1"]:
@@ -545,7 +573,7 @@ def run(args: argparse.Namespace) -> int:
                      "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
-                     "bc_weight": args.bc_weight, "methods": list(args.methods),
+                     "bc_weight": args.bc_weight, "methods": list(args.methods), "finetune_set": tune_set,
                      "updates_per_step": args.updates_per_step,
                      "judge_baseline": not args.plain_judging, "train_set": list(args.train_set),
                      "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None,
@@ -590,7 +618,7 @@ def run(args: argparse.Namespace) -> int:
                     ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
                                args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
                                updates_per_step=args.updates_per_step, bc_weight=args.bc_weight,
-                                   judge_baseline=not args.plain_judging, algorithm=method)
+                                   judge_baseline=not args.plain_judging, algorithm=method, **tune_set)
                     after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
                 s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
                 recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -658,7 +686,8 @@ def run(args: argparse.Namespace) -> int:
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
                 f"{args.updates_per_step} update(s) per robot step (rlpd: its rlpd_updates_per_transition), "
-                f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}), "
+                f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}"
+                + "".join(f", {k} {v}" for k, v in tune_set.items()) + "), "
                 + ("versions judged on plain mean returns, " if args.plain_judging
                    else "versions judged on returns adjusted for the start state, ")
                 + f"returns over {args.eval_episodes} seeded episodes"
