@@ -12,6 +12,8 @@ deployed policy was compressed to.
 A kit made from an imported artifact (`lowrl kit`, kit.py) trains that artifact's own actor
 (``ArtifactActor``: its activations, frozen normaliser and action transform, the zeros of its sparse
 layers kept); its versions keep the imported architecture and contract, only the weights change.
+The ``residual`` learner (residual.py) trains none of the actor: the base artifact stays frozen and a
+small head learns a bounded correction; its versions are the base artifact plus that head.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from lowrl_ros.core.train.replay import ReplayBuffer
 _KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
 # crossq and rlpd start fresh critics (the kit's have no normalisation layers): the actor waits this many
 # critic-only updates (or critic_warmup_updates if more) so a random critic cannot drag the kit's policy down.
+# residual's fresh critics wait residual_critic_updates instead (FineTuneConfig).
 FRESH_CRITIC_WARMUP = 1000
 
 
