@@ -95,7 +95,7 @@ class FineTuneFacts:
     rss_mb: float = 0.0
     memory_cap_mb: float = 0.0
     tier: str = "unknown"
-    learner: str = ""  # FineTuner.learner (kit, crossq, rlpd)
+    learner: str = ""  # FineTuner.learner (kit, crossq, rlpd, residual)
     updates_per_s: float = 0.0  # measured over the update time (FineTuner.updates_per_s)
     prior: int = 0  # prior transitions held (rlpd, residual)
     notes: str = ""  # FineTuner.notes: what the learner was seeded with (residual: which data), "; "-joined
