@@ -148,3 +148,19 @@ def test_the_evaluation_noise_is_the_base_against_itself_as_a_share_of_the_gap()
     assert math.isnan(_recovered([50.0], [50.0], [60.0]))  # no gap: no share of it
     noise = _noise([100.0], [40.0, 60.0], [45.0, 55.0, 65.0])
     assert noise["base_vs_itself_pct"] == 10.0 and noise["before_returns_second_set"] == [45.0, 55.0, 65.0]
+
+
+def test_finetune_set_sets_other_fine_tuner_fields_and_refuses_flagged_or_bad_ones(capsys):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import add_arguments, finetune_set, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--methods", "residual", "--finetune-set", "residual_scale=0.1",
+                              "residual_critic_updates=5e3", "residual_prior=false"])
+    assert finetune_set(args) == {"residual_scale": 0.1, "residual_critic_updates": 5000, "residual_prior": False}
+    for item, says in (("lr=0.1", "use --lr"), ("nope=1", "no such field"),
+                       ("residual_scale=2", "residual_scale=2.0 must be in")):
+        assert run(parser.parse_args(["--finetune-set", item, "--out", "/nonexistent/never"])) == 2
+        assert says in capsys.readouterr().out

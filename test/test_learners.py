@@ -162,7 +162,8 @@ def test_rlpd_fine_tuner_loads_the_kits_prior_data_and_old_kits_without_it(tiny_
 
 # ---- config -----------------------------------------------------------------------------------
 def test_learner_config_is_validated_with_a_clear_message(tiny_kit, tmp_path):
-    assert FineTuneConfig().algorithm == "kit" and set(ALGORITHMS) == {"kit", "sac", "td3", "crossq", "rlpd"}
+    assert FineTuneConfig().algorithm == "kit"
+    assert set(ALGORITHMS) == {"kit", "sac", "td3", "crossq", "rlpd", "residual"}
     with pytest.raises(ValueError, match="algorithm='ppo' is not one of kit, sac, td3, crossq, rlpd"):
         FineTuneConfig(algorithm="ppo")
     with pytest.raises(ValueError, match="rlpd_updates_per_transition"):

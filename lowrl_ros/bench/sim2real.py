@@ -117,6 +117,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fine-tuner updates per robot step (FineTuneConfig.updates_per_transition; 1)")
     parser.add_argument("--bc-weight", type=float, default=0.0,
                         help="behaviour-cloning weight in the actor loss (FineTuneConfig.bc_weight; 0: off)")
+    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="set another FineTuneConfig field of the fine-tuner, e.g. --finetune-set "
+                             "residual_scale=0.1 residual_critic_updates=500 (the fields with a flag of their own "
+                             "take the flag)")
     parser.add_argument("--oracle", action="store_true",
                         help="also train a policy on the gapped robot from scratch (same config and steps): the "
                              "return achievable under the gap, and the gap recovered against it")
@@ -194,6 +198,29 @@ def _gaps(args: argparse.Namespace) -> dict:
     changes = parse_gap_items(args.gap)
     return {env_id: RealityGapConfig(**{**(legged_gap_preset() if env_id == LEGGED else BENCH_GAP),
                                         **ENV_GAP.get(env_id, {}), **changes}) for env_id in args.envs}
+
+
+# FineTuneConfig fields the benchmark sets from flags of their own (--finetune-set refuses them).
+_FLAGGED = {"version_every_updates": "--version-every", "eval_episodes": "--judge-episodes", "seed": "--seeds",
+            "lr": "--lr", "critic_warmup_updates": "--critic-warmup", "updates_per_transition": "--updates-per-step",
+            "bc_weight": "--bc-weight", "judge_baseline": "--plain-judging", "algorithm": "--methods"}
+
+
+def finetune_set(args: argparse.Namespace) -> dict:
+    """--finetune-set FIELD=VALUE items as FineTuneConfig values (ValueError naming a bad or flagged field)."""
+    from lowrl_ros.core.config import coerce
+    from lowrl_ros.core.finetune.config import FineTuneConfig
+
+    fields = FineTuneConfig.__dataclass_fields__
+    out = {}
+    for name, value in parse_overrides(args.finetune_set, "--finetune-set").items():
+        if name in _FLAGGED:
+            raise ValueError(f"--finetune-set {name}: use {_FLAGGED[name]}")
+        if name not in fields:
+            raise ValueError(f"--finetune-set {name}: FineTuneConfig has no such field")
+        out[name] = coerce(fields[name], value, owner="FineTuneConfig")
+    FineTuneConfig(**out)  # its own checks, before any run
+    return out
 
 
 def _config_tag(cfg) -> str:
@@ -478,7 +505,8 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
     wall = time.perf_counter() - started
     tracker = tuner.tracker
     best = tracker.versions[tracker.best] if tracker.best is not None else tracker.versions[tracker.current]
-    artifact_bytes = [Path(v.path).stat().st_size for v in tracker.versions.values() if v.path != base]
+    # What reaches the robot per version: the whole file, or only the head where the base is shared (residual).
+    artifact_bytes = [_changed_bytes(v.path) for v in tracker.versions.values() if v.path != base]
     buf = io.BytesIO()
     torch.save({k: v.to(torch.float32).contiguous() for k, v in tuner.agent.actor.state_dict().items()}, buf)
     return {"best_version": best.version, "best_path": best.path, "versions": len(tracker.versions),
@@ -489,6 +517,14 @@ def fine_tune(run_dir: Path, env_id: str, gap, steps: int, version_every: int, s
             "fp32_state_dict_bytes": buf.getbuffer().nbytes,
             "statuses": {v.version: v.status for v in tracker.versions.values()},
             "version_paths": {v.version: v.path for v in tracker.versions.values()}, "out_dir": str(out_dir)}
+
+
+def _changed_bytes(path: str) -> int:
+    """The bytes a new version changes: a residual version's head (its base is the deployed one), else the file."""
+    from lowrl_ros.core.runtime.artifact import artifact_head_bytes, parse_artifact, read_artifact_bytes
+
+    parsed = parse_artifact(read_artifact_bytes(path), path)
+    return artifact_head_bytes(parsed) or len(parsed.data)
 
 
 def _recovered(sim: list[float], before: list[float], after: list[float]) -> float:
@@ -549,6 +585,7 @@ def run(args: argparse.Namespace) -> int:
                 from lowrl_ros.core.sim.legged import LeggedRobot
 
                 LeggedRobot(gap=gaps[env_id])
+        tune_set = finetune_set(args)
         if "sysid" in args.methods and args.envs != [LEGGED]:
             raise ValueError("--methods sysid identifies the legged robot's gap; run it with --envs LeggedAnt")
         if args.start == "sb3-ppo" and args.envs != ["Pendulum-v1"]:
@@ -561,7 +598,7 @@ def run(args: argparse.Namespace) -> int:
                      "robot_steps": args.robot_steps, "eval_episodes": args.eval_episodes,
                      "lr": args.lr, "judge_episodes": args.judge_episodes, "version_every": args.version_every,
                      "nstep": args.nstep, "explore_std": args.explore_std, "critic_warmup": args.critic_warmup,
-                     "bc_weight": args.bc_weight, "methods": list(args.methods),
+                     "bc_weight": args.bc_weight, "methods": list(args.methods), "finetune_set": tune_set,
                      "updates_per_step": args.updates_per_step,
                      "judge_baseline": not args.plain_judging, "train_set": list(args.train_set),
                      "oracle_steps": (args.oracle_steps or args.train_steps or None) if args.oracle else None,
@@ -614,7 +651,7 @@ def run(args: argparse.Namespace) -> int:
                     ft = fine_tune(run_dir, env_id, gap, args.robot_steps, args.version_every, seed, args.lr,
                                args.judge_episodes, args.nstep, args.explore_std, args.critic_warmup,
                                updates_per_step=args.updates_per_step, bc_weight=args.bc_weight,
-                                   judge_baseline=not args.plain_judging, algorithm=method)
+                                   judge_baseline=not args.plain_judging, algorithm=method, **tune_set)
                     after = gap_returns(ft["best_path"], env_id, gap, args.eval_episodes, eval_seed)
                 s, b, a = float(np.mean(sim)), float(np.mean(before)), float(np.mean(after))
                 recovered = 100.0 * (a - b) / (s - b) if s - b > 1e-9 else float("nan")
@@ -686,7 +723,8 @@ def run(args: argparse.Namespace) -> int:
                 f"in-process FineTuner, lr {args.lr:g}, a version every {args.version_every} updates judged on "
                 f"{args.judge_episodes} episodes, {args.nstep}-step TD, exploration std {args.explore_std:g}, "
                 f"{args.updates_per_step} update(s) per robot step (rlpd: its rlpd_updates_per_transition), "
-                f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}), "
+                f"critic warm-up {args.critic_warmup} updates, BC weight {args.bc_weight:g}"
+                + "".join(f", {k} {v}" for k, v in tune_set.items()) + "), "
                 + ("versions judged on plain mean returns, " if args.plain_judging
                    else "versions judged on returns adjusted for the start state, ")
                 + f"returns over {args.eval_episodes} seeded episodes"

@@ -173,7 +173,8 @@ class FineTuneNode(Node):
         else:
             self._worker.start()
             self.get_logger().info(f"recording to {log_dir}; kit {get('kit_path')} ({kit.train_config.algo}, "
-                                   f"{kit.obs_dim} obs -> {kit.action_dim} actions); versions to {service}")
+                                   f"{kit.obs_dim} obs -> {kit.action_dim} actions); versions to {service}"
+                                   + "".join(f"; {note}" for note in self.tuner.notes))
 
     def _get(self, name: str) -> Any:
         return self.get_parameter(name).value

@@ -12,8 +12,8 @@ from lowrl_ros.core.config import field, require
 # docs/finetune_reference.md, "Learners" (finetune_node's own `learner` parameter is robot | offboard): kit = the
 # kit's own SAC/TD3 (the default until `lowrl bench sim2real --methods` says otherwise); crossq = CrossQ, UTD 1;
 # rlpd = the kit's sim replay in half of each batch, LayerNorm critics, rlpd_updates_per_transition updates per
-# transition.
-ALGORITHMS = ("kit", "sac", "td3", "crossq", "rlpd")
+# transition; residual = the base artifact frozen, a bounded correction learned on top (core/finetune/residual.py).
+ALGORITHMS = ("kit", "sac", "td3", "crossq", "rlpd", "residual")
 
 
 @dataclass(frozen=True)
@@ -22,16 +22,18 @@ class FineTuneConfig:
 
     algorithm: str = field("kit", "fine-tuning algorithm: kit (the kit's own SAC or TD3), sac, td3 (must match "
                                 "the kit), crossq (CrossQ: batch-renormalised critics, no targets), rlpd (the "
-                                "kit's sim replay in half of every batch, LayerNorm critics, UTD > 1)")
+                                "kit's sim replay in half of every batch, LayerNorm critics, UTD > 1), residual "
+                                "(the base artifact frozen, a small bounded correction learned on top: imported "
+                                "policies)")
     # RLPD's README runs UTD 20 on a GPU. On this project's 2-core machine one SAC update (obs 48, action 12,
     # batch 128, 256x256, 1 thread) took ~18 ms of CPU (~54 updates per CPU-second, shared machine): UTD 2 at a
     # 20 Hz robot is ~40 updates/s, most of one niced core. Faster CPUs can raise it; a slower learner only falls
     # behind the cap (the status reports the updates/s achieved).
     rlpd_updates_per_transition: float = field(2.0, "update-to-data ratio of the rlpd learner (its "
                                                      "updates_per_transition)", range=(1e-3, 100.0))
-    prior_size: int = field(50_000, "rlpd: at most this many transitions of the kit's prior data (prior.npz) "
-                                    "held in memory, the newest; they count against memory_cap_mb",
-                            range=(0, 10_000_000))
+    prior_size: int = field(50_000, "rlpd (and residual with residual_prior): at most this many transitions "
+                                    "of the kit's prior data (prior.npz) held in memory, the newest; they count "
+                                    "against memory_cap_mb", range=(0, 10_000_000))
     # 1e-3, measured in `lowrl bench sim2real` (docs/sim_to_real.md): as good as 1e-4 on Pendulum-v1 and far
     # better on InvertedPendulum-v5 (all 3 seeds to ~1000 on the gapped robot, against 29-43 % of the gap at 1e-4).
     lr: float = field(1e-3, "Adam learning rate of the fine-tuner", range=(1e-7, 1.0))
@@ -66,6 +68,28 @@ class FineTuneConfig:
     # keeps the actor near what the robot did, where the critic has data.
     bc_weight: float = field(0.0, "weight of a behaviour-cloning term in the actor loss (TD3+BC; 0: off)",
                              range=(0.0, 1e6))
+    # The residual learner (core/finetune/residual.py, docs/finetune_reference.md "Learners"). Defaults: the
+    # benchmark gaps (actuator gain -20 %, an encoder offset) need corrections of a fifth of the range to be won
+    # back, so 0.2 (the reference's 0.05-0.1 would cap the recoverable share below the target; a version
+    # that the correction makes worse is judged and rolled back like any other).
+    residual_scale: float = field(0.2, "residual: the correction's bound, a fraction of each action's half range "
+                                       "(0 < scale <= 1)", range=(1e-6, 1.0))
+    residual_hidden: int = field(64, "residual: width of the correction network's two hidden layers",
+                                 range=(1, 4096))
+    # Weight of mean((d / bound)^2) against the actor's Q term over its mean |Q| (TD3+BC's normalisation, so
+    # the weight does not depend on the reward's scale). TD3+BC's 0.4 on the action's squared error is ~0.016
+    # on this term at scale 0.2 (0.4 x 0.2^2): 0.01 anchors a little less than that, as online data allows.
+    residual_anchor: float = field(0.01, "residual: weight of the anchor to the base, mean((correction / "
+                                         "bound)^2), in the actor loss", range=(0.0, 1e6))
+    # ~5k critic-only steps in the reference recipe on robot data alone; with the kit's simulator transitions in
+    # half of each batch (residual_prior) 2000 leave 18 of 20 versions to a 20k-step session at UTD 1.
+    residual_critic_updates: int = field(2000, "residual: first updates that train the fresh critics only, on "
+                                               "the base's own rollouts (versions count from their end)",
+                                         range=(0, 10_000_000))
+    # The robot runs its deployed version without noise: its data hold no action other than the base's, so the
+    # critic's action gradient needs the kit's simulator transitions (collected with exploration noise).
+    residual_prior: bool = field(True, "residual: seed the replay with the kit's simulator transitions (prior.npz, "
+                                       "half of every batch, as rlpd)")
     # See the module docstring: the baseline is the frozen kit critic's value of each episode's start state.
     judge_baseline: bool = field(True, "judge versions by their mean return adjusted for each episode's "
                                        "start state (false: plain mean returns)")
@@ -78,9 +102,15 @@ class FineTuneConfig:
         need(self.rlpd_updates_per_transition > 0,
              f"rlpd_updates_per_transition={self.rlpd_updates_per_transition} must be > 0 (e.g. 2)")
         need(self.prior_size >= 0, f"prior_size={self.prior_size} must be >= 0 (0: no prior data)")
+        need(math.isfinite(self.residual_scale) and 0 < self.residual_scale <= 1,
+             f"residual_scale={self.residual_scale} must be in (0, 1] (a fraction of the half action range; e.g. 0.2)")
+        need(math.isfinite(self.residual_anchor) and self.residual_anchor >= 0,
+             f"residual_anchor={self.residual_anchor} must be >= 0 (0: the bound alone keeps it near the base)")
+        need(self.residual_critic_updates >= 0,
+             f"residual_critic_updates={self.residual_critic_updates} must be >= 0")
         need(self.lr > 0, f"lr={self.lr} must be > 0 (e.g. 1e-3)")
         for name in ("batch_size", "buffer_size", "min_transitions", "version_every_updates", "eval_episodes",
-                     "threads", "updates_per_slice"):
+                     "threads", "updates_per_slice", "residual_hidden"):
             need(int(getattr(self, name)) >= 1, f"{name}={getattr(self, name)} must be >= 1")
         need(self.min_transitions <= self.buffer_size,
              f"min_transitions={self.min_transitions} exceeds buffer_size={self.buffer_size}; lower it")

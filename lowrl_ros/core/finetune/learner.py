@@ -12,6 +12,8 @@ deployed policy was compressed to.
 A kit made from an imported artifact (`lowrl kit`, kit.py) trains that artifact's own actor
 (``ArtifactActor``: its activations, frozen normaliser and action transform, the zeros of its sparse
 layers kept); its versions keep the imported architecture and contract, only the weights change.
+The ``residual`` learner (residual.py) trains none of the actor: the base artifact stays frozen and a
+small head learns a bounded correction; its versions are the base artifact plus that head.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ import torch
 from lowrl_ros.core.finetune.config import FineTuneConfig
 from lowrl_ros.core.finetune.demos import DemoBuffer
 from lowrl_ros.core.finetune.kit import AGENT_KEYS, FineTuneKit, make_kit_agent, norm_obs
-from lowrl_ros.core.finetune.prior import PRIOR_RATIO, buffer_bytes, load_prior, mixed_batch
+from lowrl_ros.core.finetune.prior import PRIOR_RATIO, load_learner_prior, mixed_batch
+from lowrl_ros.core.finetune.residual import ResidualAgent, base_id, load_base, save_residual_version
 from lowrl_ros.core.finetune.transition_log import TransitionBatch
 from lowrl_ros.core.finetune.versions import Decision, VersionRecord, VersionTracker
 from lowrl_ros.core.runtime.artifact import MlpWeights, save_artifact
@@ -41,9 +44,8 @@ from lowrl_ros.core.train.replay import ReplayBuffer
 _KEEP_STATES = 3  # fp32 learner states kept for rollbacks besides the running and best versions' (~1.6 MB each)
 # crossq and rlpd start fresh critics (the kit's have no normalisation layers): the actor waits this many
 # critic-only updates (or critic_warmup_updates if more) so a random critic cannot drag the kit's policy down.
+# residual's fresh critics wait residual_critic_updates instead (FineTuneConfig).
 FRESH_CRITIC_WARMUP = 1000
-# The prior data may take at most this share of memory_cap_mb (the newest transitions are kept).
-_PRIOR_MEMORY_SHARE = 0.25
 
 
 # ---- the learner ----------------------------------------------------------------------------
@@ -79,16 +81,18 @@ class FineTuner:
         # "static": the masks never change on the robot (no drop/grow), but still gate every step.
         self.agent_config = cfg.replace(variant="static" if cfg.sparse else cfg.variant, lr=config.lr,
                                         batch_size=config.batch_size, seed=config.seed)
-        # "kit", or the kit's own algorithm named: the kit's agent as it was trained; crossq/rlpd: crossq.py.
-        self.learner = resolve_learner(config.algorithm, cfg.algo)
-        # A kit made from an artifact trains the imported actor itself (its activations, normaliser, transform).
-        wrap = None if self.learner == "kit" else functools.partial(learner_class, self.learner)
-        self.agent = make_kit_agent(self.agent_config, kit.contract, kit.actor_spec, wrap=wrap)
+        # "kit", or the kit's own algorithm named: the kit's agent as it was trained; crossq/rlpd: crossq.py;
+        # residual: the base artifact frozen, a correction on top (residual.py).
+        self.learner = "residual" if config.algorithm == "residual" else resolve_learner(config.algorithm, cfg.algo)
+        self._base = load_base(base_path, kit.contract) if self.learner == "residual" else None
+        self.agent = self._make_agent()
         self.fresh_critic = self.learner != "kit"
-        self.critic_warmup = max(config.critic_warmup_updates, FRESH_CRITIC_WARMUP if self.fresh_critic else 0)
+        warmup = {"kit": 0, "residual": config.residual_critic_updates}.get(self.learner, FRESH_CRITIC_WARMUP)
+        self.critic_warmup = max(config.critic_warmup_updates, warmup)
         self.utd = config.rlpd_updates_per_transition if self.learner == "rlpd" else config.updates_per_transition
         self.notes: list[str] = []
-        self._load_agent(kit.agent_state, critic=not self.fresh_critic)
+        if self._base is None:  # the residual learner's actor is the base artifact's, not the kit's
+            self._load_agent(kit.agent_state, critic=not self.fresh_critic)
         # The kit's actor and critic, frozen: the fixed yardstick of start states (start_value).
         kit_agent = self.agent
         if self.fresh_critic:
@@ -100,7 +104,8 @@ class FineTuner:
         c = kit.contract
         self._low, self._high = np.asarray(c.action_low), np.asarray(c.action_high)
         self.buffer = ReplayBuffer(kit.obs_dim, kit.action_dim, config.buffer_size)
-        self.prior = self._load_prior() if self.learner == "rlpd" else None
+        # rlpd and residual: the kit's simulator transitions in half of every batch (prior.py); notes say which data.
+        self.prior = load_learner_prior(self.learner, kit, config, self.buffer, self.notes)
         self.updates_per_s = 0.0  # measured: updates per second of update time (moving average)
         self.demos = DemoBuffer(kit.obs_dim, kit.action_dim)  # interventions + given demos (HIL-SERL, demos.py)
         self.rng = np.random.default_rng(config.seed)
@@ -117,19 +122,14 @@ class FineTuner:
             self._states[base] = self._snapshot()
 
     # -- state --
-    def _load_prior(self):
-        """The kit's prior data (rlpd), bounded by prior_size and a share of the memory cap."""
-        c = self.config
-        per = buffer_bytes(ReplayBuffer(self.kit.obs_dim, self.kit.action_dim, 1))
-        fit = int(max(0.0, _PRIOR_MEMORY_SHARE * c.memory_cap_mb * 2**20 - buffer_bytes(self.buffer)) // per)
-        prior = load_prior(self.kit.path, self.kit.obs_dim, self.kit.action_dim, min(c.prior_size, fit))
-        if prior is None:
-            self.notes.append("rlpd: the kit has no prior data (prior.npz; prior_size 0 or no room under "
-                              "memory_cap_mb): learning from robot data alone")
-        elif len(prior) < c.prior_size:
-            self.notes.append(f"rlpd: {len(prior)} prior transitions (all the kit has, or what fits in "
-                              f"{_PRIOR_MEMORY_SHARE:.0%} of memory_cap_mb)")
-        return prior
+    def _make_agent(self):
+        if self._base is not None:
+            c = self.config
+            return ResidualAgent(self.agent_config, self.kit.contract, self._base[1], hidden=c.residual_hidden,
+                                 scale=c.residual_scale, anchor=c.residual_anchor)
+        # A kit made from an artifact trains the imported actor itself (its activations, normaliser, transform).
+        wrap = None if self.learner == "kit" else functools.partial(learner_class, self.learner)
+        return make_kit_agent(self.agent_config, self.kit.contract, self.kit.actor_spec, wrap=wrap)
 
     def _load_agent(self, state: dict[str, Any], critic: bool = True, agent=None) -> None:
         """Load actor (+ critic unless ``critic`` is False: a fresh-critic learner from a kit) into ``agent``."""
@@ -182,6 +182,8 @@ class FineTuner:
             kid["actor"] = {k: spec.get(k) for k in ("sizes", "hidden_activation", "output_activation")}
         if self.learner != "kit":  # absent for the kit's own learner: older learner.pt files still resume
             kid["learner"] = self.learner
+        if self._base is not None:  # the head is learned on this base, with this width
+            kid["residual"] = {"base": base_id(self._base[1]), "hidden": self.config.residual_hidden}
         return kid
 
     def save(self) -> None:
@@ -291,8 +293,7 @@ class FineTuner:
                            "transitions": str(self.transitions_seen), "parent": str(parent)})
         contract = dataclasses.replace(self.kit.contract, version=version, parent_version=parent,
                                        provenance=provenance)
-        path = save_artifact(self.out_dir / "versions" / f"v{version:06d}.onnx", self.actor_weights(),
-                             contract, int8=self.kit.int8)
+        path = self._write_version(self.out_dir / "versions" / f"v{version:06d}.onnx", contract)
         record = VersionRecord(version, parent, str(path), updates=self.updates)
         self.tracker.add(record)
         self._states[version] = self._snapshot()
@@ -301,12 +302,15 @@ class FineTuner:
         self.save()
         return record
 
-    def actor_weights(self) -> MlpWeights:
-        """The learner's actor as artifact weights: an imported actor keeps its own activations (only weights move)."""
-        if self.kit.actor_spec is None:
-            return actor_weights(self.agent)
+    def _write_version(self, path: Path, contract) -> Path:
+        """The version's artifact: the learner's actor (an imported one keeps its own activations, only weights
+        move), or (residual) the base artifact untouched plus the head."""
+        if self._base is not None:
+            return save_residual_version(path, self._base[0], self.agent.actor, contract, int8=self.kit.int8)
         spec = self.kit.actor_spec
-        return MlpWeights(self.agent.actor.layers(), spec["hidden_activation"], spec["output_activation"])
+        weights = actor_weights(self.agent) if spec is None else \
+            MlpWeights(self.agent.actor.layers(), spec["hidden_activation"], spec["output_activation"])
+        return save_artifact(path, weights, contract, int8=self.kit.int8)
 
     @torch.no_grad()
     def start_value(self, obs) -> float:

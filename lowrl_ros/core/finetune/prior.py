@@ -23,6 +23,8 @@ PRIOR_FILE = "prior.npz"
 # the fine-tuner's default 1500 MB cap; a Pendulum's is ~1.8 MB.
 PRIOR_MAX = 50_000
 PRIOR_RATIO = 0.5  # RLPD's offline_ratio
+# The prior data may take at most this share of the fine-tuner's memory_cap_mb (the newest transitions are kept).
+PRIOR_MEMORY_SHARE = 0.25
 _KEYS = ("obs", "action", "reward", "next_obs", "terminated")
 
 
@@ -99,3 +101,25 @@ def mixed_batch(online: ReplayBuffer, prior: ReplayBuffer | None, batch_size: in
     b = prior.sample(n_prior, rng, nstep, gamma)
     return Batch(*(np.concatenate([getattr(a, k), getattr(b, k)])
                    for k in ("obs", "action", "reward", "next_obs", "discount")))
+
+
+def load_learner_prior(learner: str, kit, config, buffer: ReplayBuffer, notes: list[str]) -> ReplayBuffer | None:
+    """The prior data fine-tuning ``learner`` mixes into its batches: the kit's (rlpd; residual with
+    ``config.residual_prior``), bounded by ``config.prior_size`` and a share of its memory cap beside ``buffer``;
+    None for the other learners. Appends to ``notes`` what the replay was seeded with, when it matters."""
+    if not (learner == "rlpd" or (learner == "residual" and config.residual_prior)):
+        if learner == "residual":
+            notes.append("residual: replay seeded with none: robot data only (residual_prior false)")
+        return None
+    per = buffer_bytes(ReplayBuffer(kit.obs_dim, kit.action_dim, 1))
+    fit = int(max(0.0, PRIOR_MEMORY_SHARE * config.memory_cap_mb * 2**20 - buffer_bytes(buffer)) // per)
+    prior = load_prior(kit.path, kit.obs_dim, kit.action_dim, min(config.prior_size, fit))
+    if prior is None:
+        notes.append(f"{learner}: replay seeded with none: robot data only (the kit has no prior data, {PRIOR_FILE}; "
+                     "or prior_size 0, or no room under memory_cap_mb)")
+    elif learner == "residual" or len(prior) < config.prior_size:
+        cut = "" if len(prior) == config.prior_size else \
+            f"; all the kit has, or what fits in {PRIOR_MEMORY_SHARE:.0%} of memory_cap_mb"
+        notes.append(f"{learner}: replay seeded with {len(prior)} prior transitions, half of every batch (the kit's "
+                     f"training-simulator transitions, {PRIOR_FILE}{cut})")
+    return prior

@@ -95,9 +95,10 @@ class FineTuneFacts:
     rss_mb: float = 0.0
     memory_cap_mb: float = 0.0
     tier: str = "unknown"
-    learner: str = ""  # FineTuner.learner (kit, crossq, rlpd)
+    learner: str = ""  # FineTuner.learner (kit, crossq, rlpd, residual)
     updates_per_s: float = 0.0  # measured over the update time (FineTuner.updates_per_s)
-    prior: int = 0  # prior transitions held (rlpd)
+    prior: int = 0  # prior transitions held (rlpd, residual)
+    notes: str = ""  # FineTuner.notes: what the learner was seeded with (residual: which data), "; "-joined
     # versions
     running_version: int = 0
     last_decision: str = "none"
@@ -136,6 +137,7 @@ class FineTuneFacts:
         self.updates, self.buffer, self.transitions_seen = t.updates, len(t.buffer), t.transitions_seen
         self.learner, self.updates_per_s = t.learner, t.updates_per_s
         self.prior = len(t.prior) if t.prior is not None else 0
+        self.notes = "; ".join(t.notes)
         self.current, self.best, self.next_version = t.tracker.current, t.tracker.best, t.tracker.next_version
         self.demo_buffer, self.demo_rows_sampled = len(t.demos), t.demos.sampled
 
@@ -178,7 +180,8 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
                     {"state": f.state, "updates": f.updates, "buffer": f.buffer,
                      "transitions_seen": f.transitions_seen, "backlog": f.backlog, "rss_mb": round(f.rss_mb, 1),
                      "memory_cap_mb": f.memory_cap_mb, "tier": f.tier, "learner": f.learner,
-                     "updates_per_s": round(f.updates_per_s, 1), "prior": f.prior}),
+                     "updates_per_s": round(f.updates_per_s, 1), "prior": f.prior,
+                     "notes": f.notes}),
         StatusEntry(f"{prefix}/versions", OK, f.last_decision,
                     {"running": f.running_version, "current": f.current, "best": f.best, "next": f.next_version,
                      "swaps": f.swaps, "rejections": f.rejections, "rollbacks": f.rollbacks}),

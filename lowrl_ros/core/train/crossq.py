@@ -196,14 +196,15 @@ class _CrossQ:
             self.temperature_step(logp)
 
 
-class _LayerNormCritic:
-    """RLPD's critics (LayerNorm) over a SAC or TD3 agent; its losses and target networks are the agent's."""
+class LayerNormCritic:
+    """RLPD's critics (LayerNorm) over a SAC or TD3 agent; its losses and target networks are the agent's
+    (also the residual learner's, lowrl_ros/core/finetune/residual.py)."""
 
     def build_critic(self, hidden: int) -> TwinCritic:
         return TwinCritic(self.obs_dim, self.act_dim, hidden, self.cfg.depth, layer_norm=True)
 
 
-_MIXINS = {"crossq": _CrossQ, "rlpd": _LayerNormCritic}
+_MIXINS = {"crossq": _CrossQ, "rlpd": LayerNormCritic}
 
 
 def learner_class(learner: str, base: type) -> type:

@@ -191,6 +191,11 @@ class _InwardClamp(torch.autograd.Function):
         return grad * keep
 
 
+def inward_clamp(x: torch.Tensor) -> torch.Tensor:
+    """clamp(x, -1, 1) with the inward gradient of :class:`_InwardClamp` (the actors of imported policies)."""
+    return _InwardClamp.apply(x)
+
+
 class ArtifactActor(nn.Module):
     """An imported policy artifact's actor, exactly, as a trainable torch module.
 
@@ -293,7 +298,7 @@ class ArtifactActor(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalised observations -> the deterministic action on [-1, 1] (clamped, inward gradient)."""
-        return _InwardClamp.apply(self.mean(x))
+        return inward_clamp(self.mean(x))
 
     def deterministic(self, x: torch.Tensor) -> torch.Tensor:
         """The action a deployed robot runs, on [-1, 1]."""
@@ -309,7 +314,7 @@ class ArtifactActor(nn.Module):
         mu = self.mean(x)
         log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         eps = torch.randn_like(mu)
-        a = _InwardClamp.apply(mu + eps * log_std.exp())
+        a = inward_clamp(mu + eps * log_std.exp())
         log_prob = (-0.5 * eps.square() - log_std - _HALF_LOG_2PI).sum(-1)
         return a, log_prob
 

@@ -70,12 +70,14 @@ class TD3Agent(OffPolicyAgent):
             return
         if self.gradient_steps % cfg.policy_delay:
             return
+        self.actor_step(self.actor_loss(obs, act, bc_weight))
+        self.polyak()
+
+    def actor_loss(self, obs: torch.Tensor, act: torch.Tensor, bc_weight: float) -> torch.Tensor:
+        """-Q1(s, pi(s)); with ``bc_weight`` TD3+BC's: Q over its mean |Q| plus bc_weight x MSE to the recorded
+        action. (The residual learner, core/finetune/residual.py, adds its anchor here.)"""
         pi = self.actor(obs)
         q_pi = self.critic.q1(obs, pi)
-        if bc_weight > 0.0:  # TD3+BC: Q normalised by its mean |Q|, plus bc_weight x MSE to the recorded action
-            actor_loss = -(q_pi / q_pi.detach().abs().mean().clamp_min(1e-6)).mean() \
-                + bc_weight * (pi - act).square().mean()
-        else:
-            actor_loss = -q_pi.mean()
-        self.actor_step(actor_loss)
-        self.polyak()
+        if bc_weight > 0.0:
+            return -(q_pi / q_pi.detach().abs().mean().clamp_min(1e-6)).mean() + bc_weight * (pi - act).square().mean()
+        return -q_pi.mean()
