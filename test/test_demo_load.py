@@ -68,3 +68,17 @@ def test_burners_exit_when_the_demo_is_killed():
     for p in alive:  # never leave load behind, even when the assertion fails
         psutil.Process(p).kill()
     assert not alive, "a burner outlived its killed parent"
+
+
+def test_finetune_set_reaches_the_fine_tuner_typed_and_bad_items_are_refused_before_any_node(capsys, tmp_path):
+    from lowrl_ros.core.finetune.config import finetune_items
+
+    values = finetune_items(["algorithm=residual", "residual_scale=1", "residual_critic_updates=5e3",
+                             "residual_prior=off"], "--finetune-set")
+    # A float stays a float (1.0, not 1) for the node's typed parameter.
+    assert [demo._param_text(v) for v in values.values()] == ["residual", "1.0", "5000", "false"]
+    for item, says in (("nope=1", "FineTuneConfig has no such field"), ("algorithm=ppo", "algorithm='ppo'"),
+                       ("residual_scale", "use FIELD=VALUE")):
+        assert demo.run(args("--finetune-set", item, "--session-dir", str(tmp_path / "s"))) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()  # refused before the session started

@@ -208,19 +208,9 @@ _FLAGGED = {"version_every_updates": "--version-every", "eval_episodes": "--judg
 
 def finetune_set(args: argparse.Namespace) -> dict:
     """--finetune-set FIELD=VALUE items as FineTuneConfig values (ValueError naming a bad or flagged field)."""
-    from lowrl_ros.core.config import coerce
-    from lowrl_ros.core.finetune.config import FineTuneConfig
+    from lowrl_ros.core.finetune.config import finetune_items
 
-    fields = FineTuneConfig.__dataclass_fields__
-    out = {}
-    for name, value in parse_overrides(args.finetune_set, "--finetune-set").items():
-        if name in _FLAGGED:
-            raise ValueError(f"--finetune-set {name}: use {_FLAGGED[name]}")
-        if name not in fields:
-            raise ValueError(f"--finetune-set {name}: FineTuneConfig has no such field")
-        out[name] = coerce(fields[name], value, owner="FineTuneConfig")
-    FineTuneConfig(**out)  # its own checks, before any run
-    return out
+    return finetune_items(args.finetune_set, "--finetune-set", _FLAGGED)
 
 
 def _config_tag(cfg) -> str:

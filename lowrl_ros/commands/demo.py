@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fine-tune kit of --policy (lowrl_ros.core.finetune.kit.write_kit); "
                         "without it the session runs without the fine-tuner")
     parser.add_argument("--no-finetune", action="store_true", help="run the session without the fine-tuner")
+    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="set a fine-tuner parameter (a FineTuneConfig field, docs/finetune_reference.md), e.g. "
+                             "--finetune-set algorithm=residual: learn a bounded correction on the frozen policy")
     parser.add_argument("--session-dir", type=Path, default=None,
                         help="where the session's files and report go (default lowrl_sessions/<date-time>)")
     parser.add_argument("--log-dir", type=Path, default=None, help="per-node logs (default under ~/.ros/log)")
@@ -302,6 +305,13 @@ def make_session_key(path: Path) -> Path:
     return path
 
 
+def _param_text(value) -> str:
+    """A parameter value as a launch file writes it (a float stays a float: 5000.0, not 5000)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     robot = ROBOTS[getattr(args, "robot", "pendulum")]
@@ -341,9 +351,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
         overrides.update(learner="offboard", offboard_method="sysid")
 
+    from lowrl_ros.core.finetune.config import finetune_items
     from lowrl_ros.core.sim.reality_gap import parse_gap_items
 
     try:
+        finetune_values = finetune_items(getattr(args, "finetune_set", []), "--finetune-set")
         nodes = parse_launch(package_share(PACKAGE) / "launch" / robot.launch, overrides)
         set_gap(nodes, parse_gap_items(args.gap))
     except (LaunchError, ValueError) as exc:
@@ -355,6 +367,10 @@ def run(args: argparse.Namespace) -> int:
                     "off: no fine-tune kit for this policy (give --kit KIT --policy ITS_ACTOR)")
     else:
         finetune = f"on (kit {overrides['kit_path']})"
+    if args.kit and args.finetune_set:
+        finetune_node = next(n for n in nodes if n.executable == "finetune_node")
+        finetune_node.params.extend((name, _param_text(value)) for name, value in finetune_values.items())
+        finetune += ", " + " ".join(args.finetune_set)
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
     if getattr(args, "sysid", False):  # 4 whole 20 s episodes (2000 robot steps), then about 40 s to identify
         next(n for n in nodes if n.executable == "trainer_node").params.append(("sysid.episodes", "4"))

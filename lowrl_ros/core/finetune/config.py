@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from lowrl_ros.core.config import field, require
+from lowrl_ros.core.config import coerce, field, require
 
 # docs/finetune_reference.md, "Learners" (finetune_node's own `learner` parameter is robot | offboard): kit = the
 # kit's own SAC/TD3 (the default until `lowrl bench sim2real --methods` says otherwise); crossq = CrossQ, UTD 1;
@@ -122,6 +123,26 @@ class FineTuneConfig:
         need(self.seed >= 0, f"seed={self.seed} must be >= 0")
         need(self.memory_cap_mb >= 64, f"memory_cap_mb={self.memory_cap_mb} must be >= 64 (torch alone is ~230 MB)")
         need(0 <= self.nice <= 19, f"nice={self.nice} must be in 0..19 (10: below the control path)")
+
+
+def finetune_items(items: list[str], flag: str, refused: dict[str, str] | None = None) -> dict[str, Any]:
+    """``FIELD=VALUE`` command-line items as FineTuneConfig values, checked by FineTuneConfig itself.
+
+    ``refused`` maps fields the command sets from flags of their own to that flag (named in the error).
+    Raises ValueError naming the item, the field or the value at fault."""
+    fields = FineTuneConfig.__dataclass_fields__
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"{flag} {item!r}: use FIELD=VALUE with a FineTuneConfig field")
+        if name in (refused or {}):
+            raise ValueError(f"{flag} {name}: use {refused[name]}")
+        if name not in fields:
+            raise ValueError(f"{flag} {name}: FineTuneConfig has no such field")
+        out[name] = coerce(fields[name], value, owner="FineTuneConfig")
+    FineTuneConfig(**out)  # its own checks, before anything runs
+    return out
 
 
 # finetune_node's own parameters.
