@@ -266,3 +266,13 @@ def test_inspect_shows_the_head(tmp_path, capsys):
     assert lowrl(["inspect", str(path), "--engine", "numpy"]) == 0
     out = capsys.readouterr().out
     assert "residual head: y = base + bound * tanh(head(x)), hidden elu" in out and "head 1:" in out
+
+
+def test_a_residual_version_changes_only_its_head_bytes(tmp_path):
+    from lowrl_ros.bench.sim2real import _changed_bytes
+
+    base = _base(tmp_path)
+    path = artifact_mod.save_residual_artifact(tmp_path / "v2.onnx", base, _head())
+    head = artifact_mod.artifact_head_bytes(_parse(path))
+    assert 0 < head == _changed_bytes(str(path)) < path.stat().st_size
+    assert _changed_bytes(str(base)) == base.stat().st_size  # a plain version: the whole file reaches the robot
