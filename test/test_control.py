@@ -300,3 +300,25 @@ def test_fake_policy_satisfies_the_policy_protocol():
     from lowrl_ros.core.types import Policy
 
     assert isinstance(FakePolicy(0.5), Policy)
+
+
+def test_explore_std_adds_noise_at_the_full_tier_only_within_the_limits_and_never_to_a_teleop_action():
+    policies = {"full": FakePolicy(0.0), "lite": FakePolicy(-1.0)}
+    clock = FakeClock()
+    ctl = PolicyController(ControlConfig(soft_start_steps=0, explore_std=0.6), FakeBundle(policies), clock=clock,
+                           rng=np.random.default_rng(0))
+    ctl.activate()
+    ctl.observe(OBS)
+    full = [ctl.step() for _ in range(400)]
+    got = np.array([r.action[0] for r in full])
+    assert all(r.own_action.tolist() == [0.0] for r in full)  # the policy's own action, without the noise
+    assert got.max() == 2.0 and got.min() == -2.0  # 0.6 x the half range 2: the limits clip it
+    assert 0.9 < np.std(got) < 1.2  # ~1.2 before the clip
+    ctl.set_tier(ComputeTier.LITE)
+    assert {ctl.step().action[0] for _ in range(20)} == {-1.0}  # the fallback tier runs as it is: no noise
+    ctl.set_tier(ComputeTier.FULL)
+    ctl.set_override(np.array([0.25]), clock())
+    result = ctl.step()
+    assert result.intervention and result.action.tolist() == [0.25]
+    with pytest.raises(ValueError, match="explore_std"):
+        ControlConfig(explore_std=-0.1)

@@ -82,6 +82,11 @@ class ControlConfig:
     default_pose: tuple[float, ...] = field((), "the safe action for default_pose (one value per action)", live=True)
     deadline_s: float = field(0.0, "an output later than this after its reference is a deadline miss "
                                    "(0: control_period_s)", range=(0.0, 10.0), live=True)
+    # On-robot fine-tuning learns from what the robot did: a deterministic policy shows its learner no other
+    # action than its own. The noise is what the step rows record (the executed action), never the teleop's.
+    explore_std: float = field(0.0, "Gaussian noise on the policy's action at the full tier, a fraction of each "
+                                    "action's half range, for the fine-tuner to learn from (0: off); clipped to "
+                                    "the limits and rate-limited like any action", range=(0.0, 1.0), live=True)
     latency_window: int = field(1000, "recent inference latencies kept for p50/p99", range=(1, 100000))
     # A keep-alive: the controller holds the safe action in between.
     safe_period_s: float = field(0.1, "fixed_rate, safe tier: keep-alive period of the safe action "
@@ -107,6 +112,9 @@ class ControlConfig:
             raise ValueError("safe_action is 'default_pose' but default_pose is empty; give one value per action")
         if not np.isfinite(self.default_pose).all():
             raise ValueError(f"default_pose must be finite, got {self.default_pose}")
+        if not 0.0 <= self.explore_std <= 1.0:
+            raise ValueError(f"explore_std={self.explore_std} is outside 0..1 (a fraction of the half action range; "
+                             "0: off, e.g. 0.05)")
         if self.deadline_s < 0:
             raise ValueError(f"deadline_s must be >= 0 (0: the control period), got {self.deadline_s}")
         if not 0.0 <= self.safe_period_s <= 10.0:
@@ -344,14 +352,15 @@ def policy_dims(policy: PolicyLike) -> tuple[int, int]:
     return int(c.obs_dim), int(c.action_dim)
 
 
-def _raw_output(policy: PolicyLike, executed: np.ndarray, intervened: bool) -> np.ndarray:
+def _raw_output(policy: PolicyLike, executed: np.ndarray, replaced: bool) -> np.ndarray:
     """The network output y behind this tick's executed action (a copy), for the last_action "raw" convention.
 
     The engine's own pre-transform output when the policy ran unaided (engines.Policy.raw_output: the clip
-    to the limits does not leak in); in an intervention the teleop action's y (the transform inverted); a
+    to the limits does not leak in); where the action was replaced (an intervention, exploration noise) the
+    executed action's y (the transform inverted); a
     policy that offers neither (a test fake) is taken to have the identity transform.
     """
-    raw = None if intervened else getattr(policy, "raw_output", None)
+    raw = None if replaced else getattr(policy, "raw_output", None)
     if raw is not None:
         return np.array(raw, dtype=np.float64)
     invert = getattr(policy, "raw_from_action", None)
@@ -365,6 +374,10 @@ class _Active:
     lite: PolicyLike | None  # None: one-policy bundle, LITE falls to DECIMATED
     low: np.ndarray
     high: np.ndarray
+
+    @property
+    def half(self) -> np.ndarray:
+        return (self.high - self.low) / 2.0
 
 
 class PolicyController:
@@ -382,7 +395,8 @@ class PolicyController:
 
     def __init__(self, config: ControlConfig, bundle: BundleLike,
                  clock: Callable[[], float] = time.monotonic, actions: ActionProcessor | None = None,
-                 estop: EStopLatch | None = None, ladder: FallbackLadder | None = None) -> None:
+                 estop: EStopLatch | None = None, ladder: FallbackLadder | None = None,
+                 rng: np.random.Generator | None = None) -> None:
         self.config = config
         self._clock = clock
         self._policy = self._prepare(bundle)
@@ -421,6 +435,7 @@ class PolicyController:
         self._override_time = -float("inf")
         self.override_timeout_s = 0.2
         self.interventions = 0  # ticks whose action came from the teleop override
+        self._explore = rng or np.random.default_rng()  # explore_std's noise (a test seeds it)
         self.waiting_ready = ""  # non-empty: safe action until release_hold() (a reset is under way)
 
     def check_config(self, config: ControlConfig) -> None:
@@ -714,10 +729,15 @@ class PolicyController:
         if intervened:
             action = self._override
             self.interventions += 1
+        explored = not intervened and self.config.explore_std > 0.0 and self.tier == ComputeTier.FULL
+        if explored:
+            action = action + self._explore.normal(0.0, self.config.explore_std, action.shape) * active.half
         result = self._policy_action(action, active, now, latency)
         if result.source == "policy":
             result.own_action, result.intervention = own, intervened
-            result.raw_action = _raw_output(policy, result.policy_action, intervened)
+            # What was executed, as the network's output: the noise is part of the last action (as a training
+            # framework's sampled action is), so the engine's own output holds only without it.
+            result.raw_action = _raw_output(policy, result.policy_action, intervened or explored)
         return result
 
     def _policy_action(self, action: np.ndarray, active: _Active, now: float, latency: float) -> StepResult:
