@@ -197,3 +197,21 @@ def test_a_lowrl_train_kit_works_too(tiny_kit, tmp_path):
     _fill(tuner)
     assert tuner.update(10) == 10 and tuner.weights_finite()
     assert np.isfinite(tuner.start_value(obs[0]))
+
+
+def test_residual_critic_kit_starts_from_the_kits_critics_and_the_base_actor_stays_the_base(base_kit, tmp_path):
+    path, kit_dir = base_kit
+    kit = load_kit(kit_dir)
+    tuner = _tuner(base_kit, tmp_path / "kit", residual_critic="kit")
+    assert not tuner.fresh_critic
+    for name in ("critic", "critic_target"):  # loaded as the kit wrote them (no LayerNorm: the kit's shapes)
+        got = getattr(tuner.agent, name).state_dict()
+        assert got.keys() == kit.agent_state[name].keys()
+        assert all(torch.equal(got[k], kit.agent_state[name][k]) for k in got)
+    fresh = _tuner(base_kit, tmp_path / "fresh")
+    assert fresh.fresh_critic and not torch.equal(fresh.agent.critic.state_dict()["net.weights.0"],
+                                                  kit.agent_state["critic"]["net.weights.0"])
+    assert fresh.agent.critic.net.layer_norm and not tuner.agent.critic.net.layer_norm
+    assert _same(_head(tuner), _head(fresh))  # the same zero-output head on the same base either way
+    with pytest.raises(ValueError, match="residual_critic"):
+        FineTuneConfig(algorithm="residual", residual_critic="sim")

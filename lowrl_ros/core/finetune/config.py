@@ -15,6 +15,7 @@ from lowrl_ros.core.config import coerce, field, require
 # rlpd = the kit's sim replay in half of each batch, LayerNorm critics, rlpd_updates_per_transition updates per
 # transition; residual = the base artifact frozen, a bounded correction learned on top (core/finetune/residual.py).
 ALGORITHMS = ("kit", "sac", "td3", "crossq", "rlpd", "residual")
+RESIDUAL_CRITICS = ("fresh", "kit")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ class FineTuneConfig:
     # critic's action gradient needs the kit's simulator transitions (collected with exploration noise).
     residual_prior: bool = field(True, "residual: seed the replay with the kit's simulator transitions (prior.npz, "
                                        "half of every batch, as rlpd)")
+    # A fresh critic learns the robot's Q from nothing; the kit's critics (trained in the simulator around the
+    # base) start from the sim's Q and only have to learn the difference.
+    residual_critic: str = field("fresh", "residual: fresh (LayerNorm twin critics learned from the robot's data) "
+                                          "| kit (the kit's critics, trained in the simulator, fine-tuned)")
     # See the module docstring: the baseline is the frozen kit critic's value of each episode's start state.
     judge_baseline: bool = field(True, "judge versions by their mean return adjusted for each episode's "
                                        "start state (false: plain mean returns)")
@@ -105,6 +110,8 @@ class FineTuneConfig:
         need(self.prior_size >= 0, f"prior_size={self.prior_size} must be >= 0 (0: no prior data)")
         need(math.isfinite(self.residual_scale) and 0 < self.residual_scale <= 1,
              f"residual_scale={self.residual_scale} must be in (0, 1] (a fraction of the half action range; e.g. 0.2)")
+        need(self.residual_critic in RESIDUAL_CRITICS,
+             f"residual_critic={self.residual_critic!r} is not one of {', '.join(RESIDUAL_CRITICS)}")
         need(math.isfinite(self.residual_anchor) and self.residual_anchor >= 0,
              f"residual_anchor={self.residual_anchor} must be >= 0 (0: the bound alone keeps it near the base)")
         need(self.residual_critic_updates >= 0,

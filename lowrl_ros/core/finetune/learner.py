@@ -86,13 +86,14 @@ class FineTuner:
         self.learner = "residual" if config.algorithm == "residual" else resolve_learner(config.algorithm, cfg.algo)
         self._base = load_base(base_path, kit.contract) if self.learner == "residual" else None
         self.agent = self._make_agent()
-        self.fresh_critic = self.learner != "kit"
+        # residual with residual_critic kit: the kit's critics, loaded below (not its actor: the base is frozen).
+        self.fresh_critic = self.learner != "kit" and not (self._base and config.residual_critic == "kit")
         warmup = {"kit": 0, "residual": config.residual_critic_updates}.get(self.learner, FRESH_CRITIC_WARMUP)
         self.critic_warmup = max(config.critic_warmup_updates, warmup)
         self.utd = config.rlpd_updates_per_transition if self.learner == "rlpd" else config.updates_per_transition
         self.notes: list[str] = []
-        if self._base is None:  # the residual learner's actor is the base artifact's, not the kit's
-            self._load_agent(kit.agent_state, critic=not self.fresh_critic)
+        # The residual learner's actor is the base artifact's, not the kit's.
+        self._load_agent(kit.agent_state, critic=not self.fresh_critic, actor=self._base is None)
         # The kit's actor and critic, frozen: the fixed yardstick of start states (start_value).
         kit_agent = self.agent
         if self.fresh_critic:
@@ -126,22 +127,25 @@ class FineTuner:
         if self._base is not None:
             c = self.config
             return ResidualAgent(self.agent_config, self.kit.contract, self._base[1], hidden=c.residual_hidden,
-                                 scale=c.residual_scale, anchor=c.residual_anchor)
+                                 scale=c.residual_scale, anchor=c.residual_anchor,
+                                 layer_norm=c.residual_critic == "fresh")
         # A kit made from an artifact trains the imported actor itself (its activations, normaliser, transform).
         wrap = None if self.learner == "kit" else functools.partial(learner_class, self.learner)
         return make_kit_agent(self.agent_config, self.kit.contract, self.kit.actor_spec, wrap=wrap)
 
-    def _load_agent(self, state: dict[str, Any], critic: bool = True, agent=None) -> None:
-        """Load actor (+ critic unless ``critic`` is False: a fresh-critic learner from a kit) into ``agent``."""
+    def _load_agent(self, state: dict[str, Any], critic: bool = True, agent=None, actor: bool = True) -> None:
+        """Load actor (unless ``actor`` is False: the residual learner's is the base's) + critic (unless
+        ``critic`` is False: a fresh-critic learner from a kit) into ``agent``."""
         a = self.agent if agent is None else agent
-        a.actor.load_state_dict(state["actor"])
+        if actor:
+            a.actor.load_state_dict(state["actor"])
         if critic:
             a.critic.load_state_dict(state["critic"])
             if a.critic_target is not None:
                 a.critic_target.load_state_dict(state["critic_target"])
-        if getattr(a, "actor_target", None) is not None and "actor_target" in state:
+        if actor and getattr(a, "actor_target", None) is not None and "actor_target" in state:
             a.actor_target.load_state_dict(state["actor_target"])
-        for name in ("actor_masker", "critic_masker") if critic else ("actor_masker",):
+        for name in ("actor_masker",) * actor + ("critic_masker",) * critic:
             masker = getattr(a, name)
             if masker is not None:
                 if name not in state:
@@ -184,6 +188,8 @@ class FineTuner:
             kid["learner"] = self.learner
         if self._base is not None:  # the head is learned on this base, with this width
             kid["residual"] = {"base": base_id(self._base[1]), "hidden": self.config.residual_hidden}
+            if self.config.residual_critic != "fresh":  # absent for fresh: learner.pt files from before resume
+                kid["residual"]["critic"] = self.config.residual_critic
         return kid
 
     def save(self) -> None:

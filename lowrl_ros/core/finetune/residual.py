@@ -130,7 +130,7 @@ class ResidualActor(nn.Module):
                 for w, b in zip(self.net.weights, self.net.biases)]
 
 
-class ResidualAgent(LayerNormCritic, TD3Agent):
+class ResidualAgent(TD3Agent):
     """TD3 over a :class:`ResidualActor` with LayerNorm twin critics; the actor loss carries the anchor.
 
     Args:
@@ -141,10 +141,14 @@ class ResidualAgent(LayerNormCritic, TD3Agent):
     """
 
     def __init__(self, cfg: TrainConfig, contract: PolicyContract, base: MlpWeights, *, hidden: int, scale: float,
-                 anchor: float) -> None:
+                 anchor: float, layer_norm: bool = True) -> None:
         self.contract, self.base, self.residual_hidden, self.scale = contract, base, int(hidden), float(scale)
-        self.anchor = float(anchor)
+        self.anchor, self.layer_norm = float(anchor), bool(layer_norm)
         super().__init__(cfg.replace(variant="dense"), contract.obs_dim, contract.action_dim)
+
+    def build_critic(self, hidden: int):
+        """LayerNorm twin critics (fresh), or the plain ones the kit's critics load into (``layer_norm`` False)."""
+        return LayerNormCritic.build_critic(self, hidden) if self.layer_norm else super().build_critic(hidden)
 
     def build_actor(self, hidden: int) -> ResidualActor:
         actor = ResidualActor(self.base, self.contract, self.residual_hidden, self.scale)
