@@ -19,6 +19,7 @@ import pytest
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
+from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes  # noqa: E402
 from lowrl_ros.core.session.analysis import version_returns  # noqa: E402
 from lowrl_ros.core.session.files import read_session  # noqa: E402
 from lowrl_ros.core.session.report import write_session_report  # noqa: E402
@@ -36,7 +37,14 @@ def kit(tiny_kit):
     return tiny_kit
 
 
-def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_path):
+# residual (issue 28): the base frozen, versions are the base artifact plus a correction head (format 3),
+# hot-swapped by the same policy node.
+LEARNERS = {"kit": [], "residual": [Parameter("algorithm", value="residual"),
+                                    Parameter("residual_critic_updates", value=20)]}
+
+
+@pytest.mark.parametrize("learner", sorted(LEARNERS))
+def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_path, learner):
     kit_dir, base = kit
     session = tmp_path / "session"
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
@@ -55,7 +63,8 @@ def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_
         Parameter("min_transitions", value=64), Parameter("batch_size", value=32),
         Parameter("memory_cap_mb", value=1e6),  # the cap would measure this whole pytest process
         Parameter("version_every_updates", value=40), Parameter("eval_episodes", value=1),
-        Parameter("rollback_margin", value=1e6), Parameter("diagnostics_period_s", value=0.2)])
+        Parameter("rollback_margin", value=1e6), Parameter("diagnostics_period_s", value=0.2),
+        *LEARNERS[learner]])
     nodes = (sim, policy, budget, tuner)
     ex = SingleThreadedExecutor(context=ros_context)
     for n in nodes:
@@ -72,6 +81,8 @@ def test_lockstep_session_with_a_gap_fine_tunes_and_swaps(ros_context, kit, tmp_
                     f"updates {tuner.tuner.updates}, decision {tuner.last_decision!r}, tier {tuner.tier}")
         assert policy.active_policy_path.endswith("versions/v000002.onnx")
         assert tuner.recorded >= 64 and tuner.tuner.updates >= 40
+        head = parse_artifact(read_artifact_bytes(policy.active_policy_path), "v2").residual
+        assert (head is not None) == (learner == "residual")
     finally:
         tuner.close()
         ex.shutdown()
