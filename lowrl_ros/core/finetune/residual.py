@@ -60,8 +60,7 @@ def load_base(path: str | Path, contract: PolicyContract) -> tuple[ParsedArtifac
         raise ValueError(f"{path} reads or writes other observations, actions or limits than the kit's contract; "
                          "give the artifact the kit was made from")
     # A resumed session may run a residual version already: its base part is the base (core/runtime/artifact.py).
-    base_weights = getattr(parsed, "base_weights", parsed.weights)
-    return parsed, base_weights()
+    return parsed, parsed.base_weights()
 
 
 class ResidualActor(nn.Module):
