@@ -70,7 +70,7 @@ def test_burners_exit_when_the_demo_is_killed():
     assert not alive, "a burner outlived its killed parent"
 
 
-def test_finetune_set_reaches_the_fine_tuner_typed_and_bad_items_are_refused_before_any_node(capsys, tmp_path):
+def test_finetune_set_and_explore_std_reach_their_nodes_typed_and_bad_ones_are_refused_first(capsys, tmp_path):
     from lowrl_ros.core.finetune.config import finetune_items
 
     values = finetune_items(["algorithm=residual", "residual_scale=1", "residual_critic_updates=5e3",
@@ -81,4 +81,6 @@ def test_finetune_set_reaches_the_fine_tuner_typed_and_bad_items_are_refused_bef
                        ("residual_scale", "use FIELD=VALUE")):
         assert demo.run(args("--finetune-set", item, "--session-dir", str(tmp_path / "s"))) == 2
         assert says in capsys.readouterr().err
+    assert demo.run(args("--explore-std", "2", "--session-dir", str(tmp_path / "s"))) == 2
+    assert "explore_std=2.0 is outside 0..1" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()  # refused before the session started

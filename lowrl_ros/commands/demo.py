@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--finetune-set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="set a fine-tuner parameter (a FineTuneConfig field, docs/finetune_reference.md), e.g. "
                              "--finetune-set algorithm=residual: learn a bounded correction on the frozen policy")
+    parser.add_argument("--explore-std", type=float, default=None, metavar="STD",
+                        help="the policy node's explore_std: noise on the full tier's actions for the fine-tuner to "
+                             "learn from, a share of the half action range (default: its config's, 0)")
     parser.add_argument("--session-dir", type=Path, default=None,
                         help="where the session's files and report go (default lowrl_sessions/<date-time>)")
     parser.add_argument("--log-dir", type=Path, default=None, help="per-node logs (default under ~/.ros/log)")
@@ -352,10 +355,13 @@ def run(args: argparse.Namespace) -> int:
         overrides.update(learner="offboard", offboard_method="sysid")
 
     from lowrl_ros.core.finetune.config import finetune_items
+    from lowrl_ros.core.runtime.control import ControlConfig
     from lowrl_ros.core.sim.reality_gap import parse_gap_items
 
     try:
         finetune_values = finetune_items(getattr(args, "finetune_set", []), "--finetune-set")
+        if getattr(args, "explore_std", None) is not None:
+            ControlConfig(explore_std=args.explore_std)  # its range, before any node starts
         nodes = parse_launch(package_share(PACKAGE) / "launch" / robot.launch, overrides)
         set_gap(nodes, parse_gap_items(args.gap))
     except (LaunchError, ValueError) as exc:
@@ -374,8 +380,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"lowrl demo: session in {session}; fine-tuning {finetune}", flush=True)
     if getattr(args, "sysid", False):  # 4 whole 20 s episodes (2000 robot steps), then about 40 s to identify
         next(n for n in nodes if n.executable == "trainer_node").params.append(("sysid.episodes", "4"))
+    policy_node = next(n for n in nodes if n.executable == "policy_node")
     if args.rt_priority:
-        next(n for n in nodes if n.executable == "policy_node").params.append(("rt_priority", str(args.rt_priority)))
+        policy_node.params.append(("rt_priority", str(args.rt_priority)))
+    if getattr(args, "explore_std", None) is not None:
+        policy_node.params.append(("explore_std", repr(float(args.explore_std))))
     monitor = next(n for n in nodes if n.executable == "budget_monitor_node")
     busy = machine_cpu_load()
     if args.cpu_load_limit is not None:
