@@ -154,12 +154,12 @@ def test_rollback_restores_the_head_and_resume_brings_it_back(base_kit, tmp_path
 
 
 def test_the_replay_says_which_data_seeded_it(base_kit, tmp_path):
-    seeded = _tuner(base_kit, tmp_path / "a")
+    seeded = _tuner(base_kit, tmp_path / "a", residual_prior=True)
     assert seeded.prior is not None and len(seeded.prior) == 100
     assert seeded.notes == ["residual: replay seeded with 100 prior transitions, half of every batch (the kit's "
                             "training-simulator transitions, prior.npz; all the kit has, or what fits in 25% of "
                             "memory_cap_mb)"]
-    alone = _tuner(base_kit, tmp_path / "b", residual_prior=False)
+    alone = _tuner(base_kit, tmp_path / "b")  # the default: robot data only
     assert alone.prior is None and alone.notes == ["residual: replay seeded with none: robot data only "
                                                    "(residual_prior false)"]
 
