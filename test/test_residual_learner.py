@@ -215,3 +215,40 @@ def test_residual_critic_kit_starts_from_the_kits_critics_and_the_base_actor_sta
     assert _same(_head(tuner), _head(fresh))  # the same zero-output head on the same base either way
     with pytest.raises(ValueError, match="residual_critic"):
         FineTuneConfig(algorithm="residual", residual_critic="sim")
+
+
+def test_a_real_rsl_rl_policy_imported_and_kitted_as_a_user_does_gets_residual_versions(tmp_path):
+    """rsl_rl PPO (rsl-rl-lib, a few seconds on Pendulum-v1) -> `lowrl import --int8` -> `lowrl kit --env` ->
+    residual versions from gapped-robot steps: each is the imported artifact's base bit for bit plus a head."""
+    from rsl_vecenv import train_pendulum
+    from test_import_rsl_rl import PENDULUM_SIDECAR, sidecar
+
+    from lowrl_ros.cli import main as lowrl_main
+    from lowrl_ros.core.runtime.engines import load_artifact
+    from lowrl_ros.core.sim.reality_gap import RealityGapConfig, make_gapped_env
+
+    _, ckpt = train_pendulum(tmp_path / "rsl", iterations=4)
+    base = tmp_path / "rsl.onnx"
+    assert lowrl_main(["import", str(ckpt), "--sidecar", str(sidecar(tmp_path, PENDULUM_SIDECAR)), "--int8",
+                       "--env-id", "Pendulum-v1", "-o", str(base)]) == 0
+    assert lowrl_main(["kit", str(base), "-o", str(tmp_path / "kit"), "--env", "Pendulum-v1", "--warmup-steps",
+                       "300", "--critic-updates", "20", "--hidden", "32"]) == 0
+    tuner = FineTuner(load_kit(tmp_path / "kit"), FineTuneConfig(**{**CFG, "min_transitions": 100}),
+                      tmp_path / "ft", base_path=str(base))
+    env = make_gapped_env("Pendulum-v1", RealityGapConfig(mass_scale=1.3, actuator_gain=0.8))
+    policy, obs = load_artifact(base, engine="numpy"), env.reset(seed=0)[0]
+    rng = np.random.default_rng(0)
+    for _ in range(300):  # the robot's steps, with the policy node's exploration noise
+        action = np.clip(policy.act(obs) + rng.normal(0.0, 0.2, 1), -2.0, 2.0)
+        nxt, reward, term, trunc, _ = env.step(action.astype(np.float32))
+        tuner.add(obs, action, float(reward), nxt, term, trunc)
+        tuner.update(1)
+        obs = env.reset()[0] if term or trunc else nxt
+    record = tuner.make_version()
+    imported, version = parse_artifact(read_artifact_bytes(base), "base"), parse_artifact(
+        read_artifact_bytes(record.path), "v")
+    assert version.residual is not None and version.contract.same_io(imported.contract)
+    assert all(np.array_equal(a.weight_t if a.storage == "dense" else a.values,
+                              b.weight_t if b.storage == "dense" else b.values)
+               for a, b in zip(imported.layers, version.layers))  # the base, bit for bit
+    assert np.isfinite(load_artifact(record.path, engine="ort").act(obs)).all()
