@@ -147,7 +147,7 @@ def make_load_session(d):
     for s in range(60):
         budget.append([t0 + s, 100.0 if 20 <= s < 30 else 50.0, 0.0, "nan", "full"])
         state = "waiting_for_data" if s < 5 else ("waiting_for_full_tier" if 21 <= s < 36 else "learning")
-        learner.append([t0 + s + 0.5, state, 10 * s])
+        learner.append([t0 + s + 0.5, state, 10 * s, "residual: replay seeded with none: robot data only" if s else ""])
         cpu.append([t0 + s + 0.2, "finetune_node", 5.0 if 21 <= s < 35 else 55.0])
         cpu.append([t0 + s + 0.2, "policy_node", 6.0 if 21 <= s < 35 else 16.0])
     budget.close()
@@ -183,6 +183,7 @@ def test_report_shows_the_load_phase_tiers_misses_and_the_fine_tuners_pause(tmp_
     assert "full -> decimated at t=21.0 s (1.0 s into the load), back to full at t=35.0 s (5.0 s after" in text
     assert "deadline misses during the load: 9 over 363 ticks (2.5 %); in the 10 s before it: 0 over 1000" in text
     assert "paused (waiting_for_full_tier) t=21.5 s, learning again t=36.5 s" in text
+    assert "Fine-tuner's notes: residual: replay seeded with none: robot data only" in text
     assert "| decimated | 14.0 s |" in text and "| full |" in text
     assert "finetune_node 55 / 5" in text
     assert (tmp_path / "session_report.png").stat().st_size > 10_000

@@ -12,7 +12,7 @@ SESSION_DIR/
   policy_tier.csv     recorder: the policy's ladder step (lowrl/policy/tier step, ladder, declared), on change
   policy_versions.csv recorder: each change of the version in the policy node's step rows (policy_version)
   budget_signals.csv  recorder: the budget monitor's CPU load, miss rate, p99 and wanted tier (its diagnostics, 1 Hz)
-  finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, 1 Hz)
+  finetune_learner.csv recorder: the fine-tuner's learner state (lowrl/finetune/learner ``state``, ``notes``, 1 Hz)
   process_cpu.csv     lowrl demo: each node's and load burner's CPU use, % of one core, 1 Hz
   session.mcap        lowrl demo: the session's topics (lowrl_ros/ros/monitor_node.py), rotated session_001.mcap...;
                       when present, the report takes the recorder's frames (the CSVs above) from it
@@ -60,7 +60,7 @@ SWAP_FIELDS = ("time_s", "version")
 BUDGET_CSV = "budget_signals.csv"
 BUDGET_FIELDS = ("time_s", "cpu_load_pct", "miss_rate", "latency_p99_us", "wanted")
 LEARNER_CSV = "finetune_learner.csv"
-LEARNER_FIELDS = ("time_s", "state", "updates")
+LEARNER_FIELDS = ("time_s", "state", "updates", "notes")
 PROCESS_CPU_CSV = "process_cpu.csv"
 PROCESS_CPU_FIELDS = ("time_s", "process", "cpu_pct")
 
@@ -207,11 +207,11 @@ def recorder_frames(p: Path, source: str = "auto") -> tuple[dict[str, np.ndarray
         return (_frame(STATS_CSV_FIELDS, rows["stats"]), _frame(LATENCY_FIELDS, rows["latency"]),
                 _frame(TIER_FIELDS, rows["tiers"]), _frame(SWAP_FIELDS, rows["swaps"]),
                 _frame(BUDGET_FIELDS, rows["budget"], text=("wanted",)),
-                _frame(LEARNER_FIELDS, rows["learner"], text=("state",)),
+                _frame(LEARNER_FIELDS, rows["learner"], text=("state", "notes")),
                 _frame(POLICY_TIER_FIELDS, rows["policy_tier"], text=STEP_TEXT))
     return (_read_csv(p / POLICY_STATS_CSV), _read_csv(p / LATENCY_CSV), _read_csv(p / TIERS_CSV),
             _read_csv(p / SWAPS_CSV), _read_csv(p / BUDGET_CSV, text=("wanted",)),
-            _read_csv(p / LEARNER_CSV, text=("state",)), _read_csv(p / POLICY_TIER_CSV, text=STEP_TEXT))
+            _read_csv(p / LEARNER_CSV, text=("state", "notes")), _read_csv(p / POLICY_TIER_CSV, text=STEP_TEXT))
 
 
 def read_session(session_dir: str | Path, source: str = "auto") -> SessionData:

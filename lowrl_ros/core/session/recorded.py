@@ -48,12 +48,12 @@ def budget_row(statuses: Iterable[Any]) -> list[str] | None:
 
 
 def learner_rows(statuses: Iterable[Any]) -> list[list[str]]:
-    """The finetune_learner.csv rows (state, updates) of one DiagnosticArray's statuses."""
+    """The finetune_learner.csv rows (state, updates, notes) of one DiagnosticArray's statuses."""
     out = []
     for status in statuses:
         if status.name == LEARNER_STATUS:
             values = {kv.key: kv.value for kv in status.values}
-            out.append([values.get("state", ""), values.get("updates") or "nan"])
+            out.append([values.get("state", ""), values.get("updates") or "nan", values.get("notes", "")])
     return out
 
 

@@ -83,6 +83,9 @@ def adaptive_compute_lines(data: SessionData) -> list[str]:
         lines.append("")
         lines.append("Fine-tuner's learner state (lowrl/finetune/learner): " + ", ".join(
             f"{state} {s:.0f} s" for state, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
+    notes = [str(n) for n in data.learner.get("notes", ()) if str(n)]
+    if notes:  # what the learner started from (the residual learner: which data seeded its replay)
+        lines.append(f"Fine-tuner's notes: {notes[-1]}")
     cpu = process_cpu_by_tier(data)
     if cpu:
         def pct(row: dict[str, float], key: str) -> str:
