@@ -15,17 +15,10 @@ from lowrl_ros.core.runtime.artifact import (PolicyContract, load_weights, parse
                                              reference_action, save_artifact)
 
 from test_kit_import import ISAAC, PENDULUM, mlp
+from test_learners import _one_thread  # noqa: F401  (autouse: one torch thread, as the fine-tuner runs)
 
 CFG = dict(algorithm="residual", min_transitions=64, batch_size=32, version_every_updates=20, eval_episodes=1,
            rollback_margin=10.0, residual_critic_updates=10, judge_baseline=False)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -277,8 +277,22 @@ def raw_from_action(contract: PolicyContract, output_activation: str, action: np
     return (np.asarray(action, dtype=np.float64) - offset) / scale
 
 
+class _Layers:
+    """``layers`` ((W [out, in], b [out]) per layer, input to output) and the sizes they map between."""
+
+    layers: list[tuple[np.ndarray, np.ndarray]]
+
+    @property
+    def input_dim(self) -> int:
+        return int(self.layers[0][0].shape[1])
+
+    @property
+    def output_dim(self) -> int:
+        return int(self.layers[-1][0].shape[0])
+
+
 @dataclass(frozen=True)
-class MlpWeights:
+class MlpWeights(_Layers):
     """An MLP actor: normalised obs -> hidden layers -> output y.
 
     Attributes:
@@ -313,13 +327,6 @@ class MlpWeights:
             layers.append((w, b))
         object.__setattr__(self, "layers", layers)
 
-    @property
-    def input_dim(self) -> int:
-        return int(self.layers[0][0].shape[1])
-
-    @property
-    def output_dim(self) -> int:
-        return int(self.layers[-1][0].shape[0])
 
     @property
     def macs(self) -> int:
@@ -344,7 +351,7 @@ class MlpWeights:
 
 
 @dataclass(frozen=True)
-class ResidualHead:
+class ResidualHead(_Layers):
     """A bounded correction on top of a frozen base policy (format version 3).
 
     The artifact's network output is y = y_base(x) + bound * tanh(head(x)), with x the contract's
@@ -376,13 +383,6 @@ class ResidualHead:
         object.__setattr__(self, "layers", mlp.layers)
         object.__setattr__(self, "bound", bound)
 
-    @property
-    def input_dim(self) -> int:
-        return int(self.layers[0][0].shape[1])
-
-    @property
-    def output_dim(self) -> int:
-        return int(self.layers[-1][0].shape[0])
 
     def forward(self, obs_norm: np.ndarray) -> np.ndarray:
         """Reference float64 correction d = bound * tanh(head(x)) of normalised observations [..., in]."""
