@@ -188,10 +188,13 @@ def test_lowrl_kit_command(ppo_like, tmp_path, capsys):
     (["--transitions", "{tmp}/nothing"], "no such directory"),
     (["--transitions", "{tmp}/empty"], "no transitions"),
     (["--env", "Pendulum-v1", "--warmup-steps", "0"], "--warmup-steps must be >= 1"),
+    (["--transitions", "{tmp}/empty", "--gap-file", "{tmp}/gap.yaml"], "--gap-file changes the simulator of --env"),
+    (["--env", "Pendulum-v1", "--gap-file", "{tmp}/bad_gap.yaml"], "unknown gap field(s) mass"),
 ])
 def test_refusals_are_one_line_exit_2_and_leave_nothing(argv, says, ppo_like, tmp_path, capsys):
     path, _, _ = ppo_like
     (tmp_path / "empty").mkdir()
+    (tmp_path / "bad_gap.yaml").write_text("sim_robot:\n  ros__parameters:\n    gap.mass: 1.3\n")
     out = tmp_path / "kit"
     code = main(["kit", str(path), "-o", str(out), "--critic-updates", "5"]
                 + [a.format(tmp=tmp_path) for a in argv])
@@ -278,3 +281,26 @@ def test_an_isaac_style_version_runs_on_the_robots_engines(int8, tmp_path):
         policy = load_artifact(record.path, engine=engine)
         got = np.stack([policy.act(o) for o in obs])
         assert np.max(np.abs(got - want)) < tol, engine
+
+
+def test_a_kit_from_an_identified_simulator_says_so_and_its_data_come_from_that_gap(env_kit, ppo_like, tmp_path):
+    """`lowrl kit --env ENV --gap-file GAP`: the critics and the prior data come from the simulator with the gap
+    the off-board identifier wrote (here a hand-written one), and the residual learner's notes name it."""
+    from lowrl_ros.core.finetune.prior import load_prior
+
+    path, _, _ = ppo_like
+    gap = tmp_path / "identified_gap.yaml"
+    gap.write_text("sim_robot:\n  ros__parameters:\n    gap.mass_scale: 1.6\n    gap.actuator_gain: 0.5\n")
+    kit_dir, _ = write_kit_from_artifact(path, tmp_path / "kit", env_id="Pendulum-v1", warmup_steps=400,
+                                         critic_updates=5, hidden=64, batch_size=64, gap_file=gap)
+    meta = json.loads((kit_dir / "kit.json").read_text())
+    assert meta["prior"] == {"env": "Pendulum-v1", "gap_file": str(gap),
+                             "gap": {"mass_scale": 1.6, "actuator_gain": 0.5}}
+    kit = load_kit(kit_dir)
+    assert str(gap) in kit.prior_source and load_kit(env_kit[0]).prior_source == ""
+    # The same policy, seed and steps as env_kit's, another simulator: other next states.
+    ours, theirs = load_prior(kit_dir, 3, 1, 400), load_prior(env_kit[0], 3, 1, 400)
+    assert np.array_equal(ours.obs[0], theirs.obs[0]) and not np.allclose(ours.next_obs[:50], theirs.next_obs[:50])
+    tuner = FineTuner(kit, FineTuneConfig(algorithm="residual", residual_prior=True), tmp_path / "ft",
+                      base_path=str(path))
+    assert f"simulator transitions of Pendulum-v1 with the gap of {gap}" in tuner.notes[0]

@@ -166,24 +166,9 @@ def _repo() -> Path:
 def legged_gap_preset(path: str | Path | None = None) -> dict:
     """The gap.* entries of a sim robot node params file (default: config/gaps/legged_example.yaml) as
     RealityGapConfig fields; ValueError naming the file if it holds none or a bad one."""
-    import yaml
+    from lowrl_ros.core.sim.reality_gap import gap_file_fields
 
-    from lowrl_ros.core.sim.reality_gap import RealityGapConfig
-
-    path = Path(path) if path else _repo() / LEGGED_GAP
-    doc = yaml.safe_load(path.read_text()) or {}
-    out = {}
-    for node in doc.values():
-        params = (node or {}).get("ros__parameters", {}) if isinstance(node, dict) else {}
-        out.update({k[len("gap."):]: v for k, v in params.items() if k.startswith("gap.")})
-    if not out:
-        raise ValueError(f"{path}: no gap.<field> parameters under <node>: ros__parameters:")
-    fields = RealityGapConfig.__dataclass_fields__
-    bad = [k for k in out if k not in fields]
-    if bad:
-        raise ValueError(f"{path}: unknown gap field(s) {', '.join(bad)}; RealityGapConfig has {', '.join(fields)}")
-    RealityGapConfig(**out)
-    return out
+    return gap_file_fields(Path(path) if path else _repo() / LEGGED_GAP)
 
 
 def _train_set(args: argparse.Namespace) -> dict[str, str]:

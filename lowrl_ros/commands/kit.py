@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="gymnasium id whose spaces match the artifact: the critics learn from rollouts there")
     src.add_argument("--transitions", type=Path, default=None,
                      help="a transition log the robot recorded (finetune_node's WORK_DIR/transitions)")
+    parser.add_argument("--gap-file", type=Path, default=None,
+                        help="with --env: run the environment with this gap (a sim robot node params file's gap.* "
+                             "entries, e.g. the gap the off-board identifier wrote): critics and prior data from "
+                             "the identified simulator")
     parser.add_argument("--algo", choices=("td3", "sac"), default="td3",
                         help="learner: td3 (default: fits a deterministic imported actor) or sac (a learned "
                              "state-independent log-std)")
@@ -68,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         path, report = write_kit_from_artifact(
             args.artifact, out, env_id=args.env_id, transitions=args.transitions, algo=args.algo,
             warmup_steps=args.warmup_steps, critic_updates=args.critic_updates, seed=args.seed, hidden=args.hidden,
-            depth=args.depth, explore_noise=args.explore_noise, threads=getattr(args, "threads", 1), progress=True)
+            depth=args.depth, explore_noise=args.explore_noise, threads=getattr(args, "threads", 1), progress=True,
+            gap_file=getattr(args, "gap_file", None))
     except (KitRefused, ArtifactError, TransitionLogError, ValueError, OSError) as exc:
         remove_partial_kit(out, existed)
         print(f"lowrl kit: {exc}", file=sys.stderr)

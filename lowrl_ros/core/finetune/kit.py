@@ -34,6 +34,7 @@ import torch
 
 from lowrl_ros.core.finetune.prior import write_prior
 from lowrl_ros.core.runtime.artifact import PolicyContract, parse_artifact, read_artifact_bytes
+from lowrl_ros.core.sim.reality_gap import RealityGapConfig, gap_file_fields, make_gapped_env
 from lowrl_ros.core.train.agent import OffPolicyAgent, to_tensors
 from lowrl_ros.core.train.checkpoint import load_checkpoint
 from lowrl_ros.core.train.config import TrainConfig
@@ -62,6 +63,8 @@ class FineTuneKit:
     # A kit made from an artifact: {"sizes", "hidden_activation", "output_activation", "masked_layers", "int8", ...};
     # None for a `lowrl train` kit (our own SAC/TD3 actor).
     actor_spec: dict[str, Any] | None = None
+    # What its prior data (prior.npz) are, for the fine-tuner's notes: "" for the training simulator's.
+    prior_source: str = ""
 
     @property
     def int8(self) -> bool:
@@ -149,7 +152,10 @@ def load_kit(kit_dir: str | Path) -> FineTuneKit:
     missing = [k for k in ("actor", "critic", "critic_target") if k not in state]
     if missing:
         raise ValueError(f"{agent_path} lacks {missing}; re-write the kit")
-    return FineTuneKit(cfg, contract, state, kit_dir, actor_spec)
+    prior = meta.get("prior") or {}
+    source = (f"simulator transitions of {prior.get('env')} with the gap of {prior['gap_file']} (an identified "
+              "simulator)" if prior.get("gap_file") else "")
+    return FineTuneKit(cfg, contract, state, kit_dir, actor_spec, source)
 
 
 # ---- kits made from an artifact -------------------------------------------------------------------
@@ -282,7 +288,8 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
                             transitions: str | Path | None = None, algo: str = "td3", warmup_steps: int = 5000,
                             critic_updates: int = 5000, seed: int = 0, hidden: int = 256, depth: int = 2,
                             batch_size: int = 256, explore_noise: float = 0.1, gamma: float = 0.99,
-                            threads: int = 1, progress: bool = False) -> tuple[Path, WarmupReport]:
+                            threads: int = 1, progress: bool = False,
+                            gap_file: str | Path | None = None) -> tuple[Path, WarmupReport]:
     """Make a fine-tune kit from any artifact (an imported SB3 / rsl_rl / Isaac Lab policy).
 
     The actor is the artifact's network exactly (:class:`ArtifactActor`); new twin critics
@@ -291,7 +298,9 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
     policy in the gymnasium environment ``env_id`` with Gaussian exploration noise
     (``explore_noise`` x half the action range; the env's reward), or from the robot's transition
     log at ``transitions`` (its recorded rewards). Exactly one of the two is required. ``threads``:
-    torch threads (1: best on a shared machine).
+    torch threads (1: best on a shared machine). ``gap_file`` (with ``env_id``): a sim robot node params
+    file whose ``gap.*`` entries the environment runs with, e.g. the gap the off-board identifier found:
+    the critics and the prior data then come from the identified simulator, not the training one.
 
     Raises:
         KitRefused: neither or both data sources, spaces that do not match the contract, a log
@@ -304,6 +313,14 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
                          "give --env or --transitions, not both (the critics learn from one source)")
     if algo not in ("td3", "sac"):
         raise KitRefused(f"--algo {algo!r}: use td3 (default) or sac")
+    gap = None
+    if gap_file is not None:
+        if env_id is None:
+            raise KitRefused("--gap-file changes the simulator of --env: give --env ENV_ID too")
+        try:
+            gap = gap_file_fields(gap_file)
+        except ValueError as exc:
+            raise KitRefused(str(exc)) from None
     for name, value in (("warmup_steps", warmup_steps), ("critic_updates", critic_updates)):
         if int(value) < 0:
             raise KitRefused(f"{name}={value} must be >= 0")
@@ -333,7 +350,8 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     if env_id is not None:
-        buffer, source = _env_rollouts(agent.actor, contract, env_id, int(warmup_steps), explore_noise, seed, progress)
+        buffer, source = _env_rollouts(agent.actor, contract, env_id, int(warmup_steps), explore_noise, seed, progress,
+                                       gap)
     else:
         buffer, source = _log_transitions(contract, Path(transitions))
     before = _td_error(agent, buffer, rng, cfg.gamma)
@@ -353,7 +371,10 @@ def write_kit_from_artifact(artifact: str | Path, kit_dir: str | Path, *, env_id
     if env_id is not None:  # the simulator's warm-up data is the kit's prior data (RLPD), as a trained kit's replay is
         Path(kit_dir).mkdir(parents=True, exist_ok=True)
         write_prior(kit_dir, buffer.state_dict())  # before kit.json: a kit.json means the kit is whole
-    return _write(agent, contract, kit_dir, {"actor": spec, "warmup": report.to_dict()}), report
+    extra = {"actor": spec, "warmup": report.to_dict()}
+    if env_id is not None:  # where the prior data came from: the fine-tuner says it (FineTuneKit.prior_source)
+        extra["prior"] = {"env": env_id, "gap_file": None if gap_file is None else str(gap_file), "gap": gap}
+    return _write(agent, contract, kit_dir, extra), report
 
 
 def _progress(total: int, enabled: bool):
@@ -406,13 +427,13 @@ def check_env_spaces(env, contract: PolicyContract, env_id: str) -> None:
 
 
 def _env_rollouts(actor: ArtifactActor, contract: PolicyContract, env_id: str, steps: int, noise: float, seed: int,
-                  progress: bool) -> tuple[ReplayBuffer, str]:
+                  progress: bool, gap: dict[str, Any] | None = None) -> tuple[ReplayBuffer, str]:
     from lowrl_ros.core.train.trainer import make_env
 
     if steps < 1:
         raise KitRefused("--warmup-steps must be >= 1 with --env: the critics need transitions to learn from")
     try:
-        env = make_env(env_id)
+        env = make_env(env_id) if gap is None else make_gapped_env(env_id, RealityGapConfig(**gap))
     except ValueError as exc:
         raise KitRefused(str(exc)) from None
     try:

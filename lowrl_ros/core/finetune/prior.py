@@ -120,6 +120,7 @@ def load_learner_prior(learner: str, kit, config, buffer: ReplayBuffer, notes: l
     elif learner == "residual" or len(prior) < config.prior_size:
         cut = "" if len(prior) == config.prior_size else \
             f"; all the kit has, or what fits in {PRIOR_MEMORY_SHARE:.0%} of memory_cap_mb"
+        source = kit.prior_source or "training-simulator transitions"
         notes.append(f"{learner}: replay seeded with {len(prior)} prior transitions, half of every batch (the kit's "
-                     f"training-simulator transitions, {PRIOR_FILE}{cut})")
+                     f"{source}, {PRIOR_FILE}{cut})")
     return prior

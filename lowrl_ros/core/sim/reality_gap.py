@@ -51,6 +51,7 @@ import collections
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -314,6 +315,33 @@ def parse_gap_items(items: list[str]) -> dict[str, Any]:
         except ValueError:
             raise ValueError(f"--gap {item!r}: {value!r} is not a number") from None
     RealityGapConfig(**out)  # each field's own range check
+    return out
+
+
+def gap_file_fields(path: str | Path) -> dict[str, Any]:
+    """The ``gap.<field>`` entries of a sim robot node params file (a preset in config/gaps/, or the gap the
+    off-board identifier wrote) as RealityGapConfig fields; ValueError naming the file and the entry at fault."""
+    import yaml
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the gap file ({exc})") from None
+    out: dict[str, Any] = {}
+    for node in doc.values() if isinstance(doc, dict) else ():
+        params = (node or {}).get("ros__parameters", {}) if isinstance(node, dict) else {}
+        out.update({k[len("gap."):]: v for k, v in params.items() if k.startswith("gap.")})
+    if not out:
+        raise ValueError(f"{path}: no gap.<field> parameters under <node>: ros__parameters:")
+    bad = [k for k in out if k not in RealityGapConfig.__dataclass_fields__]
+    if bad:
+        raise ValueError(f"{path}: unknown gap field(s) {', '.join(bad)}; RealityGapConfig has "
+                         f"{', '.join(RealityGapConfig.__dataclass_fields__)}")
+    try:
+        RealityGapConfig(**out)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
     return out
 
 
