@@ -164,3 +164,20 @@ def test_finetune_set_sets_other_fine_tuner_fields_and_refuses_flagged_or_bad_on
                        ("residual_scale=2", "residual_scale=2.0 must be in")):
         assert run(parser.parse_args(["--finetune-set", item, "--out", "/nonexistent/never"])) == 2
         assert says in capsys.readouterr().out
+
+
+def test_kit_gap_file_is_legged_only_and_a_bad_file_is_refused_before_any_run(capsys, tmp_path):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    bad = tmp_path / "gap.yaml"
+    bad.write_text("sim_robot:\n  ros__parameters:\n    gap.mass_scale: -1\n")
+    for argv, says in ((["--envs", "Pendulum-v1", "--kit-gap-file", "config/gaps/legged_example.yaml"],
+                        "--kit-gap-file changes the legged kit's simulator"),
+                       (["--envs", "LeggedAnt", "--kit-gap-file", str(bad)], "mass_scale")):
+        assert run(parser.parse_args(argv + ["--out", str(tmp_path / "out")])) == 2
+        assert says in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()

@@ -147,6 +147,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim2real_legged.add_arguments(parser)
 
     add_warmup_arguments(parser, prefix="kit-", help_prefix="--start sb3-ppo and LeggedAnt: lowrl kit ")
+    parser.add_argument("--kit-gap-file", type=Path, default=None,
+                        help="LeggedAnt: lowrl kit --gap-file: the kit's critics and prior data from the simulator "
+                             "with this gap (an identified simulator; the preset's own file is a perfectly "
+                             "identified one)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real"),
                         help="sim policies are trained (once) and fine-tuned here")
     parser.add_argument("--out", type=Path, default=None,
@@ -271,6 +275,11 @@ def imported_policy(env_id: str, seed: int, args: argparse.Namespace) -> Path:
     return run_dir
 
 
+def _file_tag(path: Path) -> str:
+    """A short name of a file's contents for cache directories."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:8]
+
+
 def _make_kit(run_dir: Path, env_id: str, seed: int, args: argparse.Namespace, what: str) -> None:
     """`lowrl kit run_dir/actor_int8.onnx -o run_dir/kit --env env_id` with the --kit-* warm-up flags (TD3)."""
     from lowrl_ros.commands import kit as kit_command
@@ -278,7 +287,8 @@ def _make_kit(run_dir: Path, env_id: str, seed: int, args: argparse.Namespace, w
     kit_args = argparse.Namespace(artifact=run_dir / "actor_int8.onnx", output=run_dir / "kit", env_id=env_id,
                                   transitions=None, algo="td3", seed=seed, explore_noise=args.kit_explore_noise,
                                   hidden=256, depth=2, warmup_steps=args.kit_warmup_steps,
-                                  critic_updates=args.kit_critic_updates)
+                                  critic_updates=args.kit_critic_updates,
+                                  gap_file=getattr(args, "kit_gap_file", None))
     if kit_command.run(kit_args) != 0:
         raise ValueError(f"lowrl kit refused {what} (see above)")
 
@@ -324,8 +334,10 @@ def legged_policy(seed: int, args: argparse.Namespace, kit: bool = True) -> Path
         run_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_repo() / ENVS[LEGGED], run_dir / "actor_int8.onnx")
         return run_dir
+    gap_file = getattr(args, "kit_gap_file", None)
     run_dir = (args.runs_dir / f"legged-s{seed}-kit-w{args.kit_warmup_steps}-u{args.kit_critic_updates}"
-                               f"-n{args.kit_explore_noise:g}")
+                               f"-n{args.kit_explore_noise:g}"
+                               + (f"-gap{_file_tag(gap_file)}" if gap_file else ""))
     if (run_dir / "kit" / "kit.json").is_file():
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -563,6 +575,10 @@ def run(args: argparse.Namespace) -> int:
         tune_set = finetune_set(args)
         if "sysid" in args.methods and args.envs != [LEGGED]:
             raise ValueError("--methods sysid identifies the legged robot's gap; run it with --envs LeggedAnt")
+        if args.kit_gap_file is not None:
+            if args.envs != [LEGGED]:
+                raise ValueError("--kit-gap-file changes the legged kit's simulator; run it with --envs LeggedAnt")
+            legged_gap_preset(args.kit_gap_file)  # a bad file is refused here, not after minutes of warm-up
         if args.start == "sb3-ppo" and args.envs != ["Pendulum-v1"]:
             raise ValueError("--start sb3-ppo runs on Pendulum-v1 only (RL Zoo's PPO settings); add --envs Pendulum-v1")
     except ValueError as exc:
@@ -688,7 +704,9 @@ def run(args: argparse.Namespace) -> int:
     if LEGGED in args.envs:
         start += (f"{LEGGED} sim policy: the shipped {ENVS[LEGGED]} (an SB3 PPO imported by `lowrl import --int8`), "
                   f"its kit made by `lowrl kit --env lowrl/LeggedAnt-v0` per seed (TD3 over the imported actor; "
-                  f"critics warmed up in the ungapped sim on {args.kit_warmup_steps} steps with exploration noise "
+                  f"critics warmed up in the "
+                  + (f"sim with the gap of {args.kit_gap_file} (an identified simulator)" if args.kit_gap_file
+                     else "ungapped sim") + f" on {args.kit_warmup_steps} steps with exploration noise "
                   f"{args.kit_explore_noise:g}, {args.kit_critic_updates} updates; RLPD's prior data = that warm-up's "
                   f"transitions); episodes of {ENV_KWARGS[LEGGED]['max_episode_steps']} policy steps (10 s)"
                   + (f"; its oracle: PPO continued from {LEGGED_PPO} on the gapped robot for "
