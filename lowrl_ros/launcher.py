@@ -246,7 +246,9 @@ class Launcher:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         commands = {spec.name: node_command(spec) for spec in self.nodes}  # fail before starting any
         for spec in self.nodes:
-            env = dict(os.environ, PYTHONUNBUFFERED="1", RCUTILS_COLORIZED_OUTPUT="0")
+            # LOWRL_LAUNCHER_PID: a node whose launcher is killed stops too (ros/spinning.exit_with_launcher).
+            env = dict(os.environ, PYTHONUNBUFFERED="1", RCUTILS_COLORIZED_OUTPUT="0",
+                       LOWRL_LAUNCHER_PID=str(os.getpid()))
             # Own process group: a terminal's Ctrl-C reaches the launcher only, which then stops
             # the nodes in order instead of all of them dying at once mid-message.
             proc = subprocess.Popen(commands[spec.name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -315,3 +315,40 @@ def test_conditions_select_nodes_like_ros2_launch(tmp_path):
     assert parse_launch(write(tmp_path, text)) == []
     with pytest.raises(LaunchError, match="true, false, 1 or 0"):
         parse_launch(write(tmp_path, "launch:\n- node: {pkg: lowrl_ros, exec: policy_node, if: maybe}\n"))
+
+
+def test_nodes_stop_when_their_launcher_is_killed(tmp_path):
+    """A `lowrl launch` killed without a chance to stop its nodes (SIGKILL, a crash) takes them down too: each
+    starts in its own session (so a terminal's Ctrl-C reaches the launcher only), and watches its launcher
+    (ros/spinning.exit_with_launcher) instead of commanding a robot nobody watches."""
+    import threading
+
+    import psutil
+
+    proc = subprocess.Popen(LOWRL + ["launch", "robot.launch.yaml", "--log-dir", str(tmp_path / "logs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+
+    def seen(pattern: str) -> list[str]:
+        return [m for line in list(lines) for m in re.findall(pattern, line)]
+
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        # The policy node activated (it watches its launcher from before it was built) and the monitor said hello.
+        while time.monotonic() < deadline and not (seen(r"\[policy_node\].*activated") and seen(r"\[budget_monitor\]")
+                                                   and len(seen(r"started pid (\d+)")) == 2):
+            time.sleep(0.2)  # reading a process's output; the condition decides
+        pids = [int(p) for p in seen(r"started pid (\d+)")]
+        assert len(pids) == 2 and seen(r"\[policy_node\].*activated"), "".join(lines)
+        proc.kill()
+        proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], timeout=20)
+        assert not alive, f"still running after their launcher was killed: {[p.pid for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for p in pids:
+            if psutil.pid_exists(p):
+                os.kill(p, signal.SIGKILL)

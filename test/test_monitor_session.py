@@ -24,15 +24,20 @@ LOWRL = [sys.executable, "-m", "lowrl_ros.cli"]
 def session(tmp_path_factory):
     """A demo session (no load phase) running for the module's tests; stopped with SIGINT afterwards."""
     log = tmp_path_factory.mktemp("demo")
-    proc = subprocess.Popen(LOWRL + ["demo", "--seconds", "240", "--no-load", "--quiet", "--log-dir", str(log)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    yield proc
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    # Its output goes to a file: a pipe nobody reads fills up and blocks the demo mid-print.
+    with open(log / "demo.out", "w") as out:
+        proc = subprocess.Popen(LOWRL + ["demo", "--seconds", "240", "--no-load", "--quiet", "--log-dir", str(log),
+                                         "--session-dir", str(log / "session")],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+        yield proc
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # its nodes stop with it (they watch their launcher: ros/spinning.exit_with_launcher)
+            rc = proc.wait()
+        # Ctrl-C is how a person ends a demo: it stops its nodes and writes the report, exit code 0.
+        assert rc == 0, f"the demo ended with {rc} on SIGINT:\n" + (log / "demo.out").read_text()[-3000:]
 
 
 @pytest.mark.ros

@@ -41,6 +41,7 @@ INTEGRATION = (
     "test/test_documented_commands.py::test_eval_prints_one_line_per_episode",
     "test/test_launch.py::test_lowrl_launch_brings_up_the_robot_and_stops_it_on_sigint",
     "test/test_launch.py::test_launcher_exits_non_zero_when_a_node_dies",
+    "test/test_launch.py::test_nodes_stop_when_their_launcher_is_killed",
     "test/test_launch.py::test_lowrl_demo_prints_figures_from_the_running_nodes",
     "test/test_finetune_node.py::test_killed_mid_session_keeps_every_transition_and_resumes",
     "test/test_finetune_node.py::test_bad_parameters_exit_with_the_fix",

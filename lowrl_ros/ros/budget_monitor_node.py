@@ -39,6 +39,7 @@ from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.ros import diagnostics as diag
 from lowrl_ros.ros.params import add_post_set_callback, config_from_params, declare_config
 from lowrl_ros.ros.qos import LATCHED, STATS
+from lowrl_ros.ros.spinning import exit_with_launcher
 
 NODE_NAME = "budget_monitor"
 TIER_TOPIC = "lowrl/compute_tier"  # relative: a robot in a namespace has its own
@@ -233,6 +234,7 @@ class BudgetMonitorNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args)
+    exit_with_launcher()
     try:
         node = BudgetMonitorNode()
     except ValueError as e:

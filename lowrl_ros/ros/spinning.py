@@ -3,9 +3,11 @@ one ``main`` they all share (``run_node``)."""
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,32 @@ import rclpy
 import rclpy.executors
 from rclpy.executors import ExternalShutdownException
 from rclpy.signals import SignalHandlerOptions
+
+
+# Set by `lowrl launch` / `lowrl demo` (lowrl_ros/launcher.py) for the nodes it starts: its own pid.
+LAUNCHER_PID_ENV = "LOWRL_LAUNCHER_PID"
+
+
+def exit_with_launcher(poll_s: float = 0.5) -> bool:
+    """Stop this node as on SIGTERM once the `lowrl launch` process that started it is gone.
+
+    The launcher starts each node in its own session (a terminal's Ctrl-C reaches the launcher only,
+    which stops the nodes in order), so a launcher that is killed (SIGKILL, a crash) would leave them
+    running: a policy node still commanding a robot nobody watches. Only a direct child of the process
+    named by LOWRL_LAUNCHER_PID watches it (a node started by `ros2 launch` or by hand never does);
+    returns whether this one does.
+    """
+    pid = os.environ.get(LAUNCHER_PID_ENV, "")
+    if not pid.isdigit() or os.getppid() != int(pid):
+        return False
+
+    def watch() -> None:
+        while os.getppid() == int(pid):
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)  # the node's own shutdown: safe action, files closed
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+    return True
 
 
 def make_executor(context=None, events: bool = True):
@@ -106,6 +134,7 @@ def run_node(name: str, make_node: Callable[[], object], *, args: list[str] | No
     The node's ``close()`` (if it has one) runs before ``destroy_node()``.
     """
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    exit_with_launcher()
     node = None
     try:
         try:
