@@ -181,3 +181,20 @@ def test_kit_gap_file_is_legged_only_and_a_bad_file_is_refused_before_any_run(ca
         assert run(parser.parse_args(argv + ["--out", str(tmp_path / "out")])) == 2
         assert says in capsys.readouterr().out
     assert not (tmp_path / "out").exists()
+
+
+def test_legged_kits_are_cached_per_gap_file_contents(tmp_path):
+    import argparse
+
+    from lowrl_ros.bench.sim2real import add_arguments, legged_kit_dir
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    plain = legged_kit_dir(0, parser.parse_args(["--runs-dir", str(tmp_path)]))
+    gap = tmp_path / "gap.yaml"
+    gap.write_text("sim_robot:\n  ros__parameters:\n    gap.mass_scale: 1.2\n")
+    gapped = legged_kit_dir(0, parser.parse_args(["--runs-dir", str(tmp_path), "--kit-gap-file", str(gap)]))
+    assert plain == tmp_path / "legged-s0-kit-w5000-u5000-n0.1" and gapped.parent == tmp_path
+    assert gapped.name.startswith(plain.name + "-gap")
+    gap.write_text("sim_robot:\n  ros__parameters:\n    gap.mass_scale: 1.3\n")
+    assert legged_kit_dir(0, parser.parse_args(["--runs-dir", str(tmp_path), "--kit-gap-file", str(gap)])) != gapped

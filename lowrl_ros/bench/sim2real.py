@@ -317,6 +317,14 @@ def _gap_tag(gap) -> str:
     return hashlib.sha256(json.dumps(gap.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
 
+def legged_kit_dir(seed: int, args: argparse.Namespace) -> Path:
+    """Where the legged kit of ``seed`` and the --kit-* settings is cached (one per gap file's contents)."""
+    gap_file = getattr(args, "kit_gap_file", None)
+    tag = f"-gap{_file_tag(gap_file)}" if gap_file else ""
+    return args.runs_dir / (f"legged-s{seed}-kit-w{args.kit_warmup_steps}-u{args.kit_critic_updates}"
+                            f"-n{args.kit_explore_noise:g}{tag}")
+
+
 def legged_policy(seed: int, args: argparse.Namespace, kit: bool = True) -> Path:
     """The legged sim policy: the shipped imported artifact and its kit, made as `lowrl kit` makes it.
 
@@ -334,10 +342,7 @@ def legged_policy(seed: int, args: argparse.Namespace, kit: bool = True) -> Path
         run_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_repo() / ENVS[LEGGED], run_dir / "actor_int8.onnx")
         return run_dir
-    gap_file = getattr(args, "kit_gap_file", None)
-    run_dir = (args.runs_dir / f"legged-s{seed}-kit-w{args.kit_warmup_steps}-u{args.kit_critic_updates}"
-                               f"-n{args.kit_explore_noise:g}"
-                               + (f"-gap{_file_tag(gap_file)}" if gap_file else ""))
+    run_dir = legged_kit_dir(seed, args)
     if (run_dir / "kit" / "kit.json").is_file():
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
