@@ -26,9 +26,12 @@ def session(tmp_path_factory):
     log = tmp_path_factory.mktemp("demo")
     # Its output goes to a file: a pipe nobody reads fills up and blocks the demo mid-print.
     with open(log / "demo.out", "w") as out:
+        # Started with SIGINT ignored, as `lowrl demo &` from a script (or a CI job in the background) starts it:
+        # the demo handles Ctrl-C itself then too.
         proc = subprocess.Popen(LOWRL + ["demo", "--seconds", "240", "--no-load", "--quiet", "--log-dir", str(log),
                                          "--session-dir", str(log / "session")],
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         yield proc
         proc.send_signal(signal.SIGINT)
         try:
@@ -38,6 +41,7 @@ def session(tmp_path_factory):
             rc = proc.wait()
         # Ctrl-C is how a person ends a demo: it stops its nodes and writes the report, exit code 0.
         assert rc == 0, f"the demo ended with {rc} on SIGINT:\n" + (log / "demo.out").read_text()[-3000:]
+        assert (log / "session" / "session_report.md").is_file()
 
 
 @pytest.mark.ros

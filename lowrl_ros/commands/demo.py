@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -417,6 +418,13 @@ def run(args: argparse.Namespace) -> int:
     load_info = {} if phase is None else phase.planned()
     cpu = ProcessCpu(session)
     started = time.monotonic()
+
+    def interrupted(*_) -> None:
+        raise KeyboardInterrupt
+
+    # Ctrl-C and SIGTERM stop the session cleanly (nodes stopped, report written), also where the demo started
+    # with SIGINT ignored (`lowrl demo &` from a script: Python then installs no KeyboardInterrupt of its own).
+    previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         launcher.start()
         cpu.watch({name: p.pid for name, p in launcher.procs.items()})
@@ -456,6 +464,8 @@ def run(args: argparse.Namespace) -> int:
         launcher.shutdown()
         time.sleep(0.2)  # let the last messages reach the recorder
         rec.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if died:
         print(f"lowrl demo: node(s) {', '.join(died)} stopped early; see the logs in {launcher.log_dir}",
               file=sys.stderr)
