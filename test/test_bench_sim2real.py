@@ -198,3 +198,21 @@ def test_legged_kits_are_cached_per_gap_file_contents(tmp_path):
     assert gapped.name.startswith(plain.name + "-gap")
     gap.write_text("sim_robot:\n  ros__parameters:\n    gap.mass_scale: 1.3\n")
     assert legged_kit_dir(0, parser.parse_args(["--runs-dir", str(tmp_path), "--kit-gap-file", str(gap)])) != gapped
+
+
+def test_the_bench_makes_its_kit_with_lowrl_kits_own_flags_gap_file_included(tmp_path):
+    import argparse
+    import json
+    import shutil
+
+    from lowrl_ros.bench.sim2real import _make_kit, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    root = Path(__file__).resolve().parent.parent
+    gap = root / "config/gaps/legged_example.yaml"
+    args = parser.parse_args(["--kit-warmup-steps", "200", "--kit-critic-updates", "10", "--kit-gap-file", str(gap)])
+    shutil.copyfile(root / "models/legged_ant_int8.onnx", tmp_path / "actor_int8.onnx")
+    _make_kit(tmp_path, "lowrl/LeggedAnt-v0", 0, args, "the legged artifact")
+    meta = json.loads((tmp_path / "kit" / "kit.json").read_text())
+    assert meta["prior"]["gap_file"] == str(gap) and meta["warmup"]["critic_updates"] == 10

@@ -284,12 +284,15 @@ def _make_kit(run_dir: Path, env_id: str, seed: int, args: argparse.Namespace, w
     """`lowrl kit run_dir/actor_int8.onnx -o run_dir/kit --env env_id` with the --kit-* warm-up flags (TD3)."""
     from lowrl_ros.commands import kit as kit_command
 
-    kit_args = argparse.Namespace(artifact=run_dir / "actor_int8.onnx", output=run_dir / "kit", env_id=env_id,
-                                  transitions=None, algo="td3", seed=seed, explore_noise=args.kit_explore_noise,
-                                  hidden=256, depth=2, warmup_steps=args.kit_warmup_steps,
-                                  critic_updates=args.kit_critic_updates,
-                                  gap_file=getattr(args, "kit_gap_file", None))
-    if kit_command.run(kit_args) != 0:
+    # Parsed by the command's own parser, as the import above: a flag `lowrl kit` gains never goes missing here.
+    parser = argparse.ArgumentParser()
+    kit_command.add_arguments(parser)
+    argv = [str(run_dir / "actor_int8.onnx"), "-o", str(run_dir / "kit"), "--env", env_id, "--seed", str(seed),
+            "--explore-noise", str(args.kit_explore_noise), "--warmup-steps", str(args.kit_warmup_steps),
+            "--critic-updates", str(args.kit_critic_updates)]
+    if getattr(args, "kit_gap_file", None) is not None:
+        argv += ["--gap-file", str(args.kit_gap_file)]
+    if kit_command.run(parser.parse_args(argv)) != 0:
         raise ValueError(f"lowrl kit refused {what} (see above)")
 
 

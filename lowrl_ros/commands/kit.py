@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             args.artifact, out, env_id=args.env_id, transitions=args.transitions, algo=args.algo,
             warmup_steps=args.warmup_steps, critic_updates=args.critic_updates, seed=args.seed, hidden=args.hidden,
             depth=args.depth, explore_noise=args.explore_noise, threads=getattr(args, "threads", 1), progress=True,
-            gap_file=getattr(args, "gap_file", None))
+            gap_file=args.gap_file)
     except (KitRefused, ArtifactError, TransitionLogError, ValueError, OSError) as exc:
         remove_partial_kit(out, existed)
         print(f"lowrl kit: {exc}", file=sys.stderr)

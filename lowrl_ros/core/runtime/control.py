@@ -374,10 +374,7 @@ class _Active:
     lite: PolicyLike | None  # None: one-policy bundle, LITE falls to DECIMATED
     low: np.ndarray
     high: np.ndarray
-
-    @property
-    def half(self) -> np.ndarray:
-        return (self.high - self.low) / 2.0
+    half: np.ndarray  # (high - low) / 2: explore_std's unit, computed once per policy, not per tick
 
 
 class PolicyController:
@@ -456,7 +453,8 @@ class PolicyController:
         if lite is full:
             lite = None
         c = full.contract
-        return _Active(bundle, full, lite, np.asarray(c.action_low, float), np.asarray(c.action_high, float))
+        low, high = np.asarray(c.action_low, float), np.asarray(c.action_high, float)
+        return _Active(bundle, full, lite, low, high, (high - low) / 2.0)
 
     @property
     def bundle(self) -> BundleLike:
