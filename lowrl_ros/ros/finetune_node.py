@@ -37,7 +37,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float32MultiArray, Float64, Float64MultiArray, UInt8
 
-from lowrl_ros.core.finetune.kit import load_kit
+from lowrl_ros.core.finetune.kit import recording_policy
 from lowrl_ros.core.finetune.learner import FineTuner
 from lowrl_ros.core.finetune.config import FineTuneConfig, FineTuneNodeSettings
 from lowrl_ros.core.finetune.demos import load_demos
@@ -84,10 +84,7 @@ class FineTuneNode(Node):
         self.config = config_from_params(self, FineTuneConfig)
         self.log_config = config_from_params(self, TransitionLogConfig, prefix=LOG_PREFIX)
         config_from_params(self, FineTuneNodeSettings)  # checks the choices
-        if not get("kit_path"):
-            raise ValueError("kit_path is empty; set it to a fine-tune kit directory "
-                             "(written by lowrl_ros.core.finetune.kit.write_kit from a lowrl train run)")
-        kit = load_kit(get("kit_path"))
+        kit = recording_policy(get("kit_path"), get("base_policy_path"), get("learner") == "offboard")
         self.robot_file = get("robot_file")
         self.robot = self._robot(kit)  # what the step rows describe
         specs = RobotSpecs.from_robot_file(self.robot, kit.contract.control_period_s)

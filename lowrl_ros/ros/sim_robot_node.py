@@ -79,8 +79,10 @@ class SimRobotNode(Node):
         declare_config(self, RealityGapConfig, prefix=GAP_PREFIX)
         self.config = config_from_params(self, SimRobotConfig)
         self.gap = config_from_params(self, RealityGapConfig, prefix=GAP_PREFIX)
+        gap_text, gap_config = self.gap.describe(), self.gap.to_dict()
         if self.config.env_id == ROBOT_FILE:  # a robot file's sim: robot, on the robot file's own topics
             self.robot = RobotFileSim.from_config(self.config, self.gap)
+            gap_text, gap_config = self.robot.describe_gap(), self.robot.gap  # its gap_file's, in full
         elif self.config.env_id == LEGGED:
             self.robot = LeggedSim.from_config(self.config, self.gap)
         else:
@@ -133,8 +135,8 @@ class SimRobotNode(Node):
         if self.config.session_dir:
             session = Path(self.config.session_dir).expanduser()
             self._log = CsvLog(session / EPISODES_CSV, EPISODE_FIELDS)
-            write_session_info(session, {"env_id": self.config.env_id, "gap": self.gap.describe(),
-                                         "gap_config": self.gap.to_dict(), "mode": self.config.mode,
+            write_session_info(session, {"env_id": self.config.env_id, "gap": gap_text,
+                                         "gap_config": gap_config, "mode": self.config.mode,
                                          "started_unix": time.time()})
             self.create_subscription(Float64MultiArray, get("policy_step_topic"), self._on_step, RECORD)
         self._lockstep = self.config.mode == "lockstep"
@@ -153,7 +155,7 @@ class SimRobotNode(Node):
             self._timer = self.create_timer(self.config.control_period_s, self._tick)
         rate = "lockstep (a step per command)" if self._lockstep else f"{1 / self.config.control_period_s:.0f} Hz"
         self.get_logger().info(f"sim robot {self.config.env_id}, {rate}, joints {', '.join(self.robot.joint_names)}, "
-                               f"reality gap: {self.gap.describe()}")
+                               f"reality gap: {gap_text}")
 
     # ---- the state estimate (LeggedAnt): ground truth standing in for a real robot's estimator ----
     STATE_ESTIMATE_PERIOD_S = 0.02  # 50 Hz: a Python callback per message in the fine-tuner is the cost
@@ -172,10 +174,11 @@ class SimRobotNode(Node):
         if self._pub_state is None or now < self._state_due:
             return
         self._state_due = now + self.STATE_ESTIMATE_PERIOD_S
-        vxy, yaw_rate = self.robot.robot.base_velocity_yaw_frame()  # LeggedAnt only (robot_file: no topic)
+        v, w = self.robot.state_estimate()
         m = self._state_msg
         m.header.stamp = stamp
-        m.twist.linear.x, m.twist.linear.y, m.twist.angular.z = float(vxy[0]), float(vxy[1]), float(yaw_rate)
+        m.twist.linear.x, m.twist.linear.y, m.twist.linear.z = (float(x) for x in v)
+        m.twist.angular.x, m.twist.angular.y, m.twist.angular.z = (float(x) for x in w)
         self._pub_state.publish(m)
 
     def redirect_joint_states(self, topic: str) -> None:

@@ -85,10 +85,13 @@ class TrainerNode(Node):
         add_post_set_callback(self, self._apply_parameters)
         self.learner = None
         method = self.get_parameter("offboard_method").value
-        if method not in ("finetune", "sysid"):
-            raise ValueError(f"offboard_method {method!r}: use finetune (with finetune_kit) or sysid")
+        if method not in ("finetune", "sysid", "retrain"):
+            raise ValueError(f"offboard_method {method!r}: use finetune (with finetune_kit), sysid (the legged "
+                             "example) or retrain (any robot file with a sim: section)")
         if method == "sysid":
             self._start_sysid(config)
+        elif method == "retrain":
+            self._start_retrain(config)
         elif self.get_parameter("finetune_kit").value:
             self._start_learner(config)
         self.create_timer(config.poll_period_s, guarded(self, self.poll))
@@ -139,6 +142,31 @@ class TrainerNode(Node):
                                f"{self.get_parameter('transitions_topic').value}; after {settings.episodes} episodes "
                                f"of v{self.learner.base_version}, the corrected version goes into {config.watch_dir}; "
                                f"{self.learner.resumed} transitions resumed from disk ({self.learner.state})")
+
+    def _start_retrain(self, config: StreamConfig) -> None:
+        from lowrl_ros.core.finetune.offboard_retrain import OffboardRetrain, RetrainSessionSettings
+        from lowrl_ros.core.sim.robot_sysid import IdentifySettings
+        from lowrl_ros.core.train.retrain import RetrainSettings
+
+        if not config.watch_dir:
+            raise ValueError("offboard_method retrain needs watch_dir: the directory the retrained version is "
+                             "released into and streamed from")
+        settings = {}
+        for prefix, cls in (("retrain.", RetrainSessionSettings), ("identify.", IdentifySettings),
+                            ("ppo.", RetrainSettings)):
+            declare_config(self, cls, prefix=prefix)
+            settings[prefix] = config_from_params(self, cls, prefix=prefix)
+        self.learner = OffboardRetrain(self.get_parameter("base_policy_path").value,
+                                       self.get_parameter("base_version").value,
+                                       Path(self.get_parameter("finetune_work_dir").value).expanduser(),
+                                       Path(config.watch_dir).expanduser(), self.get_parameter("robot_file").value,
+                                       settings["retrain."], settings["identify."], settings["ppo."],
+                                       log=lambda line: self.get_logger().info(f"retrain: {line}"))
+        self._start_worker()
+        self.get_logger().info(f"off-board real-to-sim-to-real (retrain) of {self.learner.robot_file}: after "
+                               f"{settings['retrain.'].episodes} episodes of v{self.learner.base_version}, identify, "
+                               f"retrain, release into {config.watch_dir}; {self.learner.resumed} transitions resumed "
+                               f"from disk ({self.learner.state})")
 
     def _start_worker(self) -> None:
         """Transitions in (their size from the learner's policy contract), the learner in a worker thread."""
@@ -270,7 +298,7 @@ class TrainerNode(Node):
                 values.update(updates=lr.tuner.updates, current=lr.tuner.tracker.current, best=lr.tuner.tracker.best,
                               rejections=lr.session.rejections, rollbacks=lr.session.rollbacks)
             else:
-                values.update(state=lr.state)
+                values.update(state=lr.state, **{f"progress.{k}": v for k, v in getattr(lr, "progress", {}).items()})
             statuses.append(diag.status(f"{DIAG_PREFIX}/finetune", level,
                                         self.learner_error or lr.paused_reason or lr.last_decision, values))
         self._diag_pub.publish(diag.array(self.get_clock().now().to_msg(), statuses, self.get_namespace()))

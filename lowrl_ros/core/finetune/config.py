@@ -212,4 +212,7 @@ class TrainerNodeSettings:
     transitions_topic: str = field("lowrl/transitions", "the robot's transitions (finetune_node learner:=offboard)")
     offboard_method: str = field("finetune", "learning from the robot's transitions: finetune (needs finetune_kit) "
                                  "| sysid (the legged robot: identify its gap, fold the sensor biases into "
-                                 "base_policy_path, release, judge; sysid.* parameters)")
+                                 "base_policy_path, release, judge; sysid.* parameters) | retrain (any robot_file "
+                                 "with a sim: section: identify its gap, retrain base_policy_path with PPO in the "
+                                 "identified simulator, release, judge; retrain.*, identify.*, ppo.* parameters)")
+    robot_file: str = field("", "offboard_method retrain: the robot file (with a sim: section) the robot runs")

@@ -126,6 +126,23 @@ def write_kit(run_dir: str | Path, kit_dir: str | Path, artifact: str | Path | N
     return write_kit_from_agent(agent, contract, kit_dir)
 
 
+def recording_policy(kit_path: str, base_policy_path: str, offboard: bool) -> Any:
+    """What finetune_node records for: the kit (a FineTuneKit), or, streaming off-board without a kit
+    (``learner: offboard``: the trainer node learns, e.g. ``offboard_method: retrain``), the base artifact's
+    contract as ``.contract``, ``.obs_dim``, ``.action_dim``; ValueError saying which to give."""
+    if kit_path:
+        return load_kit(kit_path)
+    if offboard and base_policy_path:
+        from types import SimpleNamespace
+
+        from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
+
+        contract = parse_artifact(read_artifact_bytes(base_policy_path), str(base_policy_path)).contract
+        return SimpleNamespace(contract=contract, obs_dim=contract.obs_dim, action_dim=contract.action_dim)
+    raise ValueError("kit_path is empty; set it to a fine-tune kit directory (lowrl kit ARTIFACT -o KIT), or, with "
+                     "learner offboard, set base_policy_path (the artifact the robot runs) and no kit")
+
+
 def load_kit(kit_dir: str | Path) -> FineTuneKit:
     """Load and check a kit directory; ValueError saying what is wrong and how to fix it."""
     kit_dir = Path(kit_dir)

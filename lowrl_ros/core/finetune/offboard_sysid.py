@@ -69,13 +69,12 @@ class OffboardSysid:
                  settings: SysidSettings = SysidSettings(), log: Callable[[str], None] = lambda _line: None,
                  log_config: TransitionLogConfig | None = None) -> None:
         from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
-        from lowrl_ros.core.sim import sysid
 
         if not str(base_path) or not Path(base_path).is_file():
-            raise ValueError(f"offboard_method sysid needs base_policy_path: the artifact the robot runs "
+            raise ValueError(f"offboard_method {self.METHOD} needs base_policy_path: the artifact the robot runs "
                              f"(got {str(base_path)!r})")
         contract = parse_artifact(read_artifact_bytes(base_path), str(base_path)).contract
-        sysid.check_contract(contract, str(base_path))  # the identifier replays one simulator: the policy's robot?
+        self._check_base(contract, str(base_path))
         self.obs_dim, self.action_dim = contract.obs_dim, contract.action_dim  # the transitions' size
         self.base_path, self.base_version = Path(base_path), int(base_version or contract.version)
         self.work_dir, self.release_dir = Path(work_dir), Path(release_dir)
@@ -97,6 +96,21 @@ class OffboardSysid:
         self.new_version = self.base_version + 1
         self._pending: list[Path] = []  # released while resuming, returned by the next step()
         self.resumed = self._resume()
+
+    METHOD = "sysid"  # the trainer node's offboard_method
+
+    def _check_base(self, contract, where: str) -> None:
+        """The identifier replays one simulator: is the policy that robot's?"""
+        from lowrl_ros.core.sim import sysid
+
+        sysid.check_contract(contract, where)
+
+    def _base_as(self, version: int) -> Path:
+        """The base artifact re-released as ``version`` (a rollback: a newer version carrying the base's weights)."""
+        from lowrl_ros.core.sim import sysid
+
+        return sysid.fold_sensor_offsets(self.base_path, self.work_dir / "sysid" / f"v{version:06d}_int8.onnx", {},
+                                         version=version, parent_version=self.base_version)
 
     def can_learn(self) -> bool:
         """Whether :meth:`step` has work (identification is due)."""
@@ -256,10 +270,7 @@ class OffboardSysid:
             self.last_decision = (f"v{self.new_version} returned {new_mean:.1f} over {len(new)} episodes against "
                                   f"v{self.base_version}'s {base_mean:.1f}: rolled back "
                                   f"(v{version} = v{self.base_version})")
-            from lowrl_ros.core.sim import sysid
-
-            artifact = sysid.fold_sensor_offsets(self.base_path, self.work_dir / "sysid" / f"v{version:06d}_int8.onnx",
-                                                 {}, version=version, parent_version=self.base_version)
+            artifact = self._base_as(version)
             self._log(self.last_decision)
             self.released.append(version)
             self._save_status()

@@ -485,6 +485,12 @@ class LeggedSim:
             raise ValueError(f"command {arr.tolist()} is not finite; the controller sent NaN/Inf")
         return arr
 
+    def state_estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        """The base's (linear, angular) velocity as the legged reward reads it: x, y in the heading frame, the yaw
+        rate about world z (ground truth standing in for a state estimator)."""
+        vxy, yaw_rate = self.robot.base_velocity_yaw_frame()
+        return np.array([vxy[0], vxy[1], 0.0]), np.array([0.0, 0.0, yaw_rate])
+
     def set_velocity_command(self, vx: float, vy: float, yaw_rate: float) -> None:
         self.command = np.array([vx, vy, yaw_rate], dtype=np.float64)
 

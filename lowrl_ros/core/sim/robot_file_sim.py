@@ -25,7 +25,9 @@ from typing import Callable
 import numpy as np
 
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
+from lowrl_ros.core.runtime.robot_file import RobotFile
 from lowrl_ros.core.sim.robot_env import FALL_UP, RobotSimEnv
+from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file
 from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, encode_truth
 
 
@@ -34,10 +36,10 @@ class RobotFileSim:
     ``hold_command``, ``set_velocity_command``, ``topics``) over a robot file's simulator."""
 
     def __init__(self, robot_file: str | Path, seed: int = 0, max_episode_steps: int = 0, realtime: bool = True,
-                 max_catch_up: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_catch_up: int = 8, clock: Callable[[], float] = time.monotonic, gap: Gap | None = None) -> None:
         import mujoco
 
-        self.env = RobotSimEnv(robot_file)
+        self.env = RobotSimEnv(robot_file, gap)
         self.env.reset(seed=seed, options={"command": np.zeros(3)})
         self.sim = self.env.sim
         robot = self.env.robot
@@ -57,7 +59,7 @@ class RobotFileSim:
         self.topics = {"joint_states_topic": by_type.get("joint_state", "joint_states"),
                        "imu_topic": by_type.get("imu", "imu"), "cmd_vel_topic": by_type.get("twist", "cmd_vel"),
                        "command_topic": output.get("topic") or "joint_group_position_controller/commands",
-                       "state_estimate_topic": ""}  # the legged robot's estimator stand-in: not for this robot
+                       "state_estimate_topic": _state_estimate_topic(robot)}
         self.physics_dt = self.sim.config.physics_dt
         self.max_episode_steps, self.realtime, self.max_catch_up = max_episode_steps, realtime, max_catch_up
         self._clock = clock
@@ -74,9 +76,27 @@ class RobotFileSim:
         node's ``gap.*`` parameters are the gymnasium envs' gap, not this simulator's (core/sim/robot_sim.py
         ``Gap``): a non-identity one is refused rather than silently ignored."""
         if gap is not None and gap != RealityGapConfig():
-            raise ValueError(f"env_id robot_file runs the robot file's nominal model; the gap.* parameters "
-                             f"({gap.describe()}) do not apply to it: leave them at their defaults")
-        return cls(config.robot_file, seed=config.seed, max_episode_steps=config.max_episode_steps)
+            raise ValueError(f"env_id robot_file takes its reality gap from gap_file (a gap file of the robot file's "
+                             f"simulator); the gap.* parameters ({gap.describe()}) are LeggedAnt's: leave them at "
+                             "their defaults")
+        return cls(config.robot_file, seed=config.seed, max_episode_steps=config.max_episode_steps,
+                   gap=load_gap_file(config.gap_file) if config.gap_file else None)
+
+    @property
+    def gap(self) -> dict:
+        """The full gap the simulator runs (every parameter), to print and record."""
+        return self.env.gap
+
+    def describe_gap(self) -> str:
+        """The gap's parameters that differ from the nominal model, one line ('none' on the nominal model)."""
+        nominal = Gap().as_dict()
+        changed = [f"{k}={v}" for k, v in self.gap.items() if v != nominal.get(k)]
+        return ", ".join(changed) or "none"
+
+    def state_estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        """The base's true (linear, angular) velocity in its own frame: what the robot file's twist reward inputs
+        read in training (RobotSimEnv), standing in for the real robot's state estimator."""
+        return self.env.sim.base_velocity()
 
     @property
     def command(self) -> np.ndarray:
@@ -156,3 +176,9 @@ class RobotFileSim:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _state_estimate_topic(robot: RobotFile) -> str:
+    """The topic of the robot file's first twist reward input ('' = none): where the state estimate goes."""
+    inputs = ((robot.raw.get("reward") or {}).get("inputs") or [])
+    return next((str(i.get("topic")) for i in inputs if isinstance(i, dict) and i.get("type") == "twist_stamped"), "")

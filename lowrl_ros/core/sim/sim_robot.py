@@ -77,6 +77,8 @@ class SimRobotConfig:
     session_dir: str = field("", "where the episode log (episodes.csv) goes ('' = no log)")
     robot_file: str = field("", "env_id robot_file: the robot file whose sim: section this robot runs (its topics "
                                 "and simulator replace the topic parameters)")
+    gap_file: str = field("", "env_id robot_file: a gap file of its simulator (docs/robot_file.md, 'Gap files'); "
+                              "'' = the nominal model")
 
     def __post_init__(self) -> None:
         if self.env_id not in SUPPORTED_ENVS:
@@ -89,6 +91,8 @@ class SimRobotConfig:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is unknown; use realtime (wall-clock timer) or lockstep "
                              "(one step per command)")
+        if self.gap_file and self.env_id != ROBOT_FILE:
+            raise ValueError(f"gap_file is for env_id robot_file; {self.env_id} takes the gap.* parameters")
         if self.env_id == ROBOT_FILE and not self.robot_file:
             raise ValueError("env_id robot_file needs the robot_file parameter: a robot file with a sim: section")
         if self.env_id in (LEGGED, ROBOT_FILE) and self.mode != "realtime":
