@@ -84,6 +84,28 @@ def test_the_node_config_builds_it_and_a_gym_gap_is_refused():
         SimRobotConfig(env_id="robot_file", robot_file=str(QUADRUPED), mode="lockstep")
 
 
+def test_a_gap_file_sets_the_simulated_robots_gap_and_the_state_estimate_is_the_training_rewards_input():
+    gap = ROOT / "config/gaps/quadruped_example.yaml"
+    config = SimRobotConfig(env_id="robot_file", robot_file=str(QUADRUPED), control_period_s=0.005, gap_file=str(gap))
+    sim = RobotFileSim.from_config(config, RealityGapConfig())
+    assert sim.gap["mass_scale"] == 1.15 and sim.gap["latency_steps"] == 2
+    assert "mass_scale=1.15" in sim.describe_gap() and "friction=0.7" in sim.describe_gap()
+    assert RobotFileSim(QUADRUPED, realtime=False).describe_gap() == "none"
+    assert sim.topics["state_estimate_topic"] == "state_estimator/twist"  # the robot file's twist reward input
+    sim.realtime = False
+    for _ in range(20):
+        sim.step(sim.hold_command + 0.3)
+    v, w = sim.state_estimate()
+    v_true, w_true = sim.sim.base_velocity()
+    assert np.array_equal(v, v_true) and np.array_equal(w, w_true) and np.abs(np.r_[v, w]).max() > 0.0
+    with pytest.raises(ValueError, match="gap_file is for env_id robot_file"):
+        SimRobotConfig(env_id="Pendulum-v1", gap_file=str(gap))
+    bad = SimRobotConfig(env_id="robot_file", robot_file=str(QUADRUPED),
+                         gap_file=str(ROOT / "config/robots/pendulum.yaml"))
+    with pytest.raises(ValueError, match="gap file"):
+        RobotFileSim.from_config(bad, RealityGapConfig())
+
+
 def test_a_fall_is_counted_and_the_robot_put_back():
     sim = RobotFileSim(QUADRUPED, realtime=False)
     sim.sim.data.qpos[3:7] = [0.0, 1.0, 0.0, 0.0]  # upside down
