@@ -1,0 +1,202 @@
+"""Real-to-sim-to-real over ROS 2: how much of a robot's reality gap the in-session retraining recovers.
+
+Runs real sessions (`lowrl launch launch/robot_sim_to_real.launch.yaml`: the sim robot node under a gap file, the
+policy node, the budget monitor, the fine-tuner streaming transitions, the trainer node with ``offboard_method:
+retrain``), one per seed, each until the trainer has decided (kept, rolled back or failed) and ``--eval-episodes``
+episodes of the version the robot then runs are in. Before them, per seed, a session on the nominal robot (no
+gap, nothing learned) measures the base's return there.
+
+Per seed: R_nominal (the base on the nominal robot), R_before (the base on the gapped robot: the episodes the
+trainer recorded), R_after (the version running after the decision, on the gapped robot), gap recovered % =
+(R_after - R_before) / (R_nominal - R_before); the identified gap against the true one; the wall-clock from the
+first robot step to the release; the policy node's deadline misses during identification and retraining. Every
+return is the fine-tuner's own episode return (the robot file's reward, finetune/episode_terms.csv).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+DONE_STATES = ("kept", "rolled_back", "failed")
+ROBOTS = {"quadruped": ("config/robots/quadruped.yaml", "models/quadruped.lowrl", "config/gaps/quadruped_example.yaml")}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--robot", default="quadruped",
+                        help=f"a shipped robot ({', '.join(ROBOTS)}) or a robot file with a sim: section")
+    parser.add_argument("--policy", type=Path, default=None, help="the base policy (default: the robot's shipped one)")
+    parser.add_argument("--gap-file", type=Path, default=None, help="the robot's gap (default: the robot's preset)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--eval-episodes", type=int, default=5,
+                        help="episodes of the decided version (and of the base on the nominal robot) per figure")
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="trainer node parameters, e.g. retrain.episodes=8 ppo.total_steps=200000")
+    parser.add_argument("--ray-address", default="", help="retrain on this Ray cluster (ppo.ray_address)")
+    parser.add_argument("--timeout-s", type=float, default=1800.0, help="per session (1800)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real_session"))
+    parser.add_argument("--out", type=Path, default=None, help="results root (default bench_results/)")
+
+
+def _repo() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def _episodes(session: Path) -> list[dict]:
+    path = session / "finetune" / "episode_terms.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [row for row in csv.DictReader(f)]
+
+
+def _status(session: Path) -> dict:
+    path = session / "offboard" / "sysid" / "status.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _params_file(path: Path, items: list[str], ray_address: str) -> Path:
+    import yaml
+
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: give NAME=VALUE (a trainer node parameter)")
+        params[name] = yaml.safe_load(value)
+    if ray_address:
+        params["ppo.ray_address"] = ray_address
+    path.write_text(yaml.safe_dump({"/**/trainer_node": {"ros__parameters": params}}))
+    return path
+
+
+def session(run_dir: Path, robot_file: Path, policy: Path, gap_file: str, seed: int, trainer_params: Path,
+            done, timeout_s: float, method: str = "retrain") -> tuple[Path, float]:
+    """One `lowrl launch` session until ``done(session_dir)`` or the timeout; returns its directory and seconds."""
+    from lowrl_ros.commands.demo import make_session_key
+
+    key = make_session_key(run_dir / "bundle.key")
+    cmd = [sys.executable, "-m", "lowrl_ros.cli", "launch", str(_repo() / "launch/robot_sim_to_real.launch.yaml"),
+           f"robot_file:={robot_file}", f"policy_path:={policy}", f"gap_file:={gap_file}", f"seed:={seed}",
+           f"session_dir:={run_dir}", f"key_file:={key}", f"trainer_params:={trainer_params}",
+           f"offboard_method:={method}",
+           "--log-dir", str(run_dir / "logs")]
+    print("  $ " + " ".join(cmd[2:]), flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        while time.monotonic() - t0 < timeout_s and proc.poll() is None and not done(run_dir):
+            time.sleep(2.0)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return run_dir, time.monotonic() - t0
+
+
+def _returns(rows: list[dict], version: int) -> list[float]:
+    return [float(r["return"]) for r in rows if int(float(r["version"])) == version]
+
+
+def _misses(session_dir: Path) -> dict:
+    """The policy node's deadline misses and ticks over the session (its 10 Hz stats in the recording)."""
+    from lowrl_ros.core.session.files import read_session
+
+    try:
+        st = read_session(session_dir).stats
+    except (ValueError, OSError) as exc:
+        return {"error": str(exc)}
+    if not len(st.get("ticks", ())):
+        return {"error": "no policy stats recorded"}
+    return {"deadline_misses": int(st["deadline_misses"][-1] - st["deadline_misses"][0]),
+            "ticks": int(st["ticks"][-1] - st["ticks"][0])}
+
+
+def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file: Path, seed: int,
+             base_version: int) -> dict:
+    root = args.runs_dir / f"seed{seed}"
+    root.mkdir(parents=True, exist_ok=True)
+    params = _params_file(root / "trainer_params.yaml", args.set, args.ray_address)
+    n = args.eval_episodes
+    print(f"seed {seed}: the base on the nominal robot ({n} episodes)", flush=True)
+    nominal, _ = session(root / "nominal", robot_file, policy, "", seed, params,
+                         lambda d: len(_returns(_episodes(d), base_version)) >= n, args.timeout_s,
+                         method="finetune")  # without a kit: nothing learned, the robot's episodes recorded
+    r_nominal = _returns(_episodes(nominal), base_version)
+
+    def decided(d: Path) -> bool:
+        status = _status(d)
+        if status.get("state") not in DONE_STATES:
+            return False
+        running = status["released"][-1] if status.get("released") else base_version
+        return status["state"] == "failed" or len(_returns(_episodes(d), running)) >= n + 1
+
+    print(f"seed {seed}: retraining on the robot under {gap_file}", flush=True)
+    gapped, wall = session(root / "gapped", robot_file, policy, str(gap_file), seed, params, decided, args.timeout_s)
+    status, rows = _status(gapped), _episodes(gapped)
+    r_before = _returns(rows, base_version)
+    running = status["released"][-1] if status.get("released") else base_version
+    after_rows = [r for r in rows if int(float(r["version"])) == running]
+    r_after = [float(r["return"]) for r in after_rows[1:]]  # the first one may be the judge's, or partly earlier
+    mean = lambda xs: float(np.mean(xs)) if xs else float("nan")  # noqa: E731
+    gap = mean(r_nominal) - mean(r_before)
+    recovered = 100.0 * (mean(r_after) - mean(r_before)) / gap if gap > 0 else float("nan")
+    result = {"seed": seed, "state": status.get("state", "no decision"), "decision": status.get("decision", ""),
+              "released": status.get("released", []), "nominal_return": mean(r_nominal),
+              "before_return": mean(r_before), "after_return": mean(r_after), "recovered_pct": recovered,
+              "episodes": {"nominal": len(r_nominal), "before": len(r_before), "after": len(r_after)},
+              "identified": status.get("identified", {}), "progress": status.get("progress", {}),
+              "session_s": wall, **_misses(gapped)}
+    print(f"seed {seed}: {result['state']}; nominal {mean(r_nominal):.1f}, before {mean(r_before):.1f}, after "
+          f"{mean(r_after):.1f}: {recovered:.0f} % of the gap recovered", flush=True)
+    return result
+
+
+def headline(r: dict) -> str:
+    return (f"gap recovered over ROS 2 {r.get('recovered_pct_mean', float('nan')):.0f} % (mean of "
+            f"{len(r.get('seeds', []))} seeds), deadline misses {r.get('deadline_misses_total', 'n/a')}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lowrl_ros.bench import record
+    from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
+
+    robot_file, policy, gap = (Path(x) for x in ROBOTS.get(args.robot, (args.robot, "", "")))
+    policy, gap = (_repo() / p if not p.is_absolute() and not p.is_file() else p
+                   for p in (args.policy or policy, args.gap_file or gap))
+    robot_file = robot_file if robot_file.is_file() else _repo() / robot_file
+    for what, p in (("robot file", robot_file), ("policy", policy), ("gap file", gap)):
+        if not p.is_file():
+            print(f"lowrl bench sim2real_session: the {what} {p} does not exist", file=sys.stderr)
+            return 2
+    version = parse_artifact(read_artifact_bytes(policy), str(policy)).contract.version
+    seeds = [run_seed(args, robot_file.resolve(), policy.resolve(), gap.resolve(), s, version) for s in args.seeds]
+    pct = [s["recovered_pct"] for s in seeds if np.isfinite(s["recovered_pct"])]
+    results = {"robot": str(robot_file), "policy": str(policy), "gap_file": str(gap), "seeds": seeds,
+               "recovered_pct_mean": float(np.mean(pct)) if pct else float("nan"),
+               "deadline_misses_total": sum(int(s.get("deadline_misses", 0)) for s in seeds)}
+    md = ["| seed | decision | nominal | before | after | recovered | session s | deadline misses / ticks |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    md += [f"| {s['seed']} | {s['state']} | {s['nominal_return']:.1f} | {s['before_return']:.1f} | "
+           f"{s['after_return']:.1f} | {s['recovered_pct']:.0f} % | {s['session_s']:.0f} | "
+           f"{s.get('deadline_misses', '-')} / {s.get('ticks', '-')} |" for s in seeds]
+    path = record.write_result("sim2real_session", results, "\n".join(md) + "\n",
+                               setting=record.setting_of(args, add_arguments, skip=("out", "runs_dir", "seeds")),
+                               env=robot_file.stem, root=args.out)
+    print(f"written: {path}")
+    return 0
