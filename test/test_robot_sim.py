@@ -200,6 +200,12 @@ REFUSED = {
     "unknown key": (lambda d: d["sim"].update(imu="torso"), r"unknown key sim.imu; known: mjcf, "),
     "mjcf": (lambda d: d["sim"].update(mjcf="quadruped.xml"), r"sim.mjcf '.*quadruped.xml' does not exist"),
     "prior": (lambda d: d["sim"]["gap_priors"].update(mass=[0.5, 1.5]), r"sim.gap_priors.mass is not a gap parameter"),
+    "added site's body": (lambda d: d["sim"].update(add_sites={"imu": {"body": "base"}}),
+                          r"sim.add_sites.imu names body 'base'.*its bodies: world, torso"),
+    "added site's key": (lambda d: d["sim"].update(add_sites={"imu": {"body": "torso", "quat": [1, 0, 0, 0]}}),
+                         r"unknown key sim.add_sites.imu.quat; known: body, pos"),
+    "integrator": (lambda d: d["sim"]["control"].update(integrator="rk4"),
+                   r"sim.control.integrator 'rk4' is not MuJoCo's; one of Euler, RK4, implicit, implicitfast"),
 }
 
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import yaml
 
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.runtime.step_row import decode_step, encode_step, row_size
@@ -164,8 +165,13 @@ def test_a_fall_fails_the_run_and_too_few_ticks_is_no_evidence():
     assert late.matched == 0 and not late.ok
 
 
-def test_simulator_choice_and_the_legged_truth_row():
-    assert sim2sim.simulator_for(load_robot_file(ROOT / "config/robots/legged_ant.yaml")).env_id == "LeggedAnt"
+def test_simulator_choice_and_the_legged_truth_row(tmp_path):
+    legged_file = ROOT / "config/robots/legged_ant.yaml"
+    assert sim2sim.simulator_for(load_robot_file(legged_file)).env_id == f"robot_sim:{legged_file}"  # its sim:
+    without_sim = yaml.safe_load(legged_file.read_text())
+    del without_sim["sim"]
+    (tmp_path / "legged.yaml").write_text(yaml.safe_dump(without_sim))
+    assert sim2sim.simulator_for(load_robot_file(tmp_path / "legged.yaml")).env_id == "LeggedAnt"
     with pytest.raises(ValueError, match="no simulator"):
         sim2sim.simulator_for(load_robot_file(ROOT / "config/robots/pendulum.yaml"))
     from lowrl_ros.core.sim.legged import JOINTS, LeggedSim, OBS_NAMES, observation

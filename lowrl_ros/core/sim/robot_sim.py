@@ -35,9 +35,10 @@ import numpy as np
 
 from lowrl_ros.core.runtime.robot_file import RobotFile
 
-SIM_KEYS = ("mjcf", "remove_bodies", "joints", "actuators", "imu_site", "base_body", "foot_geoms", "control",
-            "reset", "gap_priors")
-CONTROL_KEYS = ("period_s", "physics_dt", "kp", "kd", "torque_limit", "action_clip")
+SIM_KEYS = ("mjcf", "remove_bodies", "add_sites", "joints", "actuators", "imu_site", "base_body", "foot_geoms",
+            "control", "reset", "gap_priors")
+CONTROL_KEYS = ("period_s", "physics_dt", "integrator", "kp", "kd", "torque_limit", "action_clip")
+INTEGRATORS = ("Euler", "RK4", "implicit", "implicitfast")  # MuJoCo's <option integrator=...> values
 RESET_KEYS = ("base_height", "joint_noise", "velocity_noise")
 PKG_PREFIX = "pkg://"
 PER_JOINT = ("motor_strength", "kp_scale", "kd_scale", "encoder_offset")  # gap parameters given per joint or once
@@ -190,6 +191,7 @@ class SimConfig:
 
     mjcf: Path
     remove_bodies: tuple[str, ...]
+    add_sites: Mapping[str, tuple[str, tuple[float, float, float]]]
     joints: tuple[str, ...]
     actuators: tuple[str, ...]
     imu_site: str
@@ -198,6 +200,7 @@ class SimConfig:
     interface: str
     period_s: float
     physics_dt: float
+    integrator: str | None
     kp: np.ndarray
     kd: np.ndarray
     torque_limit: np.ndarray
@@ -282,28 +285,55 @@ def _need(model: Any, obj: Any, count: int, name: str, key: str, what: str, wher
     return i
 
 
-def compile_model(mjcf: Path, remove_bodies: Sequence[str], where: str) -> Any:
-    """The MjModel of ``mjcf`` (MJCF or URDF) with ``remove_bodies`` deleted (MjSpec), for a scene's props."""
+def compile_model(mjcf: Path, remove_bodies: Sequence[str], where: str,
+                  add_sites: Mapping[str, tuple[str, tuple[float, float, float]]] | None = None) -> Any:
+    """The MjModel of ``mjcf`` (MJCF or URDF) with ``remove_bodies`` deleted (a scene's props) and ``add_sites``
+    (site name -> (body, position in the body frame)) added, through MjSpec: an IMU the model does not mark."""
     import mujoco
 
     if not mjcf.is_file():
         raise SimConfigError(f"{where}: sim.mjcf {str(mjcf)!r} does not exist")
     try:
-        if not remove_bodies:
+        if not remove_bodies and not add_sites:
             return mujoco.MjModel.from_xml_path(str(mjcf))
         spec = mujoco.MjSpec.from_file(str(mjcf))
+        have = [b.name for b in spec.bodies if b.name]
         for name in remove_bodies:
             body = spec.body(name)
             if body is None:
-                have = [b.name for b in spec.bodies if b.name]
                 raise SimConfigError(f"{where}: sim.remove_bodies names body {name!r}, which the MJCF does not have; "
                                      f"its bodies: {', '.join(have)}")
             spec.delete(body)
+        for site, (body_name, pos) in (add_sites or {}).items():
+            body = spec.body(body_name)
+            if body is None:
+                raise SimConfigError(f"{where}: sim.add_sites.{site} names body {body_name!r}, which the MJCF does "
+                                     f"not have; its bodies: {', '.join(have)}")
+            body.add_site(name=site, pos=list(pos))
         return spec.compile()
     except (ValueError, mujoco.FatalError) as exc:
         if isinstance(exc, SimConfigError):
             raise
         raise SimConfigError(f"{where}: sim.mjcf {mjcf} does not compile: {' '.join(str(exc).split())}") from exc
+
+
+def _add_sites(data: Any, where: str) -> dict[str, tuple[str, tuple[float, float, float]]]:
+    """``sim.add_sites``: ``{site: {body: B, pos: [x, y, z]}}`` (pos default the body's origin)."""
+    data = {} if data is None else data
+    if not isinstance(data, Mapping):
+        raise SimConfigError(f"{where}: sim.add_sites must map new site names to {{body: B, pos: [x, y, z]}}, "
+                             f"got {data!r}")
+    out = {}
+    for site, entry in data.items():
+        entry = _section(entry, f"sim.add_sites.{site}", ("body", "pos"), where)
+        if not isinstance(entry.get("body"), str):
+            raise SimConfigError(f"{where}: sim.add_sites.{site}.body is required: the MJCF body the site is fixed to")
+        try:
+            pos = _floats(f"sim.add_sites.{site}.pos", entry.get("pos", [0.0, 0.0, 0.0]), 3)
+        except SimConfigError as exc:
+            raise SimConfigError(f"{where}: {exc}") from exc
+        out[str(site)] = (entry["body"], (pos[0], pos[1], pos[2]))
+    return out
 
 
 def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
@@ -331,7 +361,8 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
     if not isinstance(remove, list) or not all(isinstance(b, str) for b in remove):
         raise SimConfigError(f"{where}: sim.remove_bodies must be a list of MJCF body names, got {remove!r}")
     mjcf = resolve_mjcf(d["mjcf"], robot.path)
-    model = compile_model(mjcf, remove, where)
+    sites = _add_sites(d.get("add_sites"), where)
+    model = compile_model(mjcf, remove, where, sites)
 
     mj_joints = _mapping_or_same(d.get("joints"), "joints", joints, where)
     for rj, mj in zip(joints, mj_joints):
@@ -383,6 +414,10 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
 
     ctl = _section(d.get("control"), "sim.control", CONTROL_KEYS, where)
     physics_dt = float(ctl.get("physics_dt", model.opt.timestep))
+    integrator = ctl.get("integrator")
+    if integrator is not None and integrator not in INTEGRATORS:
+        raise SimConfigError(f"{where}: sim.control.integrator {integrator!r} is not MuJoCo's; one of "
+                             f"{', '.join(INTEGRATORS)} (default: the MJCF's <option integrator>)")
     period = ctl.get("period_s")
     if not _positive(period) or not physics_dt > 0:
         raise SimConfigError(f"{where}: sim.control.period_s (the policy's control period, s) is required and > 0, "
@@ -428,11 +463,11 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
         if lo_hi[0] > lo_hi[1]:
             raise SimConfigError(f"{where}: sim.gap_priors.{key} {rng!r} has lo > hi")
         priors[key] = (lo_hi[0], lo_hi[1])
-    cfg = SimConfig(mjcf=mjcf, remove_bodies=tuple(remove), joints=mj_joints, actuators=actuators,
+    cfg = SimConfig(mjcf=mjcf, remove_bodies=tuple(remove), add_sites=sites, joints=mj_joints, actuators=actuators,
                     imu_site=str(imu_site or ""), base_body=str(base or ""), foot_geoms=tuple(map(str, feet)),
-                    interface=interface, period_s=float(period), physics_dt=physics_dt, kp=kp, kd=kd,
-                    torque_limit=limit, action_clip=float(clip), base_height=None if height is None else float(height),
-                    gap_priors=priors, **noise)
+                    interface=interface, period_s=float(period), physics_dt=physics_dt, integrator=integrator,
+                    kp=kp, kd=kd, torque_limit=limit, action_clip=float(clip),
+                    base_height=None if height is None else float(height), gap_priors=priors, **noise)
     return cfg, model
 
 
@@ -446,6 +481,8 @@ class RobotSim:
         self.config, self.model = parse_sim(robot)
         cfg, m = self.config, self.model
         m.opt.timestep = cfg.physics_dt
+        if cfg.integrator is not None:
+            m.opt.integrator = getattr(mujoco.mjtIntegrator, f"mjINT_{cfg.integrator.upper()}")
         self.data = mujoco.MjData(m)
         jid = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, j) for j in cfg.joints]
         self._qadr = np.array([m.jnt_qposadr[j] for j in jid])
@@ -516,9 +553,13 @@ class RobotSim:
         mujoco.mj_resetData(m, d)
         if self._free_q >= 0 and cfg.base_height is not None:
             d.qpos[self._free_q + 2] = cfg.base_height
-        pose = self.default_pose + self.rng.uniform(-cfg.joint_noise, cfg.joint_noise, len(self.names))
-        d.qpos[self._qadr] = pose
-        d.qvel[self._dadr] = self.rng.uniform(-cfg.velocity_noise, cfg.velocity_noise, len(self.names))
+        # A noise of 0 draws nothing: the stream then goes on to the command as LeggedAnt's does (same seed, same
+        # start and command: the parity check in docs/sim_to_real.md).
+        n = len(self.names)
+        d.qpos[self._qadr] = self.default_pose + (self.rng.uniform(-cfg.joint_noise, cfg.joint_noise, n)
+                                                  if cfg.joint_noise else 0.0)
+        if cfg.velocity_noise:
+            d.qvel[self._dadr] = self.rng.uniform(-cfg.velocity_noise, cfg.velocity_noise, n)
         mujoco.mj_forward(m, d)
         hold = self.default_pose if cfg.interface == "position" else np.zeros(len(self.names))
         self._queue: deque[np.ndarray] = deque([hold.copy()] * (self.gap.latency_steps + 1),
