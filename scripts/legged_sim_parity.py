@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOT = ROOT / "config" / "robots" / "legged_ant.yaml"
@@ -28,6 +29,8 @@ GAP_SIM = ROOT / "config" / "gaps" / "legged_example_sim.yaml"
 GAP_PRESET = ROOT / "config" / "gaps" / "legged_example.yaml"
 POLICY = ROOT / "models" / "legged_ant_int8.onnx"
 STEPS, SEED = 250, 10000
+NOISE_PRESET = ("imu_noise_std", "obs_noise_std")
+NOISE_SIM = ("gyro_noise", "orientation_noise", "joint_position_noise", "joint_velocity_noise")
 
 
 def _legged(gap_fields: dict | None):
@@ -37,38 +40,42 @@ def _legged(gap_fields: dict | None):
     return legged.LeggedAnt(max_episode_steps=STEPS, gap=RealityGapConfig(**gap_fields) if gap_fields else None)
 
 
-def _generic(gap_file: Path | None):
+def _generic(gap: dict | None):
     from lowrl_ros.core.finetune.sim_env import make_robot_env
 
-    return make_robot_env(ROBOT, gap_file=gap_file, last_action="action")  # the artifact's convention
+    return make_robot_env(ROBOT, gap=gap, last_action="action")  # the artifact's convention
 
 
-def run(act, env, seed: int, command: np.ndarray) -> dict:
-    """One episode of at most STEPS policy steps: return, fell, mean forward speed (heading frame / base frame)."""
+def run(act, env, seed: int, command: np.ndarray) -> tuple[dict, np.ndarray]:
+    """One episode of at most STEPS policy steps: (return, fell, mean forward speed in the heading frame; the
+    observations)."""
     obs, _ = env.reset(seed=seed, options={"command": command})
-    total, fell, vx = 0.0, False, []
+    total, fell, vx, seen = 0.0, False, [], [obs]
     for _ in range(STEPS):
         obs, reward, fell, truncated, info = env.step(act(obs))
         total += reward
-        vx.append(info["velocity"][0] if "velocity" in info else env.unwrapped.sim.base_velocity()[0][0])
+        seen.append(obs)
+        vx.append(info["velocity"][0] if "velocity" in info else env.unwrapped.sim.state_estimate()[0][0])
         if fell or truncated:
             break
-    return {"return": total, "fell": bool(fell), "vx": float(np.mean(vx)), "steps": len(vx)}
+    return {"return": total, "fell": bool(fell), "vx": float(np.mean(vx)), "steps": len(vx)}, np.array(seen)
 
 
-def compare(act, episodes: int, legged_gap: dict | None, sim_gap: Path | None) -> dict:
+def compare(act, episodes: int, legged_gap: dict | None, sim_gap: dict | None) -> dict:
     old, new = _legged(legged_gap), _generic(sim_gap)
-    rows = []
+    rows, identical = [], 0
     for k in range(episodes):
         _, info = _legged(None).reset(seed=SEED + k)  # LeggedAnt's command for this seed
         command = info["command"]
-        rows.append({"command": command.tolist(), "LeggedAnt": run(act, old, SEED + k, command),
-                     "RobotSimEnv": run(act, new, SEED + k, command)})
-    out = {"episodes": rows}
+        (a, a_obs), (b, b_obs) = run(act, old, SEED + k, command), run(act, new, SEED + k, command)
+        identical += int(np.array_equal(a_obs, b_obs))
+        rows.append({"command": command.tolist(), "LeggedAnt": a, "RobotSimEnv": b})
+    out = {"episodes": rows, "identical_observations": identical}
     for name in ("LeggedAnt", "RobotSimEnv"):
         out[name] = {"mean_return": float(np.mean([r[name]["return"] for r in rows])),
                      "falls": sum(r[name]["fell"] for r in rows),
-                     "mean_vx": float(np.mean([r[name]["vx"] for r in rows]))}
+                     "mean_vx": float(np.mean([r[name]["vx"] for r in rows])),
+                     "return_sd": float(np.std([r[name]["return"] for r in rows]))}
     return out
 
 
@@ -106,18 +113,30 @@ def main() -> int:
     def act(obs):
         return policy.act(np.asarray(obs, dtype=np.float32)).astype(np.float32)
 
+    preset, sim_gap = legged_gap_preset(GAP_PRESET), yaml.safe_load(GAP_SIM.read_text())["gap"]
     nominal = compare(act, args.episodes, None, None)
-    gapped = compare(act, args.episodes, legged_gap_preset(GAP_PRESET), GAP_SIM)
+    gapped = compare(act, args.episodes, preset, sim_gap)
+    # the gap without its sensor noise: no random draws left, so the field mapping is compared alone
+    quiet = compare(act, args.episodes, {k: v for k, v in preset.items() if k not in NOISE_PRESET},
+                    {k: v for k, v in sim_gap.items() if k not in NOISE_SIM})
     obs = observation_gap(act)
     lines = [f"The shipped policy {POLICY.relative_to(ROOT)} (numpy engine), {args.episodes} episodes of {STEPS} "
              f"steps, seeds {SEED}..., each with LeggedAnt's command for its seed.", "",
-             "| simulator | nominal return | falls | mean vx (m/s) | gapped return | drop | falls |",
-             "|---|---|---|---|---|---|---|"]
+             "| simulator | nominal return (sd) | falls | mean vx (m/s) | gapped return (sd) | drop | falls "
+             "| gap without noise | drop | falls |", "|---" * 10 + "|"]
     for name, gap in (("LeggedAnt", GAP_PRESET.name), ("RobotSimEnv", GAP_SIM.name)):
-        n, g = nominal[name], gapped[name]
-        drop = 100 * (n["mean_return"] - g["mean_return"]) / n["mean_return"]
-        lines.append(f"| {name} ({gap}) | {n['mean_return']:.1f} | {n['falls']}/{args.episodes} | {n['mean_vx']:.3f} "
-                     f"| {g['mean_return']:.1f} | {drop:.0f} % | {g['falls']}/{args.episodes} |")
+        n = nominal[name]
+        cells = [f"{name} ({gap})", f"{n['mean_return']:.1f} ({n['return_sd']:.1f})", f"{n['falls']}/{args.episodes}",
+                 f"{n['mean_vx']:.3f}"]
+        for g in (gapped[name], quiet[name]):
+            drop = 100 * (n["mean_return"] - g["mean_return"]) / n["mean_return"]
+            sd = f" ({g['return_sd']:.1f})" if g is gapped[name] else ""
+            cells += [f"{g['mean_return']:.1f}{sd}", f"{drop:.0f} %", f"{g['falls']}/{args.episodes}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    same = {name: f"{res['identical_observations']}/{args.episodes}"
+            for name, res in (("nominal", nominal), ("quiet", quiet), ("gapped", gapped))}
+    lines += ["", f"Episodes whose every observation is the same in both, bit for bit: nominal {same['nominal']}, "
+              f"gap without noise {same['quiet']}, gap {same['gapped']} (its noise is drawn from other streams)."]
     terms = [k for k in obs[0] if k != "step"]
     lines += ["", "Observation, same start and actions: max |LeggedAnt - RobotSimEnv| per term", "",
               "| step | " + " | ".join(terms) + " |", "|---" * (len(terms) + 1) + "|"]
@@ -128,7 +147,8 @@ def main() -> int:
         from lowrl_ros.bench import record
 
         command = "python scripts/legged_sim_parity.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        path = record.write_result("sim2real", {"nominal": nominal, "gapped": gapped, "observation": obs}, md,
+        path = record.write_result("sim2real", {"nominal": nominal, "gapped": gapped, "gap_without_noise": quiet,
+                                               "observation": obs}, md,
                                    setting="legged_generic_parity", env="LeggedAnt", command=command,
                                    headline=f"nominal {nominal['LeggedAnt']['mean_return']:.1f} (LeggedAnt) vs "
                                             f"{nominal['RobotSimEnv']['mean_return']:.1f} (RobotSimEnv)")

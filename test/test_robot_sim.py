@@ -70,6 +70,21 @@ def test_zero_action_stands_and_is_deterministic_per_seed():
     assert env.sim.base_up() > 0.95 and env.sim.data.xpos[env.sim._base][2] > 0.4  # standing after 2 s
 
 
+def test_implicit_pd_holds_the_pose_with_the_mjcfs_own_actuators_off(tmp_path):
+    """pd: implicit: MuJoCo's own PD actuators (kd integrated implicitly), the quadruped's tendon actuators zeroed;
+    it stands like the explicit PD, and the effort reads the PD's clipped torque."""
+    data = _raw()
+    data["sim"]["control"].update(pd="implicit", integrator="implicitfast")
+    env = RobotSimEnv(_robot(data, tmp_path), Gap(**QUIET))
+    env.reset(seed=0, options={"command": np.zeros(3)})
+    for _ in range(50):
+        env.step(np.zeros(12))
+    _, q, _, effort = env.sim.joint_state()
+    assert np.abs(q - env.sim.default_pose).max() < 0.1 and env.sim.base_up() > 0.95
+    assert 0 < np.abs(effort).max() <= 600.0
+    assert np.array_equal(env.sim.torque, env.sim.data.actuator_force[env.sim._pd])
+
+
 def test_the_observation_is_the_policy_nodes_from_the_same_samples():
     env = RobotSimEnv(load_robot_file(QUAD), Gap(encoder_offset=0.01, gyro_bias=(0.1, 0.0, -0.05),
                                                   tilt_bias=(0.05, -0.1)), last_action="raw")
@@ -206,6 +221,11 @@ REFUSED = {
                          r"unknown key sim.add_sites.imu.quat; known: body, pos"),
     "integrator": (lambda d: d["sim"]["control"].update(integrator="rk4"),
                    r"sim.control.integrator 'rk4' is not MuJoCo's; one of Euler, RK4, implicit, implicitfast"),
+    "pd": (lambda d: d["sim"]["control"].update(pd="ideal"), r"sim.control.pd 'ideal': one of explicit, implicit"),
+    "implicit pd on torques": (lambda d: (d.update(interface="effort"), d["sim"]["control"].update(pd="implicit")),
+                               r"sim.control.pd implicit needs interface position and sim.actuators: joint"),
+    "frame": (lambda d: d["sim"].update(state_estimate_frame="world"),
+              r"sim.state_estimate_frame 'world': one of body, heading"),
 }
 
 

@@ -94,9 +94,9 @@ class RobotFileSim:
         return ", ".join(changed) or "none"
 
     def state_estimate(self) -> tuple[np.ndarray, np.ndarray]:
-        """The base's true (linear, angular) velocity in its own frame: what the robot file's twist reward inputs
-        read in training (RobotSimEnv), standing in for the real robot's state estimator."""
-        return self.env.sim.base_velocity()
+        """The base's true (linear, angular) velocity in sim.state_estimate_frame: what the robot file's twist reward
+        inputs read in training (RobotSimEnv), standing in for the real robot's state estimator."""
+        return self.env.sim.state_estimate()
 
     @property
     def command(self) -> np.ndarray:
@@ -160,9 +160,9 @@ class RobotFileSim:
 
     def true_state(self, stamp: float) -> np.ndarray:
         """The truth row (sim_robot.encode_truth): the training env's observation of this state (entry names
-        ObservationSpec.entry_names(); ``last_action`` zero, the policy's to give), the base's body-frame
-        (vx, vy, yaw rate), the command, the falls."""
-        v, w = self.sim.base_velocity()
+        ObservationSpec.entry_names(); ``last_action`` zero, the policy's to give), the base's (vx, vy, yaw
+        rate) as its state estimate reports them (sim.state_estimate_frame), the command, the falls."""
+        v, w = self.sim.state_estimate()
         return encode_truth(stamp, self.falls, (v[0], v[1], w[2]), self.env.command, self.env.observe())
 
     def position_xy(self) -> np.ndarray:

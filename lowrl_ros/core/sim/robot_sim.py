@@ -36,8 +36,11 @@ import numpy as np
 from lowrl_ros.core.runtime.robot_file import RobotFile
 
 SIM_KEYS = ("mjcf", "remove_bodies", "add_sites", "joints", "actuators", "imu_site", "base_body", "foot_geoms",
-            "control", "reset", "gap_priors")
-CONTROL_KEYS = ("period_s", "physics_dt", "integrator", "kp", "kd", "torque_limit", "action_clip")
+            "state_estimate_frame", "control", "reset", "gap_priors")
+FRAMES = ("body", "heading")  # the state estimate's frame: the base's own, or yaw only (x forward, y left, z up)
+CONTROL_KEYS = ("period_s", "physics_dt", "integrator", "pd", "kp", "kd", "torque_limit", "action_clip")
+PD_MODES = ("explicit", "implicit")  # Isaac Lab's IdealPDActuator / ImplicitActuator
+PD_PREFIX = "lowrl_pd_"  # the actuators an implicit PD adds, one per robot-file joint: lowrl_pd_<MJCF joint>
 INTEGRATORS = ("Euler", "RK4", "implicit", "implicitfast")  # MuJoCo's <option integrator=...> values
 RESET_KEYS = ("base_height", "joint_noise", "velocity_noise")
 PKG_PREFIX = "pkg://"
@@ -197,10 +200,12 @@ class SimConfig:
     imu_site: str
     base_body: str
     foot_geoms: tuple[str, ...]
+    state_estimate_frame: str
     interface: str
     period_s: float
     physics_dt: float
     integrator: str | None
+    pd: str
     kp: np.ndarray
     kd: np.ndarray
     torque_limit: np.ndarray
@@ -286,15 +291,17 @@ def _need(model: Any, obj: Any, count: int, name: str, key: str, what: str, wher
 
 
 def compile_model(mjcf: Path, remove_bodies: Sequence[str], where: str,
-                  add_sites: Mapping[str, tuple[str, tuple[float, float, float]]] | None = None) -> Any:
-    """The MjModel of ``mjcf`` (MJCF or URDF) with ``remove_bodies`` deleted (a scene's props) and ``add_sites``
-    (site name -> (body, position in the body frame)) added, through MjSpec: an IMU the model does not mark."""
+                  add_sites: Mapping[str, tuple[str, tuple[float, float, float]]] | None = None,
+                  pd_joints: Sequence[str] = ()) -> Any:
+    """The MjModel of ``mjcf`` (MJCF or URDF) with ``remove_bodies`` deleted (a scene's props), ``add_sites``
+    (site name -> (body, position in the body frame)) added, an IMU the model does not mark, and an actuator
+    ``PD_PREFIX + joint`` on each of ``pd_joints`` (an implicit PD's; RobotSim sets its gains), through MjSpec."""
     import mujoco
 
     if not mjcf.is_file():
         raise SimConfigError(f"{where}: sim.mjcf {str(mjcf)!r} does not exist")
     try:
-        if not remove_bodies and not add_sites:
+        if not remove_bodies and not add_sites and not pd_joints:
             return mujoco.MjModel.from_xml_path(str(mjcf))
         spec = mujoco.MjSpec.from_file(str(mjcf))
         have = [b.name for b in spec.bodies if b.name]
@@ -310,6 +317,13 @@ def compile_model(mjcf: Path, remove_bodies: Sequence[str], where: str,
                 raise SimConfigError(f"{where}: sim.add_sites.{site} names body {body_name!r}, which the MJCF does "
                                      f"not have; its bodies: {', '.join(have)}")
             body.add_site(name=site, pos=list(pos))
+        for joint in pd_joints:  # every field the MJCF's defaults could set; gains and force range: RobotSim
+            spec.add_actuator(name=PD_PREFIX + joint, target=joint, trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                              gear=[1.0, 0, 0, 0, 0, 0], dyntype=mujoco.mjtDyn.mjDYN_NONE,
+                              gaintype=mujoco.mjtGain.mjGAIN_FIXED, biastype=mujoco.mjtBias.mjBIAS_AFFINE,
+                              ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE,
+                              forcelimited=mujoco.mjtLimited.mjLIMITED_FALSE,
+                              actlimited=mujoco.mjtLimited.mjLIMITED_FALSE)
         return spec.compile()
     except (ValueError, mujoco.FatalError) as exc:
         if isinstance(exc, SimConfigError):
@@ -412,6 +426,9 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
     for g in feet:
         _need(model, mujoco.mjtObj.mjOBJ_GEOM, model.ngeom, str(g), "sim.foot_geoms", "geom", where)
 
+    frame = d.get("state_estimate_frame", "body")
+    if frame not in FRAMES:
+        raise SimConfigError(f"{where}: sim.state_estimate_frame {frame!r}: one of {', '.join(FRAMES)}")
     ctl = _section(d.get("control"), "sim.control", CONTROL_KEYS, where)
     physics_dt = float(ctl.get("physics_dt", model.opt.timestep))
     integrator = ctl.get("integrator")
@@ -432,6 +449,12 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
             if key not in ctl:
                 raise SimConfigError(f"{where}: sim.control.{key} is required for interface position (PD gains, one "
                                      "number or one per joint)")
+    pd = ctl.get("pd", "explicit")
+    if pd not in PD_MODES:
+        raise SimConfigError(f"{where}: sim.control.pd {pd!r}: one of {', '.join(PD_MODES)}")
+    if pd == "implicit" and (interface != "position" or actuators):
+        raise SimConfigError(f"{where}: sim.control.pd implicit needs interface position and sim.actuators: joint "
+                             "(the simulator adds its own PD actuator per joint; the MJCF's are switched off)")
     kp = _per_joint("kp", ctl.get("kp", 0.0), nj, where, positive=False)
     kd = _per_joint("kd", ctl.get("kd", 0.0), nj, where, positive=False)
     if "torque_limit" not in ctl:
@@ -463,10 +486,13 @@ def parse_sim(robot: RobotFile) -> tuple[SimConfig, Any]:
         if lo_hi[0] > lo_hi[1]:
             raise SimConfigError(f"{where}: sim.gap_priors.{key} {rng!r} has lo > hi")
         priors[key] = (lo_hi[0], lo_hi[1])
+    if pd == "implicit":  # every name is checked: now add the PD actuators
+        model = compile_model(mjcf, remove, where, sites, pd_joints=mj_joints)
     cfg = SimConfig(mjcf=mjcf, remove_bodies=tuple(remove), add_sites=sites, joints=mj_joints, actuators=actuators,
                     imu_site=str(imu_site or ""), base_body=str(base or ""), foot_geoms=tuple(map(str, feet)),
+                    state_estimate_frame=frame,
                     interface=interface, period_s=float(period), physics_dt=physics_dt, integrator=integrator,
-                    kp=kp, kd=kd, torque_limit=limit, action_clip=float(clip),
+                    pd=pd, kp=kp, kd=kd, torque_limit=limit, action_clip=float(clip),
                     base_height=None if height is None else float(height), gap_priors=priors, **noise)
     return cfg, model
 
@@ -488,7 +514,17 @@ class RobotSim:
         self._qadr = np.array([m.jnt_qposadr[j] for j in jid])
         self._dadr = np.array([m.jnt_dofadr[j] for j in jid])
         self._act = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a) for a in cfg.actuators], dtype=int)
-        if not cfg.actuators:
+        self._pd = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, PD_PREFIX + j) for j in cfg.joints]
+                            if cfg.pd == "implicit" else [], dtype=int)
+        if self._pd.size:  # MuJoCo runs the PD loop: its own actuators off, ours affine: kp ctrl - kp q - kd qdot
+            own = np.setdiff1d(np.arange(m.nu), self._pd)
+            m.actuator_gainprm[own] = 0.0
+            m.actuator_biasprm[own] = 0.0
+            m.actuator_gaintype[self._pd] = int(mujoco.mjtGain.mjGAIN_FIXED)
+            m.actuator_biastype[self._pd] = int(mujoco.mjtBias.mjBIAS_AFFINE)
+            m.actuator_ctrllimited[self._pd] = 0
+            m.actuator_forcelimited[self._pd] = 1
+        elif not cfg.actuators:
             m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
         else:
             self._ctrl_per_torque = 1.0 / (m.actuator_gainprm[self._act, 0] * m.actuator_gear[self._act, 0])
@@ -497,6 +533,10 @@ class RobotSim:
         free = [j for j in range(m.njnt)
                 if int(m.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_FREE) and m.jnt_bodyid[j] == self._base]
         self._free_q = int(m.jnt_qposadr[free[0]]) if free else -1
+        self._free_v = int(m.jnt_dofadr[free[0]]) if free else -1
+        if cfg.state_estimate_frame == "heading" and self._free_q < 0:
+            raise SimConfigError(f"{robot.where('sim')}: sim.state_estimate_frame heading needs sim.base_body with a "
+                                 "free joint (a floating base); use body")
         self._feet = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in cfg.foot_geoms], dtype=int)
         self._mass0, self._inertia0 = m.body_mass.copy(), m.body_inertia.copy()
         self._friction0 = m.geom_friction.copy()
@@ -541,6 +581,10 @@ class RobotSim:
         self._limit = cfg.torque_limit * self._strength
         self._offset = per["encoder_offset"]
         self._tilt = _quat_from_roll_pitch(*gap.tilt_bias)
+        if self._pd.size:
+            m.actuator_gainprm[self._pd, 0] = self._kp
+            m.actuator_biasprm[self._pd, :3] = np.stack([np.zeros_like(self._kp), -self._kp, -self._kd], axis=1)
+            m.actuator_forcerange[self._pd] = np.stack([-self._limit, self._limit], axis=1)
 
     # ---- stepping ------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
@@ -560,8 +604,10 @@ class RobotSim:
                                                   if cfg.joint_noise else 0.0)
         if cfg.velocity_noise:
             d.qvel[self._dadr] = self.rng.uniform(-cfg.velocity_noise, cfg.velocity_noise, n)
-        mujoco.mj_forward(m, d)
         hold = self.default_pose if cfg.interface == "position" else np.zeros(len(self.names))
+        if self._pd.size:  # an implicit PD holds the pose from the start (mj_resetData zeroed ctrl)
+            d.ctrl[self._pd] = hold
+        mujoco.mj_forward(m, d)
         self._queue: deque[np.ndarray] = deque([hold.copy()] * (self.gap.latency_steps + 1),
                                                maxlen=self.gap.latency_steps + 1)
         self.torque = np.zeros(len(self.names))
@@ -580,6 +626,11 @@ class RobotSim:
         for _ in range(n):
             self._queue.append(targets)
             applied = self._queue[0]
+            if self._pd.size:  # MuJoCo's PD (implicit damping), clipped to the torque limit by its force range
+                d.ctrl[self._pd] = applied
+                mujoco.mj_step(m, d)
+                self.torque = d.actuator_force[self._pd].copy()
+                continue
             if self.config.interface == "position":
                 tau = self._kp * (applied - d.qpos[self._qadr]) - self._kd * d.qvel[self._dadr]
             else:
@@ -638,6 +689,27 @@ class RobotSim:
         vel = np.empty(6)
         mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_BODY, self._base, vel, 1)
         return vel[3:].copy(), vel[:3].copy()
+
+    def state_estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        """The base's true (linear, angular) velocity as the robot's state estimator reports it, in
+        ``sim.state_estimate_frame``: ``body`` (:meth:`base_velocity`), or ``heading``: the world velocity turned by
+        the base's yaw only (x forward, y left in the horizontal plane, z up: angular z is the yaw rate), as
+        legged odometry and the legged example's reward (core/sim/legged.py) give it. Feeds the reward's twist
+        inputs (RobotSimEnv) and the sim robot node's state estimate topic."""
+        import mujoco
+
+        if self.config.state_estimate_frame == "body":
+            return self.base_velocity()
+        # From the free joint's state after the step (qvel: world linear, body angular velocity), as LeggedAnt
+        # reads it; the body velocities MuJoCo computes (cvel) are the step's start, one physics step behind.
+        d = self.data
+        quat, rot = d.qpos[self._free_q + 3:self._free_q + 7], np.empty(9)
+        mujoco.mju_quat2Mat(rot, quat)
+        yaw = math.atan2(rot[3], rot[0])
+        c, s = math.cos(yaw), math.sin(yaw)
+        turn = np.array([[c, s, 0.0], [-s, c, 0.0], [0.0, 0.0, 1.0]])
+        v = d.qvel[self._free_v:self._free_v + 6]
+        return turn @ v[:3], turn @ (rot.reshape(3, 3) @ v[3:])
 
     def base_up(self) -> float:
         """The z component of the base body's up axis in the world (1 upright, 0 on its side, -1 upside down)."""
