@@ -3,7 +3,8 @@
 The robot file describes the robot's I/O for the policy node (core/runtime/robot_file.py); its ``sim:``
 section (docs/robot_file.md, "Simulator") says how the same robot is simulated: the MJCF (a URDF works
 too: MuJoCo's compiler reads both), which MJCF joint and actuator each robot-file joint is, the IMU
-site, the base body, the foot geoms, the actuation model (PD on position targets, or direct torque),
+site, the base body, the foot geoms, the actuation model (PD on position targets, computed here or run by
+MuJoCo's own actuators with the damping integrated implicitly; or direct torque),
 the resets, and the prior range of each **gap** parameter. Nothing here is written for one robot: the
 names come from the file, and every name is checked against the compiled model at load, so a config
 that disagrees with the MJCF or with the robot file is refused with the entry named
@@ -293,9 +294,9 @@ def _need(model: Any, obj: Any, count: int, name: str, key: str, what: str, wher
 def compile_model(mjcf: Path, remove_bodies: Sequence[str], where: str,
                   add_sites: Mapping[str, tuple[str, tuple[float, float, float]]] | None = None,
                   pd_joints: Sequence[str] = ()) -> Any:
-    """The MjModel of ``mjcf`` (MJCF or URDF) with ``remove_bodies`` deleted (a scene's props), ``add_sites``
-    (site name -> (body, position in the body frame)) added, an IMU the model does not mark, and an actuator
-    ``PD_PREFIX + joint`` on each of ``pd_joints`` (an implicit PD's; RobotSim sets its gains), through MjSpec."""
+    """The MjModel of ``mjcf`` (MJCF or URDF) through MjSpec, with ``remove_bodies`` deleted (a scene's props),
+    ``add_sites`` added (site name -> (body, position in the body frame): an IMU the model does not mark) and an
+    affine actuator ``PD_PREFIX + joint`` on each of ``pd_joints`` (an implicit PD's; RobotSim sets its gains)."""
     import mujoco
 
     if not mjcf.is_file():
@@ -520,10 +521,7 @@ class RobotSim:
             own = np.setdiff1d(np.arange(m.nu), self._pd)
             m.actuator_gainprm[own] = 0.0
             m.actuator_biasprm[own] = 0.0
-            m.actuator_gaintype[self._pd] = int(mujoco.mjtGain.mjGAIN_FIXED)
-            m.actuator_biastype[self._pd] = int(mujoco.mjtBias.mjBIAS_AFFINE)
-            m.actuator_ctrllimited[self._pd] = 0
-            m.actuator_forcelimited[self._pd] = 1
+            m.actuator_forcelimited[self._pd] = 1  # the range is the torque limit (set_gap)
         elif not cfg.actuators:
             m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
         else:
