@@ -27,7 +27,10 @@ from pathlib import Path
 import numpy as np
 
 DONE_STATES = ("kept", "rolled_back", "failed")
-ROBOTS = {"quadruped": ("config/robots/quadruped.yaml", "models/quadruped.lowrl", "config/gaps/quadruped_example.yaml")}
+# Shipped robots: (robot file, base policy, gap preset). The legged example runs as its sim: config here.
+ROBOTS = {"quadruped": ("config/robots/quadruped.yaml", "models/quadruped.lowrl", "config/gaps/quadruped_example.yaml"),
+          "legged": ("config/robots/legged_ant.yaml", "models/legged_ant_int8.onnx",
+                     "config/gaps/legged_example_sim.yaml")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
