@@ -212,8 +212,13 @@ class EnvPool:
         if not ray.is_initialized():
             # A new local instance binds to 127.0.0.1 only; no dashboard, no usage stats.
             local = {"_node_ip_address": "127.0.0.1"} if self.ray_address == "local" else {}
-            ray.init(address=self.ray_address, include_dashboard=False, log_to_driver=False,
-                     namespace=RAY_NAMESPACE, logging_level="warning", **local)
+            try:
+                ray.init(address=self.ray_address, include_dashboard=False, log_to_driver=False,
+                         namespace=RAY_NAMESPACE, logging_level="warning", **local)
+            except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, auth errors...
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise WorkerDied(f"could not start or reach Ray at {self.ray_address!r}: {type(exc).__name__}: "
+                                 f"{first}") from None
             self._started_ray = True
         remote = ray.remote(num_cpus=1, max_restarts=0)(EnvGroup)
         run = uuid.uuid4().hex[:8]

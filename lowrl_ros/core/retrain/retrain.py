@@ -229,6 +229,10 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     env_high = np.minimum(contract.action_high, probe_env.action_space.high)
     last_action = last_action_convention(contract)
 
+    # One thread: the updates are small, the environments own the other cores, and a second intra-op thread
+    # on a busy machine costs more than it gives (restored for the caller at the end).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     torch.manual_seed(s.seed)
     gen = torch.Generator().manual_seed(s.seed)
     actor = ArtifactActor(parsed.base_weights(), contract, s.init_std * (env_high - env_low) / 2.0)
@@ -272,7 +276,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             before = evaluate(pool, base_bytes)
             obs = np.concatenate(pool.call("reset", [()] * s.workers))
         except WorkerDied as exc:
-            return result(False, f"an env worker died: {exc}")
+            return result(False, f"the environments did not start: {exc}")
         scaler = ReturnScaler(s.n_envs, s.gamma)
         iteration, r0 = 0, None
         stopped, reason = False, ""
@@ -392,5 +396,6 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     except ArtifactError as exc:
         return result(False, f"the retrained artifact is invalid: {exc}")
     finally:
+        torch.set_num_threads(threads)
         if pool is not None:
             pool.close()
