@@ -110,6 +110,6 @@ def run(args: argparse.Namespace) -> int:
           f"runs). Same artifact bytes on both sides: {'yes' if same else 'NO'}.\n")
     print(md)
     path = record.write_result("retrain", results, md, setting=f"e{args.envs}-w{args.workers}-s{args.steps}",
-                               env="quadruped", seed=args.seed, headline=headline(results))
+                               seed=args.seed, headline=headline(results))
     print(f"results: {path}")
     return 0
