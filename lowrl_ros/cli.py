@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("lowrl_ros.commands.train", "train SAC/TD3 (dense or RLx2 sparse) in simulation"),
     "report": ("lowrl_ros.commands.report", "draw a run's learning curves and sparsity to PNG"),
     "distill": ("lowrl_ros.commands.distill", "distil a teacher actor into small sparse students"),
+    "retrain": ("lowrl_ros.commands.retrain", "continue the deployed policy with PPO in the identified simulator "
+                "(local processes or Ray) and release its next int8 version"),
     "compress": ("lowrl_ros.commands.compress", "quantize, gate and release a policy bundle"),
     "profile": ("lowrl_ros.commands.profile", "profile an artifact against a budget"),
     "eval": ("lowrl_ros.commands.eval", "evaluate a deployed artifact in its environment"),

@@ -50,6 +50,7 @@ LAYOUT: dict[str, tuple[str, ...]] = {
     "train/kernels": (),
     "train/pendulum": (),
     "train/mujoco": ("setting", "env"),
+    "retrain": ("setting",),
 }
 
 

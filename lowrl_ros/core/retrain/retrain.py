@@ -1,0 +1,401 @@
+"""Continue a deployed policy with PPO in the identified simulator and release it as the robot's int8 artifact.
+
+Issue 27 (items 3 and 4): the robot's transitions identified a reality gap (a gap file); this module retrains the
+policy the robot runs in the robot's own simulator with that gap, randomized around it, and gives back the next
+version of the robot's artifact, or nothing and the reason.
+
+1. The actor starts as the deployed policy exactly (core/train/ppo.py ``ArtifactActor``: the artifact's contract
+   normalisation, its MLP and activations from the stored fp32 or dequantised int8 weights, its action transform),
+   so iteration 0 acts as the robot does. The critic is fresh and first learns alone, ``warmup_iterations``
+   rollouts of the frozen actor, because a fresh critic's advantages would walk a good actor away.
+2. ``n_envs`` environments (RobotSimEnv with the robot file's reward and episode ends) run in ``workers`` local
+   processes or, with ``ray_address``, as Ray actors on that cluster (core/retrain/pool.py); each episode draws its
+   gap around the identified one, ``spread`` of each gap_priors range.
+3. At the end the trained actor is written as an int8 artifact (same contract and robot, version ``version``, the
+   deployed one its parent) through the release gates of `lowrl compress` (core/compress/release.py): fp32 ONNX
+   vs torch parity, int8 vs fp32 action error, and a return gate: the int8 artifact, as the robot's numpy engine
+   runs it, keeps ``return_fraction`` of the deployed artifact's return in the identified simulator over the
+   same seeded episodes. Only then is it written, atomically, at ``out_path``.
+
+A stop request, a NaN, a collapse of the rollout reward against iteration 0's, a dead worker or a failed gate
+gives ``ok=False`` with the reason, and nothing at ``out_path``. Off-board only (torch): never imported by the
+policy node or core/runtime.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from lowrl_ros.core.compress.release import GateResult, gate_int8, gate_parity
+from lowrl_ros.core.config import field as config_field, require
+from lowrl_ros.core.finetune.sim_env import make_robot_env
+from lowrl_ros.core.retrain.pool import EnvPool, WorkerDied
+from lowrl_ros.core.runtime.artifact import (ArtifactError, last_action_convention, parse_artifact,
+                                             read_artifact_bytes, save_artifact)
+from lowrl_ros.core.runtime.robot_file import load_robot_file
+from lowrl_ros.core.sim.evaluate import kept_fraction
+from lowrl_ros.core.sim.robot_sim import Gap, parse_sim
+
+EVAL_SEED = 20_000  # the seeded evaluation episodes, apart from the training episodes' seed streams
+
+
+@dataclass(frozen=True)
+class RetrainSettings:
+    """How to retrain; each field is also a `lowrl retrain` flag."""
+
+    total_steps: int = config_field(200_000, "environment steps in all, critic warm-up included", range=(1, 10**9))
+    n_envs: int = config_field(8, "simulated robots stepped in parallel", range=(1, 4096))
+    workers: int = config_field(2, "worker processes (or Ray actors) the environments are split over", range=(1, 512))
+    ray_address: str = config_field("", "Ray cluster: '' local processes, 'local' a new local Ray, 'auto' the "
+                                        "running cluster, 'ray://HOST:10001' a remote one")
+    seed: int = config_field(0, "seed of the actor's noise, the minibatches and every env's episodes")
+    lr: float = config_field(3e-4, "actor learning rate (Adam)", range=(0.0, 1.0))
+    critic_lr: float = config_field(1e-3, "critic learning rate (Adam)", range=(0.0, 1.0))
+    n_steps: int = config_field(64, "steps per env per rollout", range=(1, 100_000))
+    epochs: int = config_field(5, "PPO epochs per rollout", range=(1, 100))
+    minibatches: int = config_field(4, "minibatches per epoch", range=(1, 1024))
+    clip: float = config_field(0.2, "PPO ratio clip", range=(0.0, 1.0))
+    ent_coef: float = config_field(0.0, "entropy bonus weight", range=(0.0, 1.0))
+    init_std: float = config_field(0.1, "initial exploration std, as a share of the half action range",
+                                   range=(0.0, 1.0))
+    gamma: float = config_field(0.99, "discount", range=(0.0, 1.0))
+    gae_lambda: float = config_field(0.95, "GAE lambda", range=(0.0, 1.0))
+    critic_hidden: int = config_field(256, "the fresh critic's width (2 hidden layers, LayerNorm)", range=(8, 4096))
+    warmup_iterations: int = config_field(5, "value-only iterations on the frozen actor's rollouts before the "
+                                             "actor moves", range=(0, 10_000))
+    spread: float = config_field(0.1, "randomization around the identified gap: per episode each gap_priors "
+                                      "parameter is drawn within +- spread * (prior range) / 2 of its identified "
+                                      "value (a per-parameter spread overrides it)", range=(0.0, 1.0))
+    episode_steps: int = config_field(500, "truncate training and evaluation episodes after this many steps "
+                                           "(0: the robot file's episode end only)", range=(0, 10**7))
+    eval_episodes: int = config_field(4, "seeded deterministic episodes of the return gate", range=(1, 1000))
+    return_fraction: float = config_field(0.95, "the int8 artifact must keep this share of the deployed artifact's "
+                                                "return in the identified sim (1 - (B - A)/|B|)", range=(0.0, 1.5))
+    collapse_fraction: float = config_field(0.5, "stop as diverged when a rollout's mean reward falls this share "
+                                                 "of |iteration 0's| below it", range=(0.0, 10.0))
+    parity_tol: float = config_field(1e-4, "max |torch - fp32 ONNX| action error", range=(0.0, 1.0))
+    int8_mean_error: float = config_field(0.02, "mean |int8 - fp32| action error, share of the action range",
+                                          range=(0.0, 1.0))
+    int8_max_error: float = config_field(0.10, "worst |int8 - fp32| action error, share of the action range",
+                                         range=(0.0, 1.0))
+    budget_s: float = config_field(0.0, "wall-clock budget of the training, s: past it training ends and the "
+                                        "actor goes through the gates (0: none)", range=(0.0, 1e7))
+    worker_timeout_s: float = config_field(120.0, "a worker that does not answer a call within this is dead",
+                                           range=(1.0, 1e5))
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str) -> None:
+            v = getattr(self, name)
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name}={v!r} must be an integer >= 1")
+
+        for name in ("total_steps", "n_envs", "workers", "n_steps", "epochs", "minibatches", "eval_episodes",
+                     "critic_hidden"):
+            positive_int(name)
+        for name in ("warmup_iterations", "episode_steps"):
+            v = getattr(self, name)
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an integer >= 0")
+        require(self.workers <= self.n_envs, f"workers={self.workers} exceeds n_envs={self.n_envs}: a worker steps at "
+                                             "least one environment; lower workers or raise n_envs")
+        require(self.n_envs * self.n_steps >= self.minibatches,
+                f"minibatches={self.minibatches} exceeds the rollout's n_envs * n_steps = {self.n_envs * self.n_steps} "
+                "samples; lower minibatches")
+        for name, lo, hi, closed in (("lr", 0, 1, True), ("critic_lr", 0, 1, True), ("clip", 0, 1, True),
+                                     ("init_std", 0, 1, True), ("gamma", 0, 1, True), ("gae_lambda", 0, 1, True),
+                                     ("return_fraction", 0, 1.5, True), ("collapse_fraction", 0, 10, True),
+                                     ("parity_tol", 0, 1, True), ("int8_mean_error", 0, 1, True),
+                                     ("int8_max_error", 0, 1, True), ("worker_timeout_s", 0, 1e5, True)):
+            v = getattr(self, name)
+            require(isinstance(v, (int, float)) and math.isfinite(v) and lo < v <= hi,
+                    f"{name}={v!r} must be in ({lo}, {hi}]")
+        for name in ("ent_coef", "spread", "budget_s"):
+            v = getattr(self, name)
+            require(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0, f"{name}={v!r} must be >= 0")
+        require(self.spread <= 1.0, f"spread={self.spread} must be <= 1 (a share of the prior range)")
+        require(self.int8_mean_error <= self.int8_max_error,
+                f"int8_mean_error={self.int8_mean_error} exceeds int8_max_error={self.int8_max_error}; lower it")
+        require(isinstance(self.ray_address, str), f"ray_address={self.ray_address!r} must be a string")
+
+
+@dataclass
+class RetrainResult:
+    """What a retraining run gave.
+
+    Attributes:
+        ok: the artifact was released at ``path``.
+        reason: why not (empty when ok); names the gate, the worker or the divergence.
+        path: the released artifact, or None.
+        sim_return_before: the deployed artifact's mean return in the identified sim (seeded episodes).
+        sim_return_after: the released candidate's (int8), None when the run never got that far.
+        steps: environment steps trained.
+        wall_s: seconds from start to result.
+        gates: the release gates' results (core/compress/release.py GateResult), in order.
+        stopped: should_stop() ended the run.
+        history: one progress dict per iteration.
+    """
+
+    ok: bool
+    reason: str
+    path: Path | None
+    sim_return_before: float | None
+    sim_return_after: float | None
+    steps: int
+    wall_s: float
+    gates: list[GateResult] = field(default_factory=list)
+    stopped: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class RetrainRefused(ValueError):
+    """The inputs cannot be retrained together; the message names what disagrees."""
+
+
+def _spread_per_key(priors: Mapping[str, tuple[float, float]], spread: Mapping[str, float],
+                    default: float) -> dict[str, float]:
+    unknown = [k for k in spread if k not in priors]
+    if unknown:
+        raise RetrainRefused(f"spread names {', '.join(unknown)}, which the robot file's sim.gap_priors has no range "
+                             f"for; ranged parameters: {', '.join(priors) or '(none)'}")
+    bad = [k for k, v in spread.items() if not (isinstance(v, (int, float)) and 0 <= v <= 1)]
+    if bad:
+        raise RetrainRefused(f"spread.{bad[0]}={spread[bad[0]]!r} must be a share of the prior range in [0, 1]")
+    return {k: float(spread.get(k, default)) for k in priors}
+
+
+def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread: Mapping[str, float],
+            settings: RetrainSettings, out_path: str | Path, version: int,
+            progress: Callable[[dict], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> RetrainResult:
+    """Retrain ``base_artifact`` with PPO in ``robot_file``'s simulator around ``gap``; release version ``version``.
+
+    Args:
+        base_artifact: the deployed artifact (any lowrl artifact without a residual head: trained here, or
+            imported from rsl_rl, Isaac Lab, SB3 PPO, ONNX).
+        robot_file: the robot file, with a ``sim:`` section (and its gap_priors).
+        gap: the identified gap (core/sim/robot_sim.py ``load_gap_file``).
+        spread: per gap_priors parameter, the share of its prior range drawn around ``gap`` each episode
+            (overrides ``settings.spread`` for that parameter).
+        settings: see :class:`RetrainSettings`.
+        out_path: where the released int8 artifact goes (atomically; untouched unless every gate passes).
+        version: the released artifact's version, above the deployed one's (which becomes its parent).
+        progress: called once per iteration and per release stage with {"stage": "warmup"|"ppo"|"quantize"|
+            "gates", "steps", "total_steps", "sim_return" (mean return of recent episodes, None before one
+            ended), "eta_s"}.
+        should_stop: polled once per iteration; True ends the run with ok=False, stopped=True.
+
+    Raises:
+        RetrainRefused, ArtifactError, SimConfigError, ValueError: inputs that cannot work together (before any
+            environment starts); everything later is a result with ok=False.
+    """
+    import torch
+
+    from lowrl_ros.core.train.ppo import ArtifactActor, Critic, ReturnScaler, gae, ppo_update
+
+    t0 = time.perf_counter()
+    s = settings
+    out_path = Path(out_path)
+    base_bytes = read_artifact_bytes(base_artifact)
+    parsed = parse_artifact(base_bytes, str(base_artifact))
+    contract = parsed.contract
+    if parsed.residual is not None:
+        raise RetrainRefused(f"{base_artifact}: carries a residual correction head; retrain its base artifact (the "
+                             "head would be dropped)")
+    if isinstance(version, bool) or not isinstance(version, int) or version <= contract.version:
+        raise RetrainRefused(f"version={version!r} must be an integer above the deployed artifact's version "
+                             f"{contract.version} (versions only go up): give {contract.version + 1}")
+    robot = load_robot_file(robot_file)
+    sim_cfg, _ = parse_sim(robot)
+    spreads = _spread_per_key(sim_cfg.gap_priors, spread, s.spread)
+    probe_env = make_robot_env(robot, gap=gap)  # checks the gap against the model; gives the sizes and names
+    names = probe_env.spec_obs.entry_names()
+    if (contract.obs_dim, contract.action_dim) != (len(names), probe_env.action_space.shape[0]):
+        raise RetrainRefused(f"{base_artifact} maps {contract.obs_dim} observations -> {contract.action_dim} actions "
+                             f"but {robot_file} builds {len(names)} -> {probe_env.action_space.shape[0]}; retrain the "
+                             "policy of this robot file")
+    generic = all(n == f"obs_{i}" for i, n in enumerate(contract.obs_names))
+    if not generic and tuple(names) != contract.obs_names:
+        first = next(i for i, (a, b) in enumerate(zip(names, contract.obs_names)) if a != b)
+        raise RetrainRefused(f"observation entry {first} is {contract.obs_names[first]!r} in {base_artifact} but "
+                             f"{names[first]!r} in {robot_file}: the policy reads another observation layout")
+    env_low = np.maximum(contract.action_low, probe_env.action_space.low)
+    env_high = np.minimum(contract.action_high, probe_env.action_space.high)
+    last_action = last_action_convention(contract)
+
+    # One thread: the updates are small, the environments own the other cores, and a second intra-op thread
+    # on a busy machine costs more than it gives (restored for the caller at the end).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(s.seed)
+    gen = torch.Generator().manual_seed(s.seed)
+    actor = ArtifactActor(parsed.base_weights(), contract, s.init_std * (env_high - env_low) / 2.0)
+    critic = Critic(contract.obs_dim, s.critic_hidden)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=s.lr)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=s.critic_lr)
+
+    ids = np.array_split(np.arange(s.n_envs), s.workers)
+    groups = [dict(robot_file=str(Path(robot.path).resolve()), gap=gap.as_dict(), priors=dict(sim_cfg.gap_priors),
+                   spread=spreads, env_ids=[int(i) for i in part], seed=s.seed, episode_steps=s.episode_steps,
+                   last_action=last_action) for part in ids]
+    sizes = [len(part) for part in ids]
+    eval_seeds = [list(map(int, part)) for part in np.array_split(EVAL_SEED + np.arange(s.eval_episodes), s.workers)]
+    history: list[dict[str, Any]] = []
+    recent: deque[float] = deque(maxlen=max(2 * s.n_envs, 10))
+    steps = 0
+    before = after = None
+
+    def report(stage: str) -> None:
+        elapsed = time.perf_counter() - t0
+        eta = elapsed / steps * (s.total_steps - steps) if steps and stage in ("warmup", "ppo") else 0.0
+        info = {"stage": stage, "steps": steps, "total_steps": s.total_steps,
+                "sim_return": float(np.mean(recent)) if recent else None, "eta_s": eta}
+        history.append(info)
+        if progress is not None:
+            progress(dict(info))
+
+    def result(ok: bool, reason: str, path: Path | None = None, gates: list | None = None,
+               stopped: bool = False) -> RetrainResult:
+        return RetrainResult(ok, reason, path, before, after, steps, time.perf_counter() - t0, gates or [], stopped,
+                             history)
+
+    def evaluate(pool: EnvPool, artifact: bytes) -> float:
+        got = pool.call("evaluate", [(artifact, seeds, s.episode_steps) for seeds in eval_seeds])
+        return float(np.mean([r for part in got for r in part]))
+
+    pool = None
+    try:
+        try:
+            pool = EnvPool(groups, s.ray_address, s.worker_timeout_s)
+            before = evaluate(pool, base_bytes)
+            obs = np.concatenate(pool.call("reset", [()] * s.workers))
+        except WorkerDied as exc:
+            return result(False, f"the environments did not start: {exc}")
+        scaler = ReturnScaler(s.n_envs, s.gamma)
+        iteration, r0 = 0, None
+        stopped, reason = False, ""
+        last_obs = obs
+        while steps < s.total_steps:
+            warm = iteration < s.warmup_iterations
+            T = s.n_steps
+            buf = {k: np.zeros((T, s.n_envs) + shape, np.float32)
+                   for k, shape in (("obs", (contract.obs_dim,)), ("act", (contract.action_dim,)), ("logp", ()),
+                                    ("rew", ()), ("done", ()), ("val", ()), ("next_val", ()))}
+            raw_rewards = np.zeros((T, s.n_envs))
+            try:
+                for t in range(T):
+                    with torch.no_grad():
+                        o = torch.from_numpy(obs.astype(np.float32))
+                        dist = actor.dist(o)
+                        act = dist.sample()
+                        logp = dist.log_prob(act).sum(-1)
+                        val = critic(actor.normalise(o))
+                    a = act.numpy()
+                    sent = np.clip(a, env_low, env_high)
+                    parts = np.split(sent, np.cumsum(sizes)[:-1])
+                    got = pool.call("step", [(p,) for p in parts])
+                    nxt = np.concatenate([g[0] for g in got])
+                    rew = np.concatenate([g[1] for g in got])
+                    term = np.concatenate([g[2] for g in got])
+                    trunc = np.concatenate([g[3] for g in got])
+                    final = np.concatenate([g[4] for g in got])
+                    for g in got:
+                        recent.extend(g[5])
+                    with torch.no_grad():
+                        v_final = critic(actor.normalise(torch.from_numpy(final.astype(np.float32)))).numpy()
+                    done = term | trunc
+                    buf["obs"][t], buf["act"][t], buf["logp"][t], buf["val"][t] = obs, a, logp.numpy(), val.numpy()
+                    buf["rew"][t] = scaler(rew, done)
+                    buf["next_val"][t] = np.where(term, 0.0, v_final)
+                    buf["done"][t] = done
+                    raw_rewards[t] = rew
+                    obs = nxt
+                    steps += s.n_envs
+            except WorkerDied as exc:
+                return result(False, f"an env worker died mid-rollout at step {steps}: {exc}")
+            last_obs = buf["obs"].reshape(-1, contract.obs_dim)
+            adv, ret = gae(buf["rew"], buf["val"], buf["next_val"], buf["done"], s.gamma, s.gae_lambda)
+            batch = {"obs": torch.from_numpy(last_obs),
+                     "act": torch.from_numpy(buf["act"].reshape(-1, contract.action_dim)),
+                     "logp": torch.from_numpy(buf["logp"].reshape(-1)),
+                     "adv": torch.from_numpy(adv.reshape(-1).astype(np.float32)),
+                     "ret": torch.from_numpy(ret.reshape(-1).astype(np.float32))}
+            stats = ppo_update(actor, critic, None if warm else actor_opt, critic_opt, batch, epochs=s.epochs,
+                               minibatches=s.minibatches, clip=s.clip, ent_coef=s.ent_coef, generator=gen)
+            mean_reward = float(raw_rewards.mean())
+            r0 = mean_reward if r0 is None else r0
+            report("warmup" if warm else "ppo")
+            iteration += 1
+            if not stats.finite or not math.isfinite(mean_reward):
+                return result(False, f"diverged at step {steps} ({'warm-up' if warm else 'PPO'} iteration "
+                                     f"{iteration}): NaN or Inf in the losses or the actor; lower --lr or --clip")
+            if not warm and mean_reward < r0 - s.collapse_fraction * abs(r0):
+                return result(False, f"diverged at step {steps}: the rollout's mean reward {mean_reward:.4g} collapsed "
+                                     f"below iteration 0's {r0:.4g} by more than collapse_fraction "
+                                     f"{s.collapse_fraction:g} of it; lower --lr or raise --warmup-iterations")
+            if should_stop is not None and should_stop():
+                stopped, reason = True, f"stopped on request at step {steps} of {s.total_steps}; nothing written"
+                break
+            if s.budget_s and time.perf_counter() - t0 >= s.budget_s:
+                reason = f"the wall-clock budget of {s.budget_s:g} s ended training at step {steps}"
+                break
+        if stopped:
+            return result(False, reason, stopped=True)
+
+        # ---- release: the trained actor as the robot's int8 artifact, through the gates ----------------------
+        report("quantize")
+        prov = {**contract.provenance, "tool": "lowrl retrain (PPO in the identified simulator)",
+                "retrain.robot_file": str(robot_file), "retrain.steps": str(steps), "retrain.seed": str(s.seed),
+                "retrain.gap": ", ".join(f"{k}={v}" for k, v in gap.as_dict().items()), "int8": "true"}
+        new_contract = dataclasses.replace(contract, version=version, parent_version=contract.version,
+                                           provenance=prov)
+        weights = actor.weights()
+        rng = np.random.default_rng(s.seed)
+        probes = last_obs[rng.choice(len(last_obs), size=min(512, len(last_obs)), replace=False)].astype(np.float64)
+
+        def torch_act(o: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                m = actor.mean(torch.from_numpy(np.asarray(o, np.float32))).numpy().astype(np.float64)
+            return np.clip(m, contract.action_low, contract.action_high)
+
+        with tempfile.TemporaryDirectory(prefix="lowrl-retrain-") as tmp:
+            fp32 = save_artifact(Path(tmp) / "fp32.onnx", weights, new_contract)
+            int8 = save_artifact(Path(tmp) / "int8.onnx", weights, new_contract, int8=True)
+            gates = [gate_parity("full", torch_act, fp32, probes, s.parity_tol),
+                     gate_int8("full", fp32, int8, probes, s.int8_max_error, new_contract, s.int8_mean_error)]
+            gates[0].fix = "the fp32 artifact does not compute what the trained torch actor does: report it"
+            gates[1].fix = ("int8 loses too much of the retrained actor: retrain with a lower --lr, or accept more "
+                            "error (--int8-max-error, --int8-mean-error)")
+            report("gates")
+            int8_bytes = int8.read_bytes()
+            if all(g.passed for g in gates):
+                try:
+                    after = evaluate(pool, int8_bytes)
+                except WorkerDied as exc:
+                    return result(False, f"an env worker died in the return gate: {exc}", gates=gates)
+                kept = kept_fraction(after, before)
+                gates.append(GateResult(
+                    "return in the identified sim vs the deployed artifact", "full", kept >= s.return_fraction, kept,
+                    s.return_fraction, f"int8 retrained {after:.2f} vs deployed {before:.2f} over {s.eval_episodes} "
+                                       f"seeded episodes: keeps {kept:.1%} (needs {s.return_fraction:.0%})",
+                    "train longer (--steps), with more warm-up (--warmup-iterations) or a lower --lr"))
+            failed = [g for g in gates if not g.passed]
+            if failed:
+                return result(False, f"gate failed: {failed[0].gate}: {failed[0].detail}", gates=gates)
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp_out = out_path.with_name(out_path.name + ".tmp")
+            tmp_out.write_bytes(int8_bytes)
+            os.replace(tmp_out, out_path)  # a watching policy node never sees a half-written file
+        return result(True, reason, out_path, gates)
+    except ArtifactError as exc:
+        return result(False, f"the retrained artifact is invalid: {exc}")
+    finally:
+        torch.set_num_threads(threads)
+        if pool is not None:
+            pool.close()
