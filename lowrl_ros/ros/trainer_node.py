@@ -144,9 +144,9 @@ class TrainerNode(Node):
                                f"{self.learner.resumed} transitions resumed from disk ({self.learner.state})")
 
     def _start_retrain(self, config: StreamConfig) -> None:
-        from lowrl_ros.core.finetune.offboard_retrain import OffboardRetrain, RetrainSessionSettings
+        from lowrl_ros.core.retrain.offboard import OffboardRetrain, RetrainSessionSettings
         from lowrl_ros.core.sim.robot_sysid import IdentifySettings
-        from lowrl_ros.core.train.retrain import RetrainSettings
+        from lowrl_ros.core.retrain.retrain import RetrainSettings
 
         if not config.watch_dir:
             raise ValueError("offboard_method retrain needs watch_dir: the directory the retrained version is "

@@ -52,6 +52,8 @@ class RetrainSessionSettings:
                           range=(1, 1000))
     judge_episodes: int = field(3, "whole episodes of the new version before it is judged", range=(1, 1000))
     margin: float = field(0.0, "kept unless its mean return is below the base's by more than this", range=(0.0, 1e9))
+    sigmas: float = field(2.0, "the retraining randomizes each identified value over +- this many of its "
+                               "uncertainties (an unidentified one over its whole prior)", range=(0.0, 100.0))
     seed: int = field(0, "seed of the identification and the retraining", range=(0, 2**31 - 1))
     nice: int = field(10, "niceness added to the child process that identifies and retrains", range=(0, 19))
 
@@ -146,6 +148,7 @@ class OffboardRetrain(OffboardSysid):
             (self.job_dir / name).unlink(missing_ok=True)
         job = {"robot_file": str(self.robot_file.resolve()), "base_path": str(self.base_path.resolve()),
                "version": self.new_version, "seed": self.settings.seed, "nice": self.settings.nice,
+               "sigmas": self.settings.sigmas,
                "identify": _asdict(self.identify_settings), "ppo": _asdict(self.ppo_settings),
                "parent_pid": os.getpid()}
         (self.job_dir / "job.json").write_text(json.dumps(job, indent=1))
@@ -258,7 +261,7 @@ def _describe(p: dict) -> str:
 def run_job(job_dir: str) -> None:
     """The child process: identify the gap from ``recording.npz`` (unless ``identified.json`` is there), retrain
     in the identified simulator, write ``result.json`` (ok, reason, path, returns). Every failure is a result."""
-    from lowrl_ros.core.finetune.retrain_job import run
+    from lowrl_ros.core.retrain.job import run
 
     d = Path(job_dir)
     job = json.loads((d / "job.json").read_text())

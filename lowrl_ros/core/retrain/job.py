@@ -32,7 +32,10 @@ def parent_gone(parent_pid: int):
 
 
 def run(d: Path, job: dict) -> dict:
+    from types import SimpleNamespace
+
     from lowrl_ros.core.sim import robot_sysid
+    from lowrl_ros.core.sim.robot_recording import recording_from_transitions
 
     progress = Progress(d / "progress.jsonl")
     identified_path = d / "identified.json"
@@ -41,37 +44,60 @@ def run(d: Path, job: dict) -> dict:
         progress({"stage": "identified", "resumed": True})
     else:
         progress({"stage": "identifying", "fraction": 0.0})
-        rec = np.load(d / "recording.npz")
-        recording = robot_sysid.recording_from_arrays(
-            job["robot_file"], obs=rec["obs"], action=rec["action"], next_obs=rec["next_obs"],
-            done=rec["terminated"] | rec["truncated"], stamp=rec["stamp"], first_is_start=True)
+        with np.load(d / "recording.npz") as rec:
+            batch = SimpleNamespace(**{k: rec[k] for k in rec.files})
+        recording = recording_from_transitions(job["robot_file"], batch, first_is_start=True)
         settings = robot_sysid.IdentifySettings(**job["identify"]) if job.get("identify") else None
         ident = robot_sysid.identify(job["robot_file"], recording, settings, seed=int(job["seed"]),
                                      progress=lambda stage, f: progress({"stage": "identifying", "step": stage,
                                                                          "fraction": float(f)}))
-        found = {**ident.to_dict(), "describe": _describe_gap(ident.gap)}
+        found = {**ident.to_dict(), "describe": describe_gap(ident.gap)}
         tmp = d / "identified.tmp.json"
         tmp.write_text(json.dumps(found, indent=1, default=float))
         os.replace(tmp, identified_path)
     return _retrain(d, job, found, progress)
 
 
-def _describe_gap(gap) -> str:
+def describe_gap(gap) -> str:
+    """The gap's parameters that differ from the nominal model, one line."""
     from lowrl_ros.core.sim.robot_sim import Gap
 
     nominal = Gap().as_dict()
-    return ", ".join(f"{k}={v}" for k, v in gap.as_dict().items() if v != nominal.get(k)) or "the nominal model"
+    return ", ".join(f"{k}={_short(v)}" for k, v in gap.as_dict().items() if v != nominal.get(k)) or "the nominal model"
+
+
+def _short(v):
+    return [round(float(x), 4) for x in v] if isinstance(v, (list, tuple)) else round(float(v), 4)
+
+
+def spread_of(found: dict, priors: dict, sigmas: float) -> dict[str, float]:
+    """Per gap parameter, the share of its prior range the retraining randomizes over: +- ``sigmas`` of its
+    identified uncertainty (the widest entry of a per-joint one); the whole prior where it was not identified."""
+    spread: dict[str, float] = {}
+    for key, (lo, hi) in priors.items():
+        if hi <= lo:
+            continue
+        if not found.get("identifiable", {}).get(key, True):
+            spread[key] = 1.0
+            continue
+        std = np.max(np.abs(np.atleast_1d(np.asarray(found.get("std", {}).get(key, 0.0), dtype=np.float64))))
+        spread[key] = float(min(1.0, 2.0 * sigmas * std / (hi - lo))) if np.isfinite(std) else 1.0
+    return spread
 
 
 def _retrain(d: Path, job: dict, found: dict, progress: Progress) -> dict:
-    from lowrl_ros.core.sim.robot_sim import Gap
-    from lowrl_ros.core.train import retrain
+    from lowrl_ros.core.retrain import retrain
+    from lowrl_ros.core.runtime.robot_file import load_robot_file
+    from lowrl_ros.core.sim.robot_sim import Gap, parse_sim
 
     settings = retrain.RetrainSettings(**{**job.get("ppo", {}), "seed": int(job["seed"])})
     gap = Gap.from_dict(found["gap"], "identified gap")
-    out = d / f"v{int(job['version']):06d}_retrained.lowrl"
-    result = retrain.retrain(job["base_path"], job["robot_file"], gap, found.get("std", {}), settings, out,
-                             int(job["version"]), progress=progress, should_stop=parent_gone(int(job["parent_pid"])))
-    return {"ok": bool(result.ok), "reason": result.reason, "path": str(result.path),
+    priors = dict(parse_sim(load_robot_file(job["robot_file"]))[0].gap_priors)
+    spread = spread_of(found, priors, float(job.get("sigmas", 2.0)))
+    progress({"stage": "retraining", "steps": 0, "total_steps": settings.total_steps, "spread": spread})
+    out = d / f"v{int(job['version']):06d}_retrained.onnx"
+    result = retrain.retrain(job["base_path"], job["robot_file"], gap, spread, settings, out, int(job["version"]),
+                             progress=progress, should_stop=parent_gone(int(job["parent_pid"])))
+    return {"ok": bool(result.ok), "reason": result.reason, "path": str(result.path) if result.path else None,
             "sim_return_before": result.sim_return_before, "sim_return_after": result.sim_return_after,
             "steps": result.steps, "wall_s": result.wall_s}
