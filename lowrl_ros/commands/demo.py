@@ -57,7 +57,9 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robot", choices=sorted(ROBOTS), default="pendulum",
                         help="pendulum (default): the gapped Pendulum-v1; legged: the 8-joint legged example robot "
-                             "with config/gaps/legged_example.yaml, its robot file's rewards and episode ends")
+                             "with config/gaps/legged_example.yaml, its robot file's rewards and episode ends; "
+                             "quadruped: the 12-joint quadruped of config/robots/quadruped.yaml walking with its "
+                             "rsl_rl policy (no fine-tuner)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="how long to run (default 90; --robot legged: 240, for a version to be judged on "
                              "its 20 s episodes)")
@@ -115,7 +117,7 @@ class DemoRobot:
     title: str
     launch: str
     policy: str
-    kit: str
+    kit: str  # "": none (the robot runs without the fine-tuner)
     seconds: float
     returns_note: str
     base: str = ""
@@ -129,6 +131,10 @@ ROBOTS = {
     "legged": DemoRobot("legged sim robot (8 joints, config/gaps/legged_example.yaml)",
                         "legged_sim_to_real.launch.yaml", "legged_ant.lowrl", "legged_ant_kit", 240.0,
                         "higher is better; at most 500 x 2.5 per 20 s episode", base="legged_ant_int8.onnx"),
+    # No kit: the quadruped runs its rsl_rl policy without the fine-tuner (docs/quadruped.md).
+    "quadruped": DemoRobot("quadruped sim robot (12 joints, config/robots/quadruped.yaml's own simulator)",
+                           "quadruped.launch.yaml", "quadruped.lowrl", "", 60.0,
+                           "higher is better; at most 2 per step"),
 }
 
 
@@ -336,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
                      record_max_mb=str(getattr(args, "record_max_mb", 200)))
     models = package_share(PACKAGE) / "models"
     base = None  # the fine-tuner's base version: the policy, or the kit's artifact of a shipped bundle
-    if not args.policy and (models / robot.kit / "kit.json").is_file():
+    if not args.policy and robot.kit and (models / robot.kit / "kit.json").is_file():
         args.policy = str(models / robot.policy)
         args.kit = None if args.no_finetune else str(models / robot.kit)
         base = str(models / robot.base) if robot.base else None
