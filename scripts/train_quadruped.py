@@ -32,10 +32,13 @@ from rsl_rl.env import VecEnv
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
-from lowrl_ros.core.finetune.env_pool import RobotEnvPool
-from lowrl_ros.core.runtime.observation import ObservationSpec
-from lowrl_ros.core.runtime.robot_file import load_robot_file
-from lowrl_ros.core.sim.robot_sim import parse_sim
+# A clone without `pip install -e .` (the training machine): the repository root holds lowrl_ros, and spawned
+# workers inherit this path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lowrl_ros.core.finetune.env_pool import RobotEnvPool  # noqa: E402
+from lowrl_ros.core.runtime.observation import ObservationSpec  # noqa: E402
+from lowrl_ros.core.runtime.robot_file import load_robot_file  # noqa: E402
+from lowrl_ros.core.sim.robot_sim import parse_sim  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOT = ROOT / "config" / "robots" / "quadruped.yaml"
