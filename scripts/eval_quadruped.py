@@ -20,9 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrl_ros.core.finetune.sim_env import make_robot_env
-from lowrl_ros.core.runtime.artifact import last_action_convention
-from lowrl_ros.core.runtime.engines import load_artifact
+# A clone without `pip install -e .` (the training machine): the repository root holds lowrl_ros, and spawned
+# workers inherit this path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lowrl_ros.core.finetune.sim_env import make_robot_env  # noqa: E402
+from lowrl_ros.core.runtime.artifact import last_action_convention  # noqa: E402
+from lowrl_ros.core.runtime.engines import load_artifact  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,10 +32,13 @@ from rsl_rl.env import VecEnv
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
-from lowrl_ros.core.finetune.env_pool import RobotEnvPool
-from lowrl_ros.core.runtime.observation import ObservationSpec
-from lowrl_ros.core.runtime.robot_file import load_robot_file
-from lowrl_ros.core.sim.robot_sim import parse_sim
+# A clone without `pip install -e .` (the training machine): the repository root holds lowrl_ros, and spawned
+# workers inherit this path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lowrl_ros.core.finetune.env_pool import RobotEnvPool  # noqa: E402
+from lowrl_ros.core.runtime.observation import ObservationSpec  # noqa: E402
+from lowrl_ros.core.runtime.robot_file import load_robot_file  # noqa: E402
+from lowrl_ros.core.sim.robot_sim import parse_sim  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOT = ROOT / "config" / "robots" / "quadruped.yaml"
@@ -99,7 +102,7 @@ def train_cfg(steps_per_env: int = 24, hidden: tuple[int, ...] = (256, 128, 64),
 
 def contract_sidecar(robot_path: str | Path) -> dict:
     """The `lowrl import` sidecar for a policy trained on this robot file (docs/import.md, "The sidecar"): one
-    observation group per robot-file term (named as the term, so the policy node's name check passes), the joints
+    observation group per robot-file term (its entries named as the robot file's), the joints
     as actions with the robot file's action section doing scale and offset (identity here), the simulator's action
     clip as limits, its period, and rsl_rl's raw ``last_action``."""
     robot = load_robot_file(robot_path)
@@ -110,7 +113,10 @@ def contract_sidecar(robot_path: str | Path) -> dict:
     clip = float(cfg.action_clip)
     n = len(robot.joints)
     return {
-        "observations": [{"name": t.name, "size": int(t.dim)} for t in spec.terms],
+        # entries named as the robot file names them (joint_position[yaw_front_left], ...): the policy node's name
+        # check and lowrl sim2sim's parity match the artifact's entries to the robot's by these names
+        "observations": [{"name": t.name, "names": list(t.labels)} if len(t.labels) == t.dim else
+                         {"name": t.name, "size": int(t.dim)} for t in spec.terms],
         "actions": {"names": list(robot.joints), "scale": 1.0, "offset": 0.0, "low": [-clip] * n, "high": [clip] * n},
         "control_period_s": float(cfg.period_s),
         "provenance": {"trained_by": "scripts/train_quadruped.py (rsl-rl-lib PPO)", "robot_file": str(shown),

@@ -253,6 +253,18 @@ def test_lowrl_demo_runs_the_legged_session(tmp_path):
     assert "robot: LeggedAnt with reality gap: mass_scale=1.4" in (tmp_path / "s/session_report.md").read_text()
 
 
+def test_lowrl_demo_runs_the_quadruped(tmp_path):
+    """`lowrl demo --robot quadruped`: the robot file's own simulator and the shipped rsl_rl policy over DDS (a
+    policy node that refused the artifact against the robot file would stop the session)."""
+    out = subprocess.run(LOWRL + ["demo", "--robot", "quadruped", "--seconds", "8", "--no-load", "--quiet",
+                                  "--log-dir", str(tmp_path), "--session-dir", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "quadruped sim robot" in out.stdout, out.stdout + out.stderr
+    assert "stopped early" not in out.stderr, out.stderr
+    assert int(out.stdout.split("inference latency over ")[1].split()[0]) > 0, out.stdout
+    assert "models/quadruped.lowrl" in (tmp_path / "s/session.json").read_text()
+
+
 def test_bench_loop_smoke(tmp_path):
     out = subprocess.run(LOWRL + ["bench", "loop", "--seconds", "1", "--warmup", "0.5", "--segment", "0.5",
                                   "--out", str(tmp_path)], capture_output=True, text=True, timeout=180)

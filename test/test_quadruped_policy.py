@@ -133,6 +133,7 @@ def test_shipped_artifact_fits_the_robot_file_and_matches_its_checkpoint():
     env = make_robot_env(robot, last_action=last_action_convention(c))
     spec = ObservationSpec.from_robot_file(robot, c.control_period_s)
     spec.check_against(c)  # what the policy node checks at configure: sizes and names
+    assert c.obs_names == tuple(spec.entry_names())  # lowrl sim2sim pairs the entries by these names
     ActionProcessor.from_robot_dict(robot.raw, c)  # joints, order, scale/offset applied once
     assert (c.obs_dim, c.action_dim, c.control_period_s) == (45, 12, env.sim.config.period_s)
     assert last_action_convention(c) == "raw" and c.provenance["kind"] == "rsl_rl"

@@ -34,6 +34,7 @@ REALTIME = (
 )
 
 INTEGRATION = (
+    "test/test_launch.py::test_lowrl_demo_runs_the_quadruped",  # lowrl demo --robot quadruped, 8 s
     "test/test_monitor_session.py::",  # lowrl top in tmux and the rqt widget against a running demo
     "test/test_foxglove_session.py::",  # a Foxglove client and the MCAP recording of a running demo
     "test/test_documented_commands.py::test_readme_pipeline_runs_as_written",
