@@ -1,0 +1,105 @@
+"""offboard_method retrain (core/retrain/offboard.py, core/retrain/job.py): the robot's transitions in, the gap
+identified and the policy retrained in a child process, released, judged, rolled back if worse; a restart resumes
+the job from the saved recording. Default tier: the refusals and the randomization around the identified values;
+integration tier (test/tiers.py): the whole job on the quadruped's simulator, with a restart mid-job."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lowrl_ros.core.finetune.transition_log import Transition
+from lowrl_ros.core.retrain.job import spread_of
+from lowrl_ros.core.retrain.offboard import OffboardRetrain, RetrainSessionSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+QUADRUPED = ROOT / "config/robots/quadruped.yaml"
+POLICY = ROOT / "models/quadruped.lowrl"
+
+
+def test_spread_is_sigmas_of_the_uncertainty_as_a_share_of_the_prior_and_whole_where_unidentified():
+    priors = {"mass_scale": (0.7, 1.3), "friction": (0.5, 1.5), "encoder_offset": (-0.05, 0.05)}
+    found = {"std": {"mass_scale": 0.03, "friction": 0.1, "encoder_offset": [0.001, 0.005]},
+             "identifiable": {"mass_scale": True, "friction": False, "encoder_offset": True}}
+    spread = spread_of(found, priors, sigmas=2.0)
+    assert spread["mass_scale"] == pytest.approx(2 * 2 * 0.03 / 0.6)
+    assert spread["friction"] == 1.0  # not identified: its whole prior
+    assert spread["encoder_offset"] == pytest.approx(2 * 2 * 0.005 / 0.1)  # the widest joint's
+    assert spread_of({"std": {"mass_scale": 5.0}}, priors, 2.0)["mass_scale"] == 1.0  # capped at the prior
+
+
+def test_a_base_for_another_robot_and_a_missing_robot_file_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="robot_file"):
+        OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", "")
+    with pytest.raises(ValueError, match="33 observations and drives 8 joints.*45"):
+        OffboardRetrain(ROOT / "models/legged_ant_int8.onnx", 1, tmp_path / "w", tmp_path / "r", QUADRUPED)
+
+
+def _transitions(episodes: int, steps: int, seed: int = 0) -> list[Transition]:
+    from lowrl_ros.core.sim.robot_recording import record_in_sim
+    from lowrl_ros.core.sim.robot_sim import load_gap_file
+
+    rec = record_in_sim(QUADRUPED, load_gap_file(ROOT / "config/gaps/quadruped_example.yaml"), episodes=episodes,
+                        steps=steps, seed=seed)
+    return [Transition(t.obs, t.action, 1.0, t.next_obs, t.terminated, t.truncated, 1, t.stamp)
+            for t in rec.transitions]
+
+
+def test_recording_waits_for_whole_episodes_and_nothing_starts_before(tmp_path):
+    learner = OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED,
+                              RetrainSessionSettings(episodes=3))
+    ts = _transitions(2, 30)
+    learner.receive(list(range(len(ts))), ts)
+    assert learner.step() == [] and learner.state == "recording" and learner.last_decision.startswith("recording: 2/3")
+    assert not (tmp_path / "w" / "retrain" / "job.json").exists()
+    learner.close()
+
+
+# ---- integration tier: the whole job, and a restart mid-job --------------------------------------------
+def _wait(learner: OffboardRetrain, states: tuple[str, ...], timeout_s: float) -> list:
+    released, t0 = [], time.monotonic()
+    while learner.state not in states and time.monotonic() - t0 < timeout_s:
+        released += learner.step()
+        time.sleep(0.2)
+    return released
+
+
+def test_identify_retrain_release_judge_and_resume_after_a_restart(tmp_path):
+    from lowrl_ros.core.retrain.retrain import RetrainSettings
+    from lowrl_ros.core.sim.robot_sysid import IdentifySettings
+
+    identify = IdentifySettings(min_rest_phases=4, iterations=2, population=6, elites=2, search_steps=200,
+                                refine_rounds=0, max_steps=400, horizon=50)
+    ppo = RetrainSettings(total_steps=1024, n_envs=2, workers=1, seed=0)
+    settings = RetrainSessionSettings(episodes=4, judge_episodes=1, nice=0)
+    make = lambda: OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED, settings,  # noqa: E731
+                                   identify, ppo)
+    learner = make()
+    ts = _transitions(4, 60)
+    learner.receive(list(range(len(ts))), ts)
+    learner.step()
+    assert learner.state == "identifying" and (tmp_path / "w" / "retrain" / "recording.npz").is_file()
+    learner.close()  # the trainer stops mid-job: the child goes with it
+
+    learner = make()  # a restart: the job starts again from the saved recording, nothing recorded again
+    assert learner.state == "identifying" and learner.resumed == len(ts)
+    released = _wait(learner, ("judging", "failed"), 600)
+    assert learner.state == "judging", learner.paused_reason
+    assert [p.name for p in released] == ["v000002.lowrl"] and learner.released == [2]
+    identified = json.loads((tmp_path / "w" / "retrain" / "identified.json").read_text())
+    assert {"gap", "std", "identifiable", "residual", "notes"} <= identified.keys()
+    status = json.loads((tmp_path / "w" / "sysid" / "status.json").read_text())
+    assert status["state"] == "judging" and status["identified"]["gap"] == identified["gap"]
+    assert status["progress"]["stage"] in ("gates", "ppo", "quantize", "done") or "steps" in status["progress"]
+
+    # the new version's episodes: worse by far -> rolled back to the base's weights as v3
+    worse = [Transition(t.obs, t.action, -100.0, t.next_obs, t.terminated, t.truncated, 2, t.stamp)
+             for t in _transitions(1, 30, seed=5)]
+    start = len(ts)
+    rolled = learner.receive(list(range(start, start + len(worse))), worse)
+    assert learner.state == "rolled_back" and [p.name for p in rolled] == ["v000003.lowrl"]
+    learner.close()
+    assert np.isfinite(status["progress"].get("elapsed_s", 0.0))
