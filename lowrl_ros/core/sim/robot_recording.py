@@ -323,8 +323,8 @@ def record_in_sim(robot: RobotFile | str | Path, gap: Any, driver: Driver | None
     acts from the next physics step on, and the gap's ``latency_steps`` later still (RobotSim's queue). An
     observation reads the physics steps completed by its tick. A fall (RobotSimEnv's tilt) ends the episode.
 
-    Returns the transitions (:class:`LoggedStep`, stamps as the finetune node sets them: the next tick's time) and the per-command
-    delays and first-observation times (the truth the log does not carry).
+    Returns the transitions (:class:`LoggedStep`, stamps as the finetune node sets them: the next tick's
+    time) and the per-command delays and first-observation times (the truth the log does not carry).
     """
     from lowrl_ros.core.sim.robot_env import FALL_UP, RobotSimEnv
 
