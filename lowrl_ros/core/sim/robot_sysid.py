@@ -15,12 +15,13 @@ the robot file's own simulator (core/sim/robot_sim.py ``RobotSim``) within its `
    (zero-order hold) from its send stamp plus a fitted delay, whatever the phase of the physics step it
    falls in (:func:`~lowrl_ros.core.sim.robot_recording.zoh_schedule`). The delay includes the DDS delay,
    so the identified latency is "physics steps of ``sim.control.physics_dt`` from the command's stamp to
-   the first physics step that may use it". The objective (:func:`objective`, module constant docs
-   there) compares windowed statistics of every signal (mean, spread with the identified noise added,
-   lag-1 autocovariance) plus a short-horizon open-loop error of the joints from each episode start, each
-   channel in units of its recorded variance: statistics need no exact time alignment, the short horizon
-   pins the latency. Mass scale, friction, motor strength, kp/kd scales and latency are searched by the
-   cross-entropy method (seeded) inside the priors.
+   the first physics step that may use it". The objective (:func:`objective`) compares windowed
+   statistics of every signal (mean, spread with the identified noise added,
+   lag-1 autocovariance) plus the joint positions' open-loop error from each episode start (``horizon``),
+   each channel in units of its recorded variance: statistics need no exact time alignment, the joints'
+   open-loop error (stiff PD tracks the commands, so it does not drift like the base) pins latency and
+   gains. Mass scale, friction, motor strength, kp/kd scales and latency are searched by the cross-entropy
+   method (seeded) inside the priors.
 3. **What the data cannot identify** stays at its prior centre, flagged: motor strength when the replayed
    torques never reach the weakest torque limit the prior allows (it changes nothing then), and any
    physics parameter whose quarter-range move does not raise the per-episode objective by more than twice
@@ -73,8 +74,8 @@ class IdentifySettings:
     elites: int = config_field(4, "best candidates each iteration refits the sampling distribution to",
                                range=(2, 10000))
     window: int = config_field(25, "policy steps per statistics window (25: 0.5 s at 50 Hz)", range=(4, 100000))
-    horizon: int = config_field(25, "policy steps of open-loop joint error from each episode start (0: none)",
-                                range=(0, 100000))
+    horizon: int = config_field(250, "policy steps of open-loop joint-position error from each episode start "
+                                "(0: none)", range=(0, 100000))
     max_steps: int = config_field(4000, "policy steps replayed per candidate at most (the first episodes)",
                                   range=(1, 10**9))
 
