@@ -162,3 +162,19 @@ def test_a_gap_outside_its_prior_is_refused_with_the_field_named():
         Gap(gyro_bias=(0.0, 0.2, 0.0)).check_priors(priors)
     with pytest.raises(SimConfigError, match="unknown gap key.*stiffness"):
         Gap.from_dict({"stiffness": 1.0})
+
+
+def test_bench_sysid_refuses_a_gap_file_outside_the_priors_naming_the_field(tmp_path, capsys):
+    import argparse
+
+    from lowrl_ros.bench import sysid
+
+    parser = argparse.ArgumentParser()
+    sysid.add_arguments(parser)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gap: {mass_scale: 1.15, latency_steps: 9}\n")
+    assert sysid.run(parser.parse_args(["--gap-file", str(bad), "--steps", "10"])) == 2
+    assert "gap.latency_steps 9 is outside its prior [0, 4]" in capsys.readouterr().out
+    bad.write_text("gap: {mass: 1.15}\n")
+    assert sysid.run(parser.parse_args(["--gap-file", str(bad)])) == 2
+    assert "unknown gap key(s) mass" in capsys.readouterr().out
