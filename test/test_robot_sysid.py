@@ -178,3 +178,10 @@ def test_bench_sysid_refuses_a_gap_file_outside_the_priors_naming_the_field(tmp_
     bad.write_text("gap: {mass: 1.15}\n")
     assert sysid.run(parser.parse_args(["--gap-file", str(bad)])) == 2
     assert "unknown gap key(s) mass" in capsys.readouterr().out
+
+
+def test_identify_settings_validate_themselves():
+    with pytest.raises(ValueError, match="population"):
+        IdentifySettings(population=4, elites=4)
+    with pytest.raises(ValueError, match="IdentifySettings.window=2"):
+        IdentifySettings(window=2)

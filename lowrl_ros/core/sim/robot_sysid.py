@@ -79,6 +79,15 @@ class IdentifySettings:
     max_steps: int = config_field(4000, "policy steps replayed per candidate at most (the first episodes)",
                                   range=(1, 10**9))
 
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            lo, hi = f.metadata["range"]
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError(f"IdentifySettings.{f.name}={value!r} must be an integer in [{lo}, {hi}]")
+        if self.elites >= self.population:
+            raise ValueError(f"IdentifySettings.elites={self.elites} must be below population={self.population}")
+
 
 @dataclass
 class Identification:
