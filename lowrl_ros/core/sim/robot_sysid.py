@@ -70,9 +70,12 @@ class IdentifySettings:
     min_steps: int = config_field(200, "policy steps in replayable episodes needed for the physics fit",
                                   range=(1, 10**9))
     iterations: int = config_field(10, "cross-entropy iterations of the physics fit", range=(1, 1000))
-    population: int = config_field(16, "candidates per cross-entropy iteration", range=(4, 10000))
-    elites: int = config_field(4, "best candidates each iteration refits the sampling distribution to",
+    population: int = config_field(24, "candidates per cross-entropy iteration", range=(4, 10000))
+    elites: int = config_field(6, "best candidates each iteration refits the sampling distribution to",
                                range=(2, 10000))
+    search_steps: int = config_field(1200, "policy steps each cross-entropy candidate replays (the first "
+                                     "episodes; the refinement and the identifiability test replay max_steps)",
+                                     range=(1, 10**9))
     window: int = config_field(25, "policy steps per statistics window (25: 0.5 s at 50 Hz)", range=(4, 100000))
     horizon: int = config_field(250, "policy steps of open-loop joint-position error from each episode start "
                                 "(0: none)", range=(0, 100000))
@@ -348,6 +351,15 @@ class _Problem:
     settings: IdentifySettings
     evaluations: int = 0
 
+    def first(self, steps: int) -> _Problem:
+        """The same problem over its first episodes, up to ``steps`` policy steps (at least two episodes)."""
+        n, used = 0, 0
+        while n < len(self.episodes) and (used < steps or n < 2):
+            used += self.episodes[n].steps
+            n += 1
+        return dataclasses.replace(self, episodes=self.episodes[:n], recorded=self.recorded[:n],
+                                   starts=self.starts[:n])
+
     def replays(self, physics: Gap, delay_s: float) -> tuple[list[dict[str, np.ndarray]], float]:
         """Every episode replayed; the largest torque fraction reached."""
         self.evaluations += 1
@@ -488,20 +500,23 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                          "changes nothing here; left at the prior centre")
     rng = np.random.default_rng(seed)
     d = len(names)
+    search = problem.first(settings.search_steps)
     mean, sd = np.full(d, 0.5), np.full(d, 0.3)
     best_x, best_j, elite = np.full(d, 0.5), math.inf, np.zeros((0, d))
     for it in range(settings.iterations if d else 0):
         pop = np.clip(rng.normal(mean, sd, (settings.population, d)), 0.0, 1.0)
         if it == 0:
             pop[0] = 0.5  # the prior centre is always tried
-        scores = np.array([problem.per_episode(*_physics_gap(names, x, priors, dt))[0].mean() for x in pop])
+        scores = np.array([search.per_episode(*_physics_gap(names, x, priors, dt))[0].mean() for x in pop])
+        problem.evaluations = search.evaluations
         order = np.argsort(scores)
         elite = pop[order[:settings.elites]]
         if scores[order[0]] < best_j:
             best_j, best_x = float(scores[order[0]]), pop[order[0]].copy()
         mean = 0.3 * mean + 0.7 * elite.mean(axis=0)
-        sd = np.maximum(0.3 * sd + 0.7 * elite.std(axis=0), 0.02)
+        sd = np.maximum(0.3 * sd + 0.7 * elite.std(axis=0), 0.04)
         progress("physics", 0.9 * (it + 1) / settings.iterations)
+    best_j = float(problem.per_episode(*_physics_gap(names, best_x, priors, dt))[0].mean()) if d else math.inf
     # The cross-entropy search ends near the optimum of a noisy objective; a coordinate search settles it, so the
     # identifiability test below moves away from a minimum, not from a point a move would improve.
     step = 0.125
