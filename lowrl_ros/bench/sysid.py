@@ -65,11 +65,12 @@ def headline(results: dict) -> str:
     parts = []
     for gap, runs in results["gaps"].items():
         worst = [r["score"]["physics_max_error_pct_identified"] for r in runs.values()]
-        lat = [r["score"]["latency_error_steps"] for r in runs.values()]
+        lat = [r["score"]["latency_error_steps"] for r in runs.values()
+               if r["score"]["identifiable"]["latency_steps"]]
         n = [len(r["score"]["physics_identified"]) for r in runs.values()]
         w = max((x for x in worst if x is not None), default=None)
         parts.append(f"{gap}: physics {'n/a' if w is None else f'{w:.0f} %'} worst of {min(n)}-{max(n)} identified, "
-                     f"latency {max(lat):.2f} steps")
+                     f"latency {f'{max(lat):.2f} steps' if lat else 'not identified'}")
     return "; ".join(parts)
 
 
@@ -125,9 +126,10 @@ def run(args: argparse.Namespace) -> int:
     for name, seed, s, result, secs in rows:
         cells = [f"{s['physics_error_pct'][k]:.1f} %" + ("" if s["identifiable"][k] else " (prior)") for k in PHYSICS]
         e = s["sensor_max_abs_error"]
+        prior = "" if s["identifiable"]["latency_steps"] else " (prior)"
         md.append(f"| {name} | {seed} | " + " | ".join(cells) + f" | {s['latency_identified_steps']:.2f} vs "
-                  f"{s['latency_true_steps']:.2f} | {e['encoder_offset']:.4f} rad | {e['gyro_bias']:.4f} rad/s | "
-                  f"{e['tilt_bias']:.4f} rad | {result.residual:.3f} | {secs:.0f} |")
+                  f"{s['latency_true_steps']:.2f}{prior} | {e['encoder_offset']:.4f} rad | "
+                  f"{e['gyro_bias']:.4f} rad/s | {e['tilt_bias']:.4f} rad | {result.residual:.3f} | {secs:.0f} |")
     path = record.write_result("sysid", results, "\n".join(md) + "\n",
                                setting=f"{Path(args.robot).stem}-{args.steps}steps", headline=headline(results))
     print(f"wrote {path}")

@@ -586,7 +586,9 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                           {"latency_physics_steps": float(latency_exact), "physics_dt": dt,
                            "episodes_at_rest": len(starts), "episodes_replayed": len(problem.episodes),
                            "steps_replayed": used, "evaluations": problem.evaluations,
-                           "peak_torque_fraction": peak})
+                           "peak_torque_fraction": peak,
+                           "search_best": {n: float(lo + v * (hi - lo)) for n, v, (lo, hi) in
+                                           zip(names, best_x, (_bounds(n, priors) for n in names))}})
 
 
 def _transpose(decoded: list[dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
