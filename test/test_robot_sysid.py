@@ -185,3 +185,11 @@ def test_identify_settings_validate_themselves():
         IdentifySettings(population=4, elites=4)
     with pytest.raises(ValueError, match="IdentifySettings.window=2"):
         IdentifySettings(window=2)
+
+
+def test_the_identifiability_sign_test():
+    from lowrl_ros.core.sim.robot_sysid import _significant
+
+    assert _significant(11, 14) and not _significant(10, 14)
+    assert _significant(7, 8) and not _significant(6, 8)
+    assert not _significant(2, 2)  # two episodes can never show it
