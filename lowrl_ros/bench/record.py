@@ -46,6 +46,7 @@ LAYOUT: dict[str, tuple[str, ...]] = {
     "budget": ("setting",),
     "distill": ("setting", "env"),
     "sim2real": ("setting", "env"),
+    "sysid": ("setting",),
     "train/speed": ("setting",),
     "train/kernels": (),
     "train/pendulum": (),

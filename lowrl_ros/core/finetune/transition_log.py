@@ -111,7 +111,10 @@ class TransitionLogConfig:
 
 @dataclass(frozen=True)
 class Transition:
-    """One step as the robot saw it (observation as the policy reads it, action in robot units)."""
+    """One step as the robot saw it: the observation as the policy reads it, the action EXECUTED in policy units
+    (the step row's ``action``: clipped to the action space, the teleop's in an intervention; the command in robot
+    units is not carried), and ``stamp``: the DDS source time of the next tick's step row, which completes it
+    (core/sim/robot_recording.py documents what identification reads from it)."""
 
     obs: np.ndarray
     action: np.ndarray
@@ -120,7 +123,7 @@ class Transition:
     terminated: bool
     truncated: bool
     policy_version: int
-    stamp: float  # seconds (the node's clock when the transition was completed)
+    stamp: float  # seconds (the publisher's clock when the row completing the transition was sent)
     intervention: bool = False  # a person's teleop action replaced the policy's (HIL-SERL)
     reward_terms: tuple[float, ...] = ()  # each reward term's weighted value (robot file reward:)
 

@@ -128,6 +128,16 @@ class Gap:
                 out[key] = v
         return cls(**out)
 
+    def check_priors(self, priors: Mapping[str, tuple[float, float]], where: str = "gap") -> None:
+        """Refuse a value outside its ``sim.gap_priors`` range (per entry for vectors), naming the field: a gap the
+        identification could never find, or a robot no prior covers. Fields without a prior are not checked."""
+        for key, (lo, hi) in priors.items():
+            values = np.atleast_1d(np.asarray(getattr(self, key), dtype=np.float64))
+            bad = values[(values < lo - 1e-12) | (values > hi + 1e-12)]
+            if bad.size:
+                raise SimConfigError(f"{where}.{key} {getattr(self, key)!r} is outside its prior [{lo:g}, {hi:g}] "
+                                     f"(sim.gap_priors.{key}); widen the prior or change the value")
+
     def as_dict(self) -> dict[str, Any]:
         """Every gap parameter and its value (plain lists and floats: for printing, JSON and YAML)."""
         d = asdict(self)
@@ -610,6 +620,16 @@ class RobotSim:
                                                maxlen=self.gap.latency_steps + 1)
         self.torque = np.zeros(len(self.names))
         self.time = 0.0
+
+    def set_joints(self, position: np.ndarray | None, velocity: np.ndarray | None = None) -> None:
+        """Put the joints at ``position`` (rad; None: unchanged) moving at ``velocity`` (None: at rest), robot-file
+        order, after a reset: a replay starts from a recorded episode's first observation."""
+        import mujoco
+
+        if position is not None:
+            self.data.qpos[self._qadr] = position
+        self.data.qvel[self._dadr] = 0.0 if velocity is None else velocity
+        mujoco.mj_forward(self.model, self.data)
 
     def step(self, targets: np.ndarray, physics_steps: int | None = None) -> None:
         """One control period (or ``physics_steps`` physics steps: a real-time sim robot catching up the wall

@@ -1,0 +1,195 @@
+"""Generic identification from a robot file's logged steps (core/sim/robot_sysid.py, robot_recording.py).
+
+Small recordings of config/robots/quadruped.yaml's simulator, seeded; the full fit's accuracy is measured by
+`lowrl bench sysid`, not here."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from lowrl_ros.core.runtime.robot_file import load_robot_file
+from lowrl_ros.core.sim.robot_recording import (SignalLayout, record_in_sim, recording_from_transitions,
+                                                zoh_schedule)
+from lowrl_ros.core.sim.robot_sim import Gap, RobotSim, SimConfigError, load_gap_file
+from lowrl_ros.core.sim.robot_sysid import (IdentificationError, IdentifySettings, _debias, identify, objective,
+                                            replay)
+
+ROOT = Path(__file__).resolve().parents[1]
+QUADRUPED = ROOT / "config/robots/quadruped.yaml"
+EXAMPLE_GAP = ROOT / "config/gaps/quadruped_example.yaml"
+QUICK = IdentifySettings(min_rest_phases=4, min_steps=1, iterations=1, population=4, elites=2)
+
+
+def _variant(tmp_path: Path, change) -> Path:
+    """A copy of the quadruped's robot file with ``change(data)`` applied."""
+    data = yaml.safe_load(QUADRUPED.read_text())
+    change(data)
+    path = tmp_path / "robot.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _noiseless(gap: Gap) -> Gap:
+    return dataclasses.replace(gap, joint_position_noise=0.0, joint_velocity_noise=0.0, gyro_noise=0.0,
+                               orientation_noise=0.0)
+
+
+def test_zoh_schedule_holds_the_newest_command_arrived_by_each_physics_step():
+    # commands sent at 0, 20, 40 ms with 7 ms of delay act from the steps starting at 10, 30, 50 ms (dt 5 ms)
+    s = zoh_schedule(np.array([0.0, 0.02, 0.04]), 0.007, 0.005, 12)
+    assert s.tolist() == [-1, -1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2]
+    # a command on a step boundary (within float rounding) acts at that step
+    assert zoh_schedule(np.array([0.01 - 1e-9]), 0.0, 0.005, 3).tolist() == [-1, -1, 0]
+
+
+def test_sensor_biases_in_closed_form_are_exact_on_a_noiseless_recording(tmp_path):
+    # no reset spread, no sensor noise: every episode start reads exactly default pose + biases
+    def still(d):
+        d["sim"]["reset"] = {"joint_noise": 0.0, "velocity_noise": 0.0}
+    robot = load_robot_file(_variant(tmp_path, still))
+    offsets = tuple(np.linspace(-0.04, 0.04, 12))
+    gap = Gap(encoder_offset=offsets, gyro_bias=(0.03, -0.02, 0.01), tilt_bias=(0.04, -0.03))
+    rec = record_in_sim(robot, gap, episodes=4, steps=3, seed=3)
+    result = identify(robot, recording_from_transitions(robot, rec.transitions), QUICK)
+    np.testing.assert_allclose(result.gap.encoder_offset, offsets, atol=1e-12)
+    np.testing.assert_allclose(result.gap.gyro_bias, gap.gyro_bias, atol=1e-12)
+    np.testing.assert_allclose(result.gap.tilt_bias, gap.tilt_bias, atol=1e-9)
+    for key in ("joint_position_noise", "joint_velocity_noise", "gyro_noise", "orientation_noise"):
+        assert getattr(result.gap, key) == pytest.approx(0.0, abs=1e-6), key
+    assert result.identifiable["encoder_offset"] and result.identifiable["tilt_bias"]
+    assert result.to_dict()["gap"]["gyro_bias"] == pytest.approx(list(gap.gyro_bias))
+
+
+def test_the_timestamp_replay_reproduces_a_recording_exactly_with_the_true_gap_and_delays():
+    robot = load_robot_file(QUADRUPED)
+    true = _noiseless(load_gap_file(EXAMPLE_GAP))
+    rec = record_in_sim(robot, true, episodes=1, steps=60, seed=1, phase=False, jitter_s=0.0)
+    episode = recording_from_transitions(robot, rec.transitions).episodes[0]
+    layout = SignalLayout.from_robot(robot)
+    recorded = _debias(layout.decode(episode.obs), true)
+    sim = RobotSim(robot)
+    start = (recorded["q"][0], recorded["v"][0])
+    dt = sim.config.physics_dt
+    exact, _ = replay(sim, episode, layout, true, rec.delays_s[0] + true.latency_steps * dt, *start)
+    for c in ("q", "v", "gyro", "gravity"):
+        np.testing.assert_allclose(exact[c], recorded[c], atol=1e-9, err_msg=c)
+    scale = {c: np.maximum(recorded[c].std(axis=0), 1e-3) for c in recorded}
+    noise = {c: np.zeros(recorded[c].shape[1]) for c in recorded}
+
+    def score(physics: Gap, delay) -> float:
+        return objective(recorded, replay(sim, episode, layout, physics, delay, *start)[0], scale, noise, 15, 15)
+
+    at_truth = score(true, rec.delays_s[0] + true.latency_steps * dt)
+    assert at_truth < 1e-12
+    assert score(true, 0.0) > 1e-3  # the delay matters
+    assert score(dataclasses.replace(true, kp_scale=1.2), rec.delays_s[0] + true.latency_steps * dt) > 1e-3
+
+
+def test_transitions_and_transition_batches_give_the_same_episodes():
+    from lowrl_ros.core.finetune.transition_log import Transition, TransitionBatch
+
+    robot = load_robot_file(QUADRUPED)
+    logged = record_in_sim(robot, Gap(), episodes=2, steps=4, seed=0).transitions
+    ts = [Transition(*t) for t in logged]
+    batch = TransitionBatch(*(np.array([getattr(t, f) for t in ts]) for f in
+                              ("obs", "action", "reward", "next_obs", "terminated", "truncated", "policy_version",
+                               "stamp")))
+    a, b = recording_from_transitions(robot, ts), recording_from_transitions(robot, batch)
+    assert [e.steps for e in a.episodes] == [e.steps for e in b.episodes] == [4, 4]
+    np.testing.assert_allclose(a.episodes[1].commands, b.episodes[1].commands)
+    # command k went out with observation k, the previous transition's stamp; the first one period earlier
+    np.testing.assert_allclose(np.diff(a.episodes[0].times), 0.02, atol=1.5e-3)
+    np.testing.assert_allclose(a.episodes[0].times[1:], [t.stamp for t in ts[:4]])
+
+
+def test_too_few_rest_phases_or_steps_are_refused_with_what_to_record():
+    robot = load_robot_file(QUADRUPED)
+    rec = record_in_sim(robot, Gap(), episodes=2, steps=5, seed=0)
+    with pytest.raises(IdentificationError, match=r"at least 8 episode starts at rest.*has 2.*default pose"):
+        identify(robot, recording_from_transitions(robot, rec.transitions))
+    joined = recording_from_transitions(robot, rec.transitions, first_is_start=False)
+    assert not joined.episodes[0].at_rest_start and joined.episodes[1].at_rest_start
+    with pytest.raises(IdentificationError, match="policy steps"):
+        identify(robot, recording_from_transitions(robot, rec.transitions),
+                 dataclasses.replace(QUICK, min_rest_phases=2, min_steps=200))
+
+
+def test_motor_strength_never_reached_is_flagged_and_left_at_the_prior_centre(tmp_path):
+    # the quadruped lands from its reset pose at up to ~0.9 of its 600 N m; with 3000 N m nothing comes near
+    def strong(d):
+        d["sim"]["control"]["torque_limit"] = 3000.0
+    robot = load_robot_file(_variant(tmp_path, strong))
+    quiet = lambda _obs, t: np.zeros(12)  # noqa: E731 - hold the default pose: torques far below the limit
+    rec = record_in_sim(robot, Gap(motor_strength=0.85), quiet, episodes=4, steps=10, seed=2)
+    result = identify(robot, recording_from_transitions(robot, rec.transitions), QUICK)
+    assert result.identifiable["motor_strength"] is False
+    assert result.gap.motor_strength == pytest.approx(1.0)  # the centre of [0.8, 1.2]
+    assert result.std["motor_strength"] == pytest.approx(0.4 / np.sqrt(12))
+    assert any(n.startswith("motor_strength: the replayed torques reach") for n in result.notes)
+
+
+def test_a_robot_without_imu_terms_still_identifies_its_joints(tmp_path):
+    def no_imu(d):
+        d["observation"] = [t for t in d["observation"] if t["term"] not in ("imu_angular_velocity",
+                                                                              "projected_gravity")]
+    robot = load_robot_file(_variant(tmp_path, no_imu))
+    rec = record_in_sim(robot, Gap(encoder_offset=0.03), episodes=4, steps=10, seed=4)
+    result = identify(robot, recording_from_transitions(robot, rec.transitions), QUICK)
+    assert result.identifiable["encoder_offset"] and not result.identifiable["gyro_bias"]
+    assert result.gap.gyro_bias == (0.0, 0.0, 0.0)
+    assert any("no imu_angular_velocity term" in n for n in result.notes)
+    assert np.mean(result.gap.encoder_offset) == pytest.approx(0.03, abs=0.02)  # 4 starts, 0.05 rad reset spread
+
+
+def test_an_observation_term_identification_cannot_read_is_skipped_and_said(tmp_path):
+    def cos_positions(d):
+        d["observation"][3] = {"term": "joint_position", "topic": "joint_states", "function": "cos"}
+    layout = SignalLayout.from_robot(load_robot_file(_variant(tmp_path, cos_positions)))
+    assert not layout.has("q") and layout.has("v")
+    assert any("cos of the joint positions" in n for n in layout.notes)
+
+
+def test_a_gap_outside_its_prior_is_refused_with_the_field_named():
+    priors = RobotSim(load_robot_file(QUADRUPED)).config.gap_priors
+    load_gap_file(EXAMPLE_GAP).check_priors(priors)
+    with pytest.raises(SimConfigError, match=r"gap.kp_scale 2.0 is outside its prior \[0.6, 1.4\]"):
+        Gap(kp_scale=2.0).check_priors(priors)
+    with pytest.raises(SimConfigError, match="gyro_bias"):
+        Gap(gyro_bias=(0.0, 0.2, 0.0)).check_priors(priors)
+    with pytest.raises(SimConfigError, match="unknown gap key.*stiffness"):
+        Gap.from_dict({"stiffness": 1.0})
+
+
+def test_bench_sysid_refuses_a_gap_file_outside_the_priors_naming_the_field(tmp_path, capsys):
+    import argparse
+
+    from lowrl_ros.bench import sysid
+
+    parser = argparse.ArgumentParser()
+    sysid.add_arguments(parser)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gap: {mass_scale: 1.15, latency_steps: 9}\n")
+    assert sysid.run(parser.parse_args(["--gap-file", str(bad), "--steps", "10"])) == 2
+    assert "gap.latency_steps 9 is outside its prior [0, 4]" in capsys.readouterr().out
+    bad.write_text("gap: {mass: 1.15}\n")
+    assert sysid.run(parser.parse_args(["--gap-file", str(bad)])) == 2
+    assert "unknown gap key(s) mass" in capsys.readouterr().out
+
+
+def test_identify_settings_validate_themselves():
+    with pytest.raises(ValueError, match="population"):
+        IdentifySettings(population=4, elites=4)
+    with pytest.raises(ValueError, match="IdentifySettings.window=2"):
+        IdentifySettings(window=2)
+
+
+def test_the_identifiability_sign_test():
+    from lowrl_ros.core.sim.robot_sysid import _significant
+
+    assert _significant(11, 14) and not _significant(10, 14)
+    assert _significant(7, 8) and not _significant(6, 8)
+    assert not _significant(2, 2)  # two episodes can never show it
