@@ -95,9 +95,10 @@ def test_identify_retrain_release_judge_and_resume_after_a_restart(tmp_path):
     assert status["state"] == "judging" and status["identified"]["gap"] == identified["gap"]
     assert status["progress"]["stage"] in ("gates", "ppo", "quantize", "done") or "steps" in status["progress"]
 
-    # the new version's episodes: worse by far -> rolled back to the base's weights as v3
+    # the new version's episodes: worse by far -> rolled back to the base's weights as v3 (after a restart the
+    # stream is rejoined mid-episode: its first episode does not count, the second does)
     worse = [Transition(t.obs, t.action, -100.0, t.next_obs, t.terminated, t.truncated, 2, t.stamp)
-             for t in _transitions(1, 30, seed=5)]
+             for t in _transitions(2, 30, seed=5)]
     start = len(ts)
     rolled = learner.receive(list(range(start, start + len(worse))), worse)
     assert learner.state == "rolled_back" and [p.name for p in rolled] == ["v000003.lowrl"]

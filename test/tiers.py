@@ -74,6 +74,7 @@ INTEGRATION = (
     "test/test_robot_file_sim.py::test_sim2sim_quadruped_with_two_joints_swapped_fails_naming_the_term",
     "test/test_retrain.py::test_local_and_ray_give_the_same_artifact_for_the_same_seed",  # Ray clusters: ~10 s each
     "test/test_retrain.py::test_a_dead_ray_worker_mid_rollout_is_a_clear_result",
+    "test/test_offboard_retrain.py::test_identify_retrain_release_judge_and_resume_after_a_restart",  # ~20 s
 )
 
 

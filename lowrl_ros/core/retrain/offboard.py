@@ -95,7 +95,7 @@ class OffboardRetrain(OffboardSysid):
         """The base must read this robot file's observation and drive its joints."""
         from lowrl_ros.core.runtime.observation import ObservationSpec
 
-        obs_dim = len(ObservationSpec.from_robot_file(self.robot).entry_names())
+        obs_dim = len(ObservationSpec.from_robot_file(self.robot, contract.control_period_s).entry_names())
         if (contract.obs_dim, contract.action_dim) != (obs_dim, len(self.robot.joints)):
             raise ValueError(f"{where}: the policy reads {contract.obs_dim} observations and drives "
                              f"{contract.action_dim} joints; {self.robot_file} gives {obs_dim} and has "
