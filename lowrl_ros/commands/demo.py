@@ -97,6 +97,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "which identifies the gap from 4 episodes and releases the policy with the identified "
                              "sensor biases folded in, then judges it (docs/finetune.md, 'Identify the gap instead'; "
                              "default --seconds 270)")
+    parser.add_argument("--retrain", action="store_true",
+                        help="real-to-sim-to-real in the session (a robot with a simulator: legged, quadruped): the "
+                             "fine-tuner streams the robot's transitions to the trainer node, which identifies the "
+                             "gap, retrains the policy with PPO in the identified simulator, streams it, judges it "
+                             "on the robot and rolls it back if worse (launch/robot_sim_to_real.launch.yaml; "
+                             "docs/sim_to_real.md; default --seconds 900, no load phase)")
+    parser.add_argument("--gap-file", type=Path, default=None, metavar="GAP.yaml",
+                        help="--retrain: the simulated robot's reality gap, a gap file of its simulator (default: "
+                             "the robot's preset, config/gaps/)")
     parser.add_argument("--rt-priority", type=int, default=0, metavar="P",
                         help="SCHED_FIFO priority of the policy node's control thread (its rt_priority parameter; "
                              "0: off; needs rtprio rights, else a WARN diagnostic and the node runs on)")
@@ -121,20 +130,32 @@ class DemoRobot:
     seconds: float
     returns_note: str
     base: str = ""
+    # --retrain: the robot file with its sim: section, the artifact it starts from, the gap preset ("": no simulator)
+    sim: tuple[str, str, str] = ("", "", "")
 
 
 SYSID_SECONDS = 270.0  # --sysid: 20 s skipped, 80 s recorded, ~40 s identifying, 3 judged 20 s episodes, margin
+RETRAIN_SECONDS = 900.0  # --retrain: 6 episodes recorded (120 s), identified, retrained, 3 judged episodes, margin
+RETRAIN_LAUNCH = "robot_sim_to_real.launch.yaml"
+# --retrain's trainer settings: a demo-length session (docs/sim_to_real.md gives the full-length ones).
+RETRAIN_PARAMS = (("retrain.episodes", "6"), ("identify.max_steps", "2000"), ("ppo.total_steps", "200000"),
+                  ("ppo.lr", "3e-05"), ("ppo.init_std", "0.05"), ("ppo.warmup_iterations", "20"),
+                  ("ppo.n_steps", "256"), ("ppo.eval_episodes", "16"))
 
 ROBOTS = {
     "pendulum": DemoRobot("Pendulum-v1 sim robot (with a reality gap)", "sim_to_real.launch.yaml",
                           "pendulum_rlx2/actor_int8.onnx", "pendulum_rlx2/kit", 90.0, "Pendulum-v1: 0 is best"),
     "legged": DemoRobot("legged sim robot (8 joints, config/gaps/legged_example.yaml)",
                         "legged_sim_to_real.launch.yaml", "legged_ant.lowrl", "legged_ant_kit", 240.0,
-                        "higher is better; at most 500 x 2.5 per 20 s episode", base="legged_ant_int8.onnx"),
+                        "higher is better; at most 500 x 2.5 per 20 s episode", base="legged_ant_int8.onnx",
+                        sim=("config/robots/legged_ant.yaml", "legged_ant_int8.onnx",
+                             "config/gaps/legged_example_sim.yaml")),
     # No kit: the quadruped runs its rsl_rl policy without the fine-tuner (docs/quadruped.md).
     "quadruped": DemoRobot("quadruped sim robot (12 joints, config/robots/quadruped.yaml's own simulator)",
                            "quadruped.launch.yaml", "quadruped.lowrl", "", 60.0,
-                           "higher is better; at most 2 per step"),
+                           "higher is better; at most 2 per step",
+                           sim=("config/robots/quadruped.yaml", "quadruped.lowrl",
+                                "config/gaps/quadruped_example.yaml")),
 }
 
 
@@ -242,6 +263,8 @@ def session_seconds(args: argparse.Namespace) -> float:
     """--seconds, else the robot's default length (--sysid: SYSID_SECONDS)."""
     if args.seconds is not None:
         return float(args.seconds)
+    if getattr(args, "retrain", False):
+        return RETRAIN_SECONDS
     return SYSID_SECONDS if getattr(args, "sysid", False) else ROBOTS[getattr(args, "robot", "pendulum")].seconds
 
 
@@ -325,6 +348,17 @@ def _param_text(value) -> str:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     robot = ROBOTS[getattr(args, "robot", "pendulum")]
+    retrain = getattr(args, "retrain", False)
+    if retrain and (not robot.sim[0] or getattr(args, "sysid", False)):
+        print("lowrl demo: --retrain needs a robot with a simulator (--robot legged or quadruped), without --sysid",
+              file=sys.stderr)
+        return 2
+    if getattr(args, "gap_file", None) is not None and not retrain:
+        print("lowrl demo: --gap-file is the simulated robot's gap of --retrain; without it use --gap FIELD=VALUE",
+              file=sys.stderr)
+        return 2
+    if retrain:
+        args.no_load = args.no_load or args.load_at is None  # the session is about the retraining, not the tiers
     args.seconds = session_seconds(args)
     try:
         phase = load_phase(args)
@@ -342,7 +376,15 @@ def run(args: argparse.Namespace) -> int:
                      record_max_mb=str(getattr(args, "record_max_mb", 200)))
     models = package_share(PACKAGE) / "models"
     base = None  # the fine-tuner's base version: the policy, or the kit's artifact of a shipped bundle
-    if not args.policy and robot.kit and (models / robot.kit / "kit.json").is_file():
+    launch = robot.launch
+    if retrain:  # any robot file with a simulator: the robot file, its gap, the trainer node identifies and retrains
+        robot_file, policy, gap = robot.sim
+        share = package_share(PACKAGE)
+        args.policy, args.kit = args.policy or str(models / policy), None
+        overrides.update(robot_file=str(share / robot_file), policy_path=str(Path(args.policy).resolve()),
+                         gap_file=str(Path(args.gap_file or share / gap).resolve()))
+        launch = RETRAIN_LAUNCH
+    elif not args.policy and robot.kit and (models / robot.kit / "kit.json").is_file():
         args.policy = str(models / robot.policy)
         args.kit = None if args.no_finetune else str(models / robot.kit)
         base = str(models / robot.base) if robot.base else None
@@ -350,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
         args.kit = None
     if args.policy:
         overrides["policy_path"] = str(Path(args.policy).resolve())
-    if robot.base:  # a launch file with a base_policy_path argument
+    if robot.base and not retrain:  # a launch file with a base_policy_path argument
         overrides["base_policy_path"] = str(Path(base or args.policy or models / robot.base).resolve())
     if args.kit:
         overrides["kit_path"] = str(Path(args.kit).resolve())
@@ -369,12 +411,15 @@ def run(args: argparse.Namespace) -> int:
         finetune_values = finetune_items(getattr(args, "finetune_set", []), "--finetune-set")
         if getattr(args, "explore_std", None) is not None:
             ControlConfig(explore_std=args.explore_std)  # its range, before any node starts
-        nodes = parse_launch(package_share(PACKAGE) / "launch" / robot.launch, overrides)
+        nodes = parse_launch(package_share(PACKAGE) / "launch" / launch, overrides)
         set_gap(nodes, parse_gap_items(args.gap))
     except (LaunchError, ValueError) as exc:
         print(f"lowrl demo: {exc}", file=sys.stderr)
         return 2
-    if not args.kit:
+    if retrain:
+        finetune = f"off-board: real-to-sim-to-real of {overrides['robot_file']} under {overrides['gap_file']}"
+        next(n for n in nodes if n.executable == "trainer_node").params.extend(RETRAIN_PARAMS)
+    elif not args.kit:
         nodes = [n for n in nodes if n.executable != "finetune_node"]
         finetune = ("off (--no-finetune)" if args.no_finetune else
                     "off: no fine-tune kit for this policy (give --kit KIT --policy ITS_ACTOR)")

@@ -46,6 +46,7 @@ from lowrl_ros.core.sim.evaluate import kept_fraction
 from lowrl_ros.core.sim.robot_sim import Gap, parse_sim
 
 EVAL_SEED = 20_000  # the seeded evaluation episodes, apart from the training episodes' seed streams
+COLLAPSE_WINDOW = 4  # PPO rollouts whose mean reward is held against the deployed actor's (divergence)
 
 
 @dataclass(frozen=True)
@@ -220,11 +221,10 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         raise RetrainRefused(f"{base_artifact} maps {contract.obs_dim} observations -> {contract.action_dim} actions "
                              f"but {robot_file} builds {len(names)} -> {probe_env.action_space.shape[0]}; retrain the "
                              "policy of this robot file")
-    generic = all(n == f"obs_{i}" for i, n in enumerate(contract.obs_names))
-    if not generic and tuple(names) != contract.obs_names:
-        first = next(i for i, (a, b) in enumerate(zip(names, contract.obs_names)) if a != b)
-        raise RetrainRefused(f"observation entry {first} is {contract.obs_names[first]!r} in {base_artifact} but "
-                             f"{names[first]!r} in {robot_file}: the policy reads another observation layout")
+    try:  # the policy node's own rule: each entry from the term the policy names for it
+        probe_env.spec_obs.check_against(contract)
+    except ValueError as exc:
+        raise RetrainRefused(f"{base_artifact} does not read {robot_file}'s observation: {exc}") from exc
     env_low = np.maximum(contract.action_low, probe_env.action_space.low)
     env_high = np.minimum(contract.action_high, probe_env.action_space.high)
     last_action = last_action_convention(contract)
@@ -279,6 +279,8 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             return result(False, f"the environments did not start: {exc}")
         scaler = ReturnScaler(s.n_envs, s.gamma)
         iteration, r0 = 0, None
+        base_rewards: list[float] = []
+        ppo_rewards: deque[float] = deque(maxlen=COLLAPSE_WINDOW)
         stopped, reason = False, ""
         last_obs = obs
         while steps < s.total_steps:
@@ -329,16 +331,20 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             stats = ppo_update(actor, critic, None if warm else actor_opt, critic_opt, batch, epochs=s.epochs,
                                minibatches=s.minibatches, clip=s.clip, ent_coef=s.ent_coef, generator=gen)
             mean_reward = float(raw_rewards.mean())
-            r0 = mean_reward if r0 is None else r0
+            # The frozen actor's level: every warm-up rollout's mean (one rollout is one phase of the episodes,
+            # e.g. all at their start); PPO's, the last COLLAPSE_WINDOW rollouts' mean, against it.
+            (base_rewards if warm or not base_rewards else ppo_rewards).append(mean_reward)
+            r0 = float(np.mean(base_rewards))
             report("warmup" if warm else "ppo")
             iteration += 1
             if not stats.finite or not math.isfinite(mean_reward):
                 return result(False, f"diverged at step {steps} ({'warm-up' if warm else 'PPO'} iteration "
                                      f"{iteration}): NaN or Inf in the losses or the actor; lower --lr or --clip")
-            if not warm and mean_reward < r0 - s.collapse_fraction * abs(r0):
-                return result(False, f"diverged at step {steps}: the rollout's mean reward {mean_reward:.4g} collapsed "
-                                     f"below iteration 0's {r0:.4g} by more than collapse_fraction "
-                                     f"{s.collapse_fraction:g} of it; lower --lr or raise --warmup-iterations")
+            recent_mean = float(np.mean(ppo_rewards)) if len(ppo_rewards) == COLLAPSE_WINDOW else r0
+            if not warm and recent_mean < r0 - s.collapse_fraction * abs(r0):
+                return result(False, f"diverged at step {steps}: the last {COLLAPSE_WINDOW} rollouts' mean reward "
+                                     f"{recent_mean:.4g} collapsed below the deployed actor's {r0:.4g} by more than "
+                                     f"collapse_fraction {s.collapse_fraction:g} of it; lower --lr or --init-std")
             if should_stop is not None and should_stop():
                 stopped, reason = True, f"stopped on request at step {steps} of {s.total_steps}; nothing written"
                 break
