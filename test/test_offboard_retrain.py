@@ -38,6 +38,14 @@ def test_a_base_for_another_robot_and_a_missing_robot_file_are_refused(tmp_path)
         OffboardRetrain(ROOT / "models/legged_ant_int8.onnx", 1, tmp_path / "w", tmp_path / "r", QUADRUPED)
 
 
+def test_fewer_episodes_than_the_identification_needs_is_refused_at_start(tmp_path):
+    from lowrl_ros.core.sim.robot_sysid import IdentifySettings
+
+    with pytest.raises(ValueError, match="retrain.episodes=6.*min_rest_phases=8"):
+        OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED, RetrainSessionSettings(episodes=6),
+                        IdentifySettings())
+
+
 def _transitions(episodes: int, steps: int, seed: int = 0) -> list[Transition]:
     from lowrl_ros.core.sim.robot_recording import record_in_sim
     from lowrl_ros.core.sim.robot_sim import load_gap_file

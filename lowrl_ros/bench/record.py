@@ -52,6 +52,7 @@ LAYOUT: dict[str, tuple[str, ...]] = {
     "train/pendulum": (),
     "train/mujoco": ("setting", "env"),
     "retrain": ("setting",),
+    "sim2real_session": ("setting", "env"),
 }
 
 

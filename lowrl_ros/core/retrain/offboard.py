@@ -85,6 +85,10 @@ class OffboardRetrain(OffboardSysid):
         self.robot = load_robot_file(self.robot_file)
         parse_sim(self.robot)  # a sim: section that disagrees with its MJCF is refused now, entry named
         self.identify_settings, self.ppo_settings = identify, ppo
+        need = getattr(identify, "min_rest_phases", 0)
+        if settings.episodes < need:  # found out now, not after minutes of recording
+            raise ValueError(f"retrain.episodes={settings.episodes} records fewer episode starts than the "
+                             f"identification needs (identify.min_rest_phases={need}): raise retrain.episodes")
         self.progress: dict = {}
         self._job: multiprocessing.Process | None = None
         self._polled = 0.0
