@@ -130,8 +130,38 @@ def _misses(session_dir: Path) -> dict:
             "ticks": int(st["ticks"][-1] - st["ticks"][0])}
 
 
+PHYSICS = ("mass_scale", "friction", "motor_strength", "kp_scale", "kd_scale", "latency_steps")
+
+
+def identified_vs_true(status: dict, gap_file: Path) -> dict:
+    """Per physics value: identified, true (the gap file's), % error (latency: in physics steps), identified or not."""
+    from lowrl_ros.core.sim.robot_sim import load_gap_file
+
+    true, found = load_gap_file(gap_file).as_dict(), status.get("identified", {})
+    out = {}
+    for key in PHYSICS:
+        if key not in found.get("gap", {}):
+            continue
+        got = found["gap"][key]
+        if key == "latency_steps":
+            got = found.get("details", {}).get("latency_physics_steps", got)
+        err = abs(got - true[key]) if key == "latency_steps" else 100.0 * abs(got - true[key]) / abs(true[key])
+        out[key] = {"identified": got, "true": true[key], "error": err,
+                    "identifiable": bool(found.get("identifiable", {}).get(key, False))}
+    return out
+
+
+def _release_s(session_dir: Path, rows: list[dict], period_s: float) -> float:
+    """Seconds from the first robot step to the first release (the bundle's write time), nan without one."""
+    bundles = sorted((session_dir / "releases").glob("v*.lowrl"))
+    if not bundles or not rows:
+        return float("nan")
+    first = float(rows[0]["time_s"]) - int(float(rows[0]["steps"])) * period_s
+    return bundles[0].stat().st_mtime - first
+
+
 def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file: Path, seed: int,
-             base_version: int) -> dict:
+             base_version: int, period_s: float) -> dict:
     root = args.runs_dir / f"seed{seed}"
     root.mkdir(parents=True, exist_ok=True)
     params = _params_file(root / "trainer_params.yaml", args.set, args.ray_address)
@@ -164,7 +194,8 @@ def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file:
               "before_return": mean(r_before), "after_return": mean(r_after), "recovered_pct": recovered,
               "episodes": {"nominal": len(r_nominal), "before": len(r_before), "after": len(r_after)},
               "identified": status.get("identified", {}), "progress": status.get("progress", {}),
-              "session_s": wall, **_misses(gapped)}
+              "identified_vs_true": identified_vs_true(status, gap_file),
+              "first_step_to_release_s": _release_s(gapped, rows, period_s), "session_s": wall, **_misses(gapped)}
     print(f"seed {seed}: {result['state']}; nominal {mean(r_nominal):.1f}, before {mean(r_before):.1f}, after "
           f"{mean(r_after):.1f}: {recovered:.0f} % of the gap recovered", flush=True)
     return result
@@ -187,17 +218,28 @@ def run(args: argparse.Namespace) -> int:
         if not p.is_file():
             print(f"lowrl bench sim2real_session: the {what} {p} does not exist", file=sys.stderr)
             return 2
-    version = parse_artifact(read_artifact_bytes(policy), str(policy)).contract.version
-    seeds = [run_seed(args, robot_file.resolve(), policy.resolve(), gap.resolve(), s, version) for s in args.seeds]
+    contract = parse_artifact(read_artifact_bytes(policy), str(policy)).contract
+    seeds = [run_seed(args, robot_file.resolve(), policy.resolve(), gap.resolve(), s, contract.version,
+                      contract.control_period_s) for s in args.seeds]
     pct = [s["recovered_pct"] for s in seeds if np.isfinite(s["recovered_pct"])]
     results = {"robot": str(robot_file), "policy": str(policy), "gap_file": str(gap), "seeds": seeds,
                "recovered_pct_mean": float(np.mean(pct)) if pct else float("nan"),
                "deadline_misses_total": sum(int(s.get("deadline_misses", 0)) for s in seeds)}
-    md = ["| seed | decision | nominal | before | after | recovered | session s | deadline misses / ticks |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    md = ["| seed | decision | nominal | before | after | recovered | first step to release s | session s | "
+          "deadline misses / ticks |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     md += [f"| {s['seed']} | {s['state']} | {s['nominal_return']:.1f} | {s['before_return']:.1f} | "
-           f"{s['after_return']:.1f} | {s['recovered_pct']:.0f} % | {s['session_s']:.0f} | "
-           f"{s.get('deadline_misses', '-')} / {s.get('ticks', '-')} |" for s in seeds]
+           f"{s['after_return']:.1f} | {s['recovered_pct']:.0f} % | {s['first_step_to_release_s']:.0f} | "
+           f"{s['session_s']:.0f} | {s.get('deadline_misses', '-')} / {s.get('ticks', '-')} |" for s in seeds]
+    md += ["", "Identified physics over ROS 2 against the gap file (% error; latency: physics steps, the DDS delay "
+           "counts in the identified one; (prior): flagged, left at the prior centre):", "",
+           "| seed | " + " | ".join(PHYSICS) + " |", "|---" * (len(PHYSICS) + 1) + "|"]
+    for s in seeds:
+        cells = []
+        for key in PHYSICS:
+            v = s["identified_vs_true"].get(key)
+            cells.append("-" if v is None else f"{v['identified']:.2f} vs {v['true']:g} ({v['error']:.1f}"
+                         f"{'' if key == 'latency_steps' else ' %'}){'' if v['identifiable'] else ' (prior)'}")
+        md.append(f"| {s['seed']} | " + " | ".join(cells) + " |")
     path = record.write_result("sim2real_session", results, "\n".join(md) + "\n",
                                setting=record.setting_of(args, add_arguments, skip=("out", "runs_dir", "seeds")),
                                env=robot_file.stem, root=args.out)
