@@ -84,3 +84,12 @@ def test_finetune_set_and_explore_std_reach_their_nodes_typed_and_bad_ones_are_r
     assert demo.run(args("--explore-std", "2", "--session-dir", str(tmp_path / "s"))) == 2
     assert "explore_std=2.0 is outside 0..1" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()  # refused before the session started
+
+
+def test_retrain_needs_a_robot_with_a_simulator_and_gap_file_needs_retrain(capsys):
+    assert demo.run(args("--robot", "pendulum", "--retrain")) == 2
+    assert "--retrain needs a robot with a simulator" in capsys.readouterr().err
+    assert demo.run(args("--robot", "legged", "--gap-file", "config/gaps/legged_example_sim.yaml")) == 2
+    assert "--gap-file is the simulated robot's gap of --retrain" in capsys.readouterr().err
+    assert demo.session_seconds(args("--robot", "legged", "--retrain")) == demo.RETRAIN_SECONDS
+    assert demo.ROBOTS["legged"].sim[0] == "config/robots/legged_ant.yaml"  # its sim: config
