@@ -550,6 +550,10 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
 
     # ---- identifiability: a paired test of a quarter-range move per parameter ---------------------
     widths = {n: _bounds(n, priors)[1] - _bounds(n, priors)[0] for n in names}
+    if not _significant(len(problem.episodes), len(problem.episodes)):
+        notes.append(f"only {len(problem.episodes)} episodes replayed: the identifiability test cannot pass with fewer "
+                     "than 5 (raise identify.max_steps to replay more, or record more episodes); every physics value "
+                     "stays at its prior")
     found: dict[str, float] = {}
     for i, n in enumerate(names):
         rises = []  # per side: (episodes whose objective rose, episodes, mean rise)
