@@ -8,7 +8,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lowrl_ros.core.finetune.transition_log import Transition
@@ -111,4 +110,4 @@ def test_identify_retrain_release_judge_and_resume_after_a_restart(tmp_path):
     rolled = learner.receive(list(range(start, start + len(worse))), worse)
     assert learner.state == "rolled_back" and [p.name for p in rolled] == ["v000003.lowrl"]
     learner.close()
-    assert np.isfinite(status["progress"].get("elapsed_s", 0.0))
+    assert status["progress"]["elapsed_s"] >= 0.0  # the child's own clock, from progress.jsonl

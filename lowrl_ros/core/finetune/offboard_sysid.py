@@ -251,8 +251,12 @@ class OffboardSysid:
         returns = {f"v{v}": self._returns(v) for v in (self.base_version, *self.released)}
         (out / STATUS_JSON).write_text(json.dumps(
             {"state": self.state, "decision": self.last_decision, "base_version": self.base_version,
-             "released": self.released, "episode_returns": returns, "identified": self.identified},
-            indent=1, default=str))
+             "released": self.released, "episode_returns": returns, "identified": self.identified,
+             **self._status_extra()}, indent=1, default=str))
+
+    def _status_extra(self) -> dict:
+        """More of status.json (a subclass's own state, e.g. its progress)."""
+        return {}
 
     def _returns(self, version: int) -> list[float]:
         return [r for v, r in self.judge.finished if v == version]

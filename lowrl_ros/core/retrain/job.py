@@ -51,23 +51,11 @@ def run(d: Path, job: dict) -> dict:
         ident = robot_sysid.identify(job["robot_file"], recording, settings, seed=int(job["seed"]),
                                      progress=lambda stage, f: progress({"stage": "identifying", "step": stage,
                                                                          "fraction": float(f)}))
-        found = {**ident.to_dict(), "describe": describe_gap(ident.gap)}
+        found = {**ident.to_dict(), "describe": ident.gap.describe("the nominal model")}
         tmp = d / "identified.tmp.json"
         tmp.write_text(json.dumps(found, indent=1, default=float))
         os.replace(tmp, identified_path)
     return _retrain(d, job, found, progress)
-
-
-def describe_gap(gap) -> str:
-    """The gap's parameters that differ from the nominal model, one line."""
-    from lowrl_ros.core.sim.robot_sim import Gap
-
-    nominal = Gap().as_dict()
-    return ", ".join(f"{k}={_short(v)}" for k, v in gap.as_dict().items() if v != nominal.get(k)) or "the nominal model"
-
-
-def _short(v):
-    return [round(float(x), 4) for x in v] if isinstance(v, (list, tuple)) else round(float(v), 4)
 
 
 def spread_of(found: dict, priors: dict, sigmas: float) -> dict[str, float]:

@@ -1,16 +1,16 @@
 """Off-board real-to-sim-to-real for any robot with a simulator (a robot file's ``sim:`` section), in the session.
 
 trainer_node runs this with ``offboard_method: retrain`` and ``robot_file`` (finetune_node on the robot with
-``learner: offboard`` streams the transitions, with the robot file's rewards and episode ends). No ROS here,
-and no torch in this process: the work runs in a child process (``run_job``), so the node keeps receiving,
-recording and judging while it runs, and nothing on the robot waits for it.
+``learner: offboard`` streams the transitions, with the robot file's rewards and episode ends). No ROS here.
+The work runs in a child process (``run_job``), so the node keeps receiving, recording and judging while it
+runs, and nothing on the robot waits for it.
 
 1. **Record** (as ``offboard_method: sysid``, core/finetune/offboard_sysid.py, whose recording, judging, rollback
    and resume this class inherits): every transition to ``work_dir/transitions``; ``episodes`` whole episodes of
    the base version in memory.
 2. **Identify** (core/sim/robot_sysid.py): the sensor biases at rest, the physics by replay at the recorded
    command times; each value with its uncertainty, what the log cannot identify left at its prior.
-3. **Retrain** (core/train/retrain.py): the base policy continued with PPO in the identified simulator,
+3. **Retrain** (core/retrain/retrain.py): the base policy continued with PPO in the identified simulator,
    randomised around the identified values (``spread`` x their uncertainty), on the local cores or a Ray
    cluster (``ray_address``), then quantised to the robot's int8 artifact through the release gates.
 4. **Release** ``v<base+1>``, **judge** it on the robot against the base over whole episodes, roll back if worse.
@@ -66,7 +66,7 @@ class OffboardRetrain(OffboardSysid):
         robot_file: the robot file (with a ``sim:`` section) the robot runs.
         settings: RetrainSessionSettings.
         identify: the identification's settings (core/sim/robot_sysid.py IdentifySettings) or None (defaults).
-        ppo: the retraining's settings (core/train/retrain.py RetrainSettings) or None (defaults).
+        ppo: the retraining's settings (core/retrain/retrain.py RetrainSettings) or None (defaults).
     """
 
     METHOD = "retrain"
@@ -106,12 +106,10 @@ class OffboardRetrain(OffboardSysid):
                              f"{len(self.robot.joints)}: is it the robot file this policy was imported for?")
 
     def _base_as(self, version: int) -> Path:
-        import dataclasses as dc
-
         from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes, rewrite_artifact
 
         parsed = parse_artifact(read_artifact_bytes(self.base_path), str(self.base_path))
-        contract = dc.replace(parsed.contract, version=int(version), parent_version=self.base_version)
+        contract = dataclasses.replace(parsed.contract, version=int(version), parent_version=self.base_version)
         return rewrite_artifact(parsed, self.job_dir / f"v{version:06d}_int8.onnx", contract)
 
     @property
@@ -216,12 +214,8 @@ class OffboardRetrain(OffboardSysid):
                 self.state = "recording"
         return n
 
-    def _save_status(self) -> None:
-        super()._save_status()
-        path = self.work_dir / "sysid" / "status.json"
-        status = json.loads(path.read_text())
-        status["progress"] = self.progress
-        path.write_text(json.dumps(status, indent=1, default=str))
+    def _status_extra(self) -> dict:
+        return {"progress": self.progress}
 
     def close(self) -> None:
         if self._job is not None and self._job.is_alive():

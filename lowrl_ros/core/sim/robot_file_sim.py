@@ -89,9 +89,7 @@ class RobotFileSim:
 
     def describe_gap(self) -> str:
         """The gap's parameters that differ from the nominal model, one line ('none' on the nominal model)."""
-        nominal = Gap().as_dict()
-        changed = [f"{k}={v}" for k, v in self.gap.items() if v != nominal.get(k)]
-        return ", ".join(changed) or "none"
+        return self.env.sim.gap.describe()
 
     def state_estimate(self) -> tuple[np.ndarray, np.ndarray]:
         """The base's true (linear, angular) velocity in sim.state_estimate_frame: what the robot file's twist reward

@@ -128,6 +128,11 @@ class Gap:
                 out[key] = v
         return cls(**out)
 
+    def describe(self, nominal: str = "none") -> str:
+        """The parameters that differ from the nominal model, one line (``nominal`` when none does)."""
+        base = Gap().as_dict()
+        return ", ".join(f"{k}={_rounded(v)}" for k, v in self.as_dict().items() if v != base.get(k)) or nominal
+
     def check_priors(self, priors: Mapping[str, tuple[float, float]], where: str = "gap") -> None:
         """Refuse a value outside its ``sim.gap_priors`` range (per entry for vectors), naming the field: a gap the
         identification could never find, or a robot no prior covers. Fields without a prior are not checked."""
@@ -161,6 +166,11 @@ class Gap:
             else:
                 drawn[key] = float(rng.uniform(lo, hi))
         return replace(self, **drawn)
+
+
+def _rounded(v: Any) -> Any:
+    """4 decimals, for a line a person reads (a list per entry)."""
+    return [round(float(x), 4) for x in v] if isinstance(v, (list, tuple)) else round(float(v), 4)
 
 
 def _positive(v: Any) -> bool:
