@@ -137,7 +137,7 @@ CORE_ALLOWED = {
     "session": {"config", "runtime", "finetune", "sim"},  # finetune: the learner states, the episode log; sim: the Agg
     # pyplot; config: the monitor's parameters (core/session/recording.py MonitorConfig)
     "monitor": {"types", "runtime"},  # the views' model: stats fields, the step-row header, tier names
-    "retrain": {"config", "runtime", "train", "sim", "finetune", "compress"},  # PPO in the identified sim + gates
+    "retrain": {"config", "runtime", "train", "sim", "finetune", "compress", "importers"},  # PPO + gates
 }
 LAYER_ALLOWED = {  # lowrl_ros.<layer> may import these (launcher: the fallback launcher, beside ros)
     "ros": {"core", "ros"},

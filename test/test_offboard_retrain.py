@@ -45,6 +45,18 @@ def test_fewer_episodes_than_the_identification_needs_is_refused_at_start(tmp_pa
                         IdentifySettings())
 
 
+def test_a_missing_source_checkpoint_is_refused_at_start_and_a_relative_one_made_absolute(tmp_path, monkeypatch):
+    from lowrl_ros.core.retrain.retrain import RetrainSettings
+
+    with pytest.raises(ValueError, match="ppo.source_checkpoint 'nowhere.pt': no such file"):
+        OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED,
+                        ppo=RetrainSettings(source_checkpoint="nowhere.pt"))
+    monkeypatch.chdir(ROOT)
+    off = OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED,
+                          ppo=RetrainSettings(source_checkpoint="models/quadruped_rsl_rl/model.pt"))
+    assert off.ppo_settings.source_checkpoint == str(ROOT / "models/quadruped_rsl_rl/model.pt")
+
+
 def _transitions(episodes: int, steps: int, seed: int = 0) -> list[Transition]:
     from lowrl_ros.core.sim.robot_recording import record_in_sim
     from lowrl_ros.core.sim.robot_sim import load_gap_file

@@ -27,10 +27,12 @@ from pathlib import Path
 import numpy as np
 
 DONE_STATES = ("kept", "rolled_back", "failed")
-# Shipped robots: (robot file, base policy, gap preset). The legged example runs as its sim: config here.
-ROBOTS = {"quadruped": ("config/robots/quadruped.yaml", "models/quadruped.lowrl", "config/gaps/quadruped_example.yaml"),
+# Shipped robots: (robot file, base policy, gap preset, the training checkpoint the policy was imported from). The
+# legged example runs as its sim: config here.
+ROBOTS = {"quadruped": ("config/robots/quadruped.yaml", "models/quadruped.lowrl", "config/gaps/quadruped_example.yaml",
+                        "models/quadruped_rsl_rl/model.pt"),
           "legged": ("config/robots/legged_ant.yaml", "models/legged_ant_int8.onnx",
-                     "config/gaps/legged_example_sim.yaml")}
+                     "config/gaps/legged_example_sim.yaml", "models/legged_ant_ppo.zip")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,10 +71,11 @@ def _status(session: Path) -> dict:
         return {}
 
 
-def _params_file(path: Path, items: list[str], ray_address: str) -> Path:
+def _params_file(path: Path, items: list[str], ray_address: str, source: str = "") -> Path:
+    """The trainer node's parameters: ``--set`` items over the robot's source checkpoint (``ppo.source_checkpoint``)."""
     import yaml
 
-    params = {}
+    params = {"ppo.source_checkpoint": source} if source else {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
@@ -161,10 +164,10 @@ def _release_s(session_dir: Path, rows: list[dict], period_s: float) -> float:
 
 
 def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file: Path, seed: int,
-             base_version: int, period_s: float) -> dict:
+             base_version: int, period_s: float, source: str = "") -> dict:
     root = args.runs_dir / f"seed{seed}"
     root.mkdir(parents=True, exist_ok=True)
-    params = _params_file(root / "trainer_params.yaml", args.set, args.ray_address)
+    params = _params_file(root / "trainer_params.yaml", args.set, args.ray_address, source)
     n = args.eval_episodes
     print(f"seed {seed}: the base on the nominal robot ({n} episodes)", flush=True)
     nominal, _ = session(root / "nominal", robot_file, policy, "", seed, params,
@@ -210,7 +213,10 @@ def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
     from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
 
-    robot_file, policy, gap = (Path(x) for x in ROBOTS.get(args.robot, (args.robot, "", "")))
+    robot_file, policy, gap, source = ROBOTS.get(args.robot, (args.robot, "", "", ""))
+    robot_file, policy, gap = Path(robot_file), Path(policy), Path(gap)
+    # the shipped policy's own checkpoint, unless another policy is given (then: a fresh critic, or --set it)
+    source = str(_repo() / source) if source and not args.policy else ""
     policy, gap = (_repo() / p if not p.is_absolute() and not p.is_file() else p
                    for p in (args.policy or policy, args.gap_file or gap))
     robot_file = robot_file if robot_file.is_file() else _repo() / robot_file
@@ -220,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     contract = parse_artifact(read_artifact_bytes(policy), str(policy)).contract
     seeds = [run_seed(args, robot_file.resolve(), policy.resolve(), gap.resolve(), s, contract.version,
-                      contract.control_period_s) for s in args.seeds]
+                      contract.control_period_s, source) for s in args.seeds]
     pct = [s["recovered_pct"] for s in seeds if np.isfinite(s["recovered_pct"])]
     results = {"robot": str(robot_file), "policy": str(policy), "gap_file": str(gap), "seeds": seeds,
                "recovered_pct_mean": float(np.mean(pct)) if pct else float("nan"),

@@ -130,8 +130,9 @@ class DemoRobot:
     seconds: float
     returns_note: str
     base: str = ""
-    # --retrain: the robot file with its sim: section, the artifact it starts from, the gap preset ("": no simulator)
-    sim: tuple[str, str, str] = ("", "", "")
+    # --retrain: the robot file with its sim: section, the artifact it starts from, the gap preset ("": no simulator),
+    # and the training checkpoint that artifact was imported from (its critic and std start the retraining)
+    sim: tuple[str, str, str, str] = ("", "", "", "")
 
 
 SYSID_SECONDS = 270.0  # --sysid: 20 s skipped, 80 s recorded, ~40 s identifying, 3 judged 20 s episodes, margin
@@ -149,13 +150,13 @@ ROBOTS = {
                         "legged_sim_to_real.launch.yaml", "legged_ant.lowrl", "legged_ant_kit", 240.0,
                         "higher is better; at most 500 x 2.5 per 20 s episode", base="legged_ant_int8.onnx",
                         sim=("config/robots/legged_ant.yaml", "legged_ant_int8.onnx",
-                             "config/gaps/legged_example_sim.yaml")),
+                             "config/gaps/legged_example_sim.yaml", "legged_ant_ppo.zip")),
     # No kit: the quadruped runs its rsl_rl policy without the fine-tuner (docs/quadruped.md).
     "quadruped": DemoRobot("quadruped sim robot (12 joints, config/robots/quadruped.yaml's own simulator)",
                            "quadruped.launch.yaml", "quadruped.lowrl", "", 60.0,
                            "higher is better; at most 2 per step",
                            sim=("config/robots/quadruped.yaml", "quadruped.lowrl",
-                                "config/gaps/quadruped_example.yaml")),
+                                "config/gaps/quadruped_example.yaml", "quadruped_rsl_rl/model.pt")),
 }
 
 
@@ -377,9 +378,12 @@ def run(args: argparse.Namespace) -> int:
     models = package_share(PACKAGE) / "models"
     base = None  # the fine-tuner's base version: the policy, or the kit's artifact of a shipped bundle
     launch = robot.launch
+    retrain_params = list(RETRAIN_PARAMS)
     if retrain:  # any robot file with a simulator: the robot file, its gap, the trainer node identifies and retrains
-        robot_file, policy, gap = robot.sim
+        robot_file, policy, gap, source = robot.sim
         share = package_share(PACKAGE)
+        if not args.policy and source:  # the shipped policy: its own training checkpoint starts the retraining
+            retrain_params.append(("ppo.source_checkpoint", str(models / source)))
         args.policy, args.kit = args.policy or str(models / policy), None
         overrides.update(robot_file=str(share / robot_file), policy_path=str(Path(args.policy).resolve()),
                          gap_file=str(Path(args.gap_file or share / gap).resolve()))
@@ -418,7 +422,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if retrain:
         finetune = f"off-board: real-to-sim-to-real of {overrides['robot_file']} under {overrides['gap_file']}"
-        next(n for n in nodes if n.executable == "trainer_node").params.extend(RETRAIN_PARAMS)
+        next(n for n in nodes if n.executable == "trainer_node").params.extend(retrain_params)
     elif not args.kit:
         nodes = [n for n in nodes if n.executable != "finetune_node"]
         finetune = ("off (--no-finetune)" if args.no_finetune else

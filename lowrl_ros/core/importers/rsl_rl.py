@@ -208,3 +208,48 @@ def load_rsl_rl(source: Path, options: ImportOptions) -> Imported:
                               provenance={"rsl_rl_layout": layout, "activation": hidden},
                               last_action="raw")  # rsl_rl's envs (legged_gym, Isaac Lab) read back the raw y
     return Imported(weights, contract, "rsl_rl", notes)
+
+
+def load_rsl_rl_critic(source: Path, options: ImportOptions) -> tuple[MlpWeights, Affine | None, np.ndarray]:
+    """The checkpoint's critic (``critic_state_dict`` / ``critic.<i>``) as MlpWeights (output "none"), its own
+    observation normaliser (None when off) and the actor's Gaussian std in the network's output units, for
+    continuing the training (core/retrain). The critic's activation: ``critic.activation`` in params/agent.yaml,
+    else the actor's."""
+    source = Path(source)
+    where = str(source)
+    ckpt = _load_checkpoint(source)
+    if "critic_state_dict" in ckpt:
+        sd, prefix, norm_prefix = ckpt["critic_state_dict"], "mlp.", "obs_normalizer."
+        actor_sd, std_keys = ckpt.get("actor_state_dict", {}), ("distribution.std_param", "distribution.log_std_param")
+    elif "model_state_dict" in ckpt:
+        sd, prefix, norm_prefix = ckpt["model_state_dict"], "critic.", "critic_obs_normalizer."
+        if isinstance(ckpt.get("critic_obs_norm_state_dict"), dict):
+            sd = {**sd, **{norm_prefix + k: v for k, v in ckpt["critic_obs_norm_state_dict"].items()}}
+        actor_sd, std_keys = sd, ("std", "log_std")
+    else:
+        raise ImportRefused(f"{where}: no critic_state_dict or model_state_dict; give an rsl_rl model_*.pt "
+                            "(OnPolicyRunner.save)")
+    if any(k.startswith(("rnn.", "memory")) for k in sd):
+        raise ImportRefused(f"{where}: a recurrent critic; only an MLP critic can start the retraining")
+    layers = _layers(sd, prefix, where)
+    if layers[-1][0].shape[0] != 1:
+        raise ImportRefused(f"{where}: the critic outputs {layers[-1][0].shape[0]} values, not one state value")
+    notes: list[str] = []
+    activation = _activation_for(source, options, notes)
+    cfg, _ = _agent_cfg(source)
+    if cfg is not None and isinstance(cfg.get("critic"), dict) and cfg["critic"].get("activation"):
+        activation = _activation(cfg["critic"]["activation"], where)
+    norm = None
+    if norm_prefix + "_mean" in sd:
+        norm = Affine.identity(layers[0][0].shape[1])
+        norm.then("sub", _np(sd[norm_prefix + "_mean"]).reshape(-1), where)
+        norm.then("div", _np(sd[norm_prefix + "_std"]).reshape(-1) + EMPIRICAL_NORM_EPS, where)
+    std = None
+    for k in std_keys:
+        if k in actor_sd:
+            std = _np(actor_sd[k]).reshape(-1)
+            std = np.exp(std) if "log" in k else np.abs(std)
+    if std is None:
+        raise ImportRefused(f"{where}: no Gaussian std in the actor ({' / '.join(std_keys)})")
+    weights = MlpWeights([(w.astype(np.float32), b.astype(np.float32)) for w, b in layers], activation, "none")
+    return weights, norm, std

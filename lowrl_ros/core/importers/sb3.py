@@ -490,3 +490,24 @@ def import_sb3(model_path: str | Path, out_path: str | Path, *, int8: bool = Fal
                   "sparsity": f"{weights.sparsity:.3f}"}
     contract = dataclasses.replace(imported.contract, provenance=provenance)
     return save_artifact(out_path, weights, contract, int8=int8)
+
+
+def sb3_critic(model, algo: str) -> tuple[MlpWeights, np.ndarray]:
+    """PPO/A2C's value function (``mlp_extractor.value_net`` then ``value_net``) as MlpWeights (output "none"),
+    and the Gaussian's std (``exp(log_std)``, in the network's output units), for continuing the training
+    (core/retrain). SB3's critic reads the same observation as the actor: VecNormalize's statistics, folded into
+    the contract at import, normalise both."""
+    if algo not in ("ppo", "a2c"):
+        raise ImportRefused(f"a {algo.upper()} model: only PPO and A2C have the state-value critic PPO continues "
+                            "from; retrain with a fresh critic (no source checkpoint)")
+    policy = model.policy
+    _check_extractor(policy.vf_features_extractor, algo)
+    hidden, act = _mlp_layers(policy.mlp_extractor.value_net, f"{algo.upper()} mlp_extractor.value_net",
+                              ends_with_activation=True)
+    head, _ = _mlp_layers([policy.value_net], f"{algo.upper()} value_net", ends_with_activation=False)
+    _check_finite(hidden + head, f"{algo.upper()} critic")
+    if getattr(policy, "use_sde", False):
+        raise ImportRefused(f"the {algo.upper()} policy explores with gSDE (a state-dependent std); only a "
+                            "state-independent log_std can start the retraining's Gaussian")
+    std = np.exp(policy.log_std.detach().cpu().numpy().astype(np.float64))
+    return MlpWeights(hidden + head, hidden_activation=act or "tanh", output_activation="none"), std

@@ -84,6 +84,12 @@ class OffboardRetrain(OffboardSysid):
         self.robot_file = Path(robot_file)
         self.robot = load_robot_file(self.robot_file)
         parse_sim(self.robot)  # a sim: section that disagrees with its MJCF is refused now, entry named
+        source = getattr(ppo, "source_checkpoint", "")
+        if source and not Path(source).is_file():  # found out now, not after minutes of recording
+            raise ValueError(f"ppo.source_checkpoint {source!r}: no such file; give the SB3 zip or rsl_rl "
+                             "model_*.pt the deployed policy was imported from, or '' for a fresh critic")
+        if source:
+            ppo = dataclasses.replace(ppo, source_checkpoint=str(Path(source).resolve()))  # the job runs elsewhere
         self.identify_settings, self.ppo_settings = identify, ppo
         need = getattr(identify, "min_rest_phases", 0)
         if settings.episodes < need:  # found out now, not after minutes of recording

@@ -6,8 +6,10 @@ version of the robot's artifact, or nothing and the reason.
 
 1. The actor starts as the deployed policy exactly (core/train/ppo.py ``ArtifactActor``: the artifact's contract
    normalisation, its MLP and activations from the stored fp32 or dequantised int8 weights, its action transform),
-   so iteration 0 acts as the robot does. The critic is fresh and first learns alone, ``warmup_iterations``
-   rollouts of the frozen actor, because a fresh critic's advantages would walk a good actor away.
+   so iteration 0 acts as the robot does. The critic is the policy's own from its training checkpoint when one is
+   given (``source_checkpoint``: core/retrain/source.py, with the exploration std the training ended at), else
+   fresh; it first learns alone, ``warmup_iterations`` rollouts of the frozen actor, because a fresh critic's
+   advantages would walk a good actor away (and a trained one must first take the new simulator's returns in).
 2. ``n_envs`` environments (RobotSimEnv with the robot file's reward and episode ends) run in ``workers`` local
    processes or, with ``ray_address``, as Ray actors on that cluster (core/retrain/pool.py); each episode draws its
    gap around the identified one, ``spread`` of each gap_priors range.
@@ -39,6 +41,7 @@ from lowrl_ros.core.compress.release import GateResult, gate_int8, gate_parity
 from lowrl_ros.core.config import field as config_field, require
 from lowrl_ros.core.finetune.sim_env import make_robot_env
 from lowrl_ros.core.retrain.pool import EnvPool, WorkerDied
+from lowrl_ros.core.retrain.source import SourceRefused, load_source_critic
 from lowrl_ros.core.runtime.artifact import (ArtifactError, last_action_convention, parse_artifact,
                                              read_artifact_bytes, save_artifact)
 from lowrl_ros.core.runtime.robot_file import load_robot_file
@@ -71,6 +74,9 @@ class RetrainSettings:
     gamma: float = config_field(0.99, "discount", range=(0.0, 1.0))
     gae_lambda: float = config_field(0.95, "GAE lambda", range=(0.0, 1.0))
     critic_hidden: int = config_field(256, "the fresh critic's width (2 hidden layers, LayerNorm)", range=(8, 4096))
+    source_checkpoint: str = config_field("", "the training checkpoint the deployed policy came from (an SB3 PPO "
+                                              ".zip, an rsl_rl model_*.pt): its trained critic and exploration std "
+                                              "start the retraining (init_std is then unused); '' a fresh critic")
     warmup_iterations: int = config_field(5, "value-only iterations on the frozen actor's rollouts before the "
                                              "actor moves", range=(0, 10_000))
     spread: float = config_field(0.1, "randomization around the identified gap: per episode each gap_priors "
@@ -235,8 +241,17 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     torch.set_num_threads(1)
     torch.manual_seed(s.seed)
     gen = torch.Generator().manual_seed(s.seed)
-    actor = ArtifactActor(parsed.base_weights(), contract, s.init_std * (env_high - env_low) / 2.0)
-    critic = Critic(contract.obs_dim, s.critic_hidden)
+    base_weights = parsed.base_weights()
+    source = None
+    if s.source_checkpoint:
+        try:
+            source = load_source_critic(s.source_checkpoint, contract, base_weights.output_activation)
+        except SourceRefused as exc:
+            raise RetrainRefused(str(exc)) from None
+    init_std = source.action_std if source is not None else s.init_std * (env_high - env_low) / 2.0
+    actor = ArtifactActor(base_weights, contract, init_std)
+    critic = (Critic.fresh(actor, s.critic_hidden) if source is None
+              else Critic.from_weights(source.weights, source.norm_a, source.norm_b, source.norm_clip))
     actor_opt = torch.optim.Adam(actor.parameters(), lr=s.lr)
     critic_opt = torch.optim.Adam(critic.parameters(), lr=s.critic_lr)
 
@@ -297,7 +312,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                         dist = actor.dist(o)
                         act = dist.sample()
                         logp = dist.log_prob(act).sum(-1)
-                        val = critic(actor.normalise(o))
+                        val = critic(o)
                     a = act.numpy()
                     sent = np.clip(a, env_low, env_high)
                     parts = np.split(sent, np.cumsum(sizes)[:-1])
@@ -310,7 +325,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                     for g in got:
                         recent.extend(g[5])
                     with torch.no_grad():
-                        v_final = critic(actor.normalise(torch.from_numpy(final.astype(np.float32)))).numpy()
+                        v_final = critic(torch.from_numpy(final.astype(np.float32))).numpy()
                     done = term | trunc
                     buf["obs"][t], buf["act"][t], buf["logp"][t], buf["val"][t] = obs, a, logp.numpy(), val.numpy()
                     buf["rew"][t] = scaler(rew, done)

@@ -11,7 +11,8 @@ Algorithms"; GAE: Schulman et al. 2016), in the style of CleanRL's ``ppo_continu
 
 - :class:`ArtifactActor`: the artifact's network in torch with a state-independent log-std; ``mean``
   is the deployed action before the contract's clip; :meth:`ArtifactActor.weights` exports it back.
-- :class:`Critic`: a fresh MLP with LayerNorm on the actor's normalised observation.
+- :class:`Critic`: V(obs), a fresh MLP with LayerNorm on the actor's normalisation, or the policy's own trained
+  critic from its training checkpoint (core/retrain/source.py).
 - :func:`gae`: advantages and returns, bootstrapping truncated episodes from their final observation.
 - :func:`ppo_update`: clipped surrogate + entropy for the actor (skipped while warming up), MSE for the
   critic, minibatches drawn from a seeded generator, gradients clipped.
@@ -85,20 +86,58 @@ class ArtifactActor(nn.Module):
 
 
 class Critic(nn.Module):
-    """V(normalised obs): a fresh MLP with LayerNorm after each hidden layer (stable targets from step 1)."""
+    """V(obs): an MLP on the observation normalised as ``clip(a * obs + b)``.
 
-    def __init__(self, obs_dim: int, hidden: int = 256, depth: int = 2) -> None:
+    :meth:`fresh`: a new MLP with LayerNorm after each hidden layer (stable targets from step 1) on the actor's own
+    normalisation; :meth:`from_weights`: a trained critic (core/retrain/source.py) with its training's normalisation.
+    """
+
+    def __init__(self, net: nn.Module, a: np.ndarray, b: np.ndarray, clip: float | None) -> None:
         super().__init__()
+        self.net = net
+        self.register_buffer("norm_a", torch.tensor(np.asarray(a, np.float32)))
+        self.register_buffer("norm_b", torch.tensor(np.asarray(b, np.float32)))
+        self.clip = clip
+
+    @classmethod
+    def fresh(cls, actor: ArtifactActor, hidden: int = 256, depth: int = 2) -> "Critic":
         mods: list[nn.Module] = []
-        n = obs_dim
+        n = actor.obs_scale.numel()
         for _ in range(depth):
             mods += [nn.Linear(n, hidden), nn.LayerNorm(hidden), nn.ELU()]
             n = hidden
         mods.append(nn.Linear(n, 1))
-        self.net = nn.Sequential(*mods)
+        a = actor.obs_scale.numpy()
+        return cls(nn.Sequential(*mods), a, -actor.obs_offset.numpy() * a,
+                   10.0 if actor.obs_clip is None else actor.obs_clip)
+
+    @classmethod
+    def from_weights(cls, weights: MlpWeights, a: np.ndarray, b: np.ndarray, clip: float | None) -> "Critic":
+        mods: list[nn.Module] = []
+        for i, (w, bias) in enumerate(weights.layers):
+            layer = nn.Linear(w.shape[1], w.shape[0])
+            with torch.no_grad():
+                layer.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
+                layer.bias.copy_(torch.from_numpy(np.asarray(bias, np.float32)))
+            mods.append(layer)
+            if i < len(weights.layers) - 1:
+                mods.append(_Activation(weights.hidden_activation))
+        return cls(nn.Sequential(*mods), a, b, clip)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.norm_a * obs + self.norm_b
+        if self.clip is not None:
+            x = x.clamp(-self.clip, self.clip)
+        return self.net(x).squeeze(-1)
+
+
+class _Activation(nn.Module):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.fn = TORCH_ACTIVATIONS[name]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.clamp(-10.0, 10.0)).squeeze(-1)
+        return self.fn(x)
 
 
 class ReturnScaler:
@@ -162,7 +201,7 @@ def ppo_update(actor: ArtifactActor, critic: Critic, actor_opt: torch.optim.Opti
         for start in range(0, n - size + 1, size):
             idx = perm[start:start + size]
             obs = batch["obs"][idx]
-            v = critic(actor.normalise(obs).detach())
+            v = critic(obs)
             value_loss = 0.5 * ((v - batch["ret"][idx]) ** 2).mean()
             critic_opt.zero_grad()
             value_loss.backward()
