@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -93,3 +94,20 @@ def test_retrain_needs_a_robot_with_a_simulator_and_gap_file_needs_retrain(capsy
     assert "--gap-file is the simulated robot's gap of --retrain" in capsys.readouterr().err
     assert demo.session_seconds(args("--robot", "legged", "--retrain")) == demo.RETRAIN_SECONDS
     assert demo.ROBOTS["legged"].sim[0] == "config/robots/legged_ant.yaml"  # its sim: config
+
+
+def test_the_shipped_retrain_sources_are_the_checkpoints_their_policies_came_from():
+    """--retrain and `lowrl bench sim2real_session` start the retraining from these (ppo.source_checkpoint)."""
+    from lowrl_ros.bench.sim2real_session import ROBOTS as BENCH_ROBOTS
+    from lowrl_ros.core.retrain.source import load_source_critic
+    from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
+
+    root = Path(__file__).resolve().parents[1]
+    for name, robot in demo.ROBOTS.items():
+        if not robot.sim[0]:
+            continue
+        policy, source = root / "models" / robot.sim[1], root / "models" / robot.sim[3]
+        assert str(source.relative_to(root)) == BENCH_ROBOTS[name][3]
+        parsed = parse_artifact(read_artifact_bytes(policy), str(policy))
+        critic = load_source_critic(source, parsed.contract, parsed.base_weights().output_activation)
+        assert critic.weights.input_dim == parsed.contract.obs_dim, name
