@@ -117,9 +117,12 @@ def test_tiny_run_writes_a_valid_int8_artifact_the_robot_runs(base, tmp_path, ca
     assert r.ok, r.reason
     assert r.path == out and out.is_file() and r.steps == 128 and r.sim_return_after is not None
     assert [g.passed for g in r.gates] == [True, True, True]
-    assert [p["stage"] for p in seen] == ["warmup", "ppo", "quantize", "gates"]
-    assert all(set(p) == {"stage", "steps", "total_steps", "sim_return", "eta_s"} for p in seen)
-    assert [p["steps"] for p in seen] == [64, 128, 128, 128] and seen[0]["eta_s"] > 0 == seen[1]["eta_s"]
+    assert [p["stage"] for p in seen] == ["warmup", "ppo", "best", "quantize", "gates"]
+    assert all(set(p) == {"stage", "steps", "total_steps", "sim_return", "eta_s", "eval_return", "best_return",
+                          "best_steps", "base_return"} for p in seen)
+    assert [p["steps"] for p in seen] == [64, 128, 128, 128, 128] and seen[0]["eta_s"] > 0 == seen[1]["eta_s"]
+    assert seen[1]["eval_return"] is None and seen[2]["eval_return"] == seen[2]["best_return"]  # evaluated at the end
+    assert seen[2]["best_steps"] == 128 and seen[2]["base_return"] is not None
     parsed = parse_artifact(out.read_bytes(), str(out))
     deployed = parse_artifact(base.read_bytes(), str(base))
     assert parsed.contract.version == 2 and parsed.contract.parent_version == 1
@@ -165,6 +168,47 @@ def test_a_nan_actor_is_a_divergence_and_writes_nothing(base, tmp_path, monkeypa
     r = retrain(base, QUAD, load_gap_file(GAP), {}, RetrainSettings(**TINY), out, 2)
     assert not r.ok and r.reason.startswith("diverged at step 128 (PPO iteration 2): NaN")
     assert not out.exists() and r.sim_return_before is not None
+
+
+def _wreck_after(monkeypatch, n_updates: int) -> None:
+    """From the n-th PPO update on, the actor's output saturates (finite, but it drives every joint to its limit)."""
+    from lowrl_ros.core.train import ppo
+
+    real, calls = ppo.ppo_update, []
+
+    def wrecking(actor, critic, actor_opt, *args, **kwargs):
+        stats = real(actor, critic, actor_opt, *args, **kwargs)
+        if actor_opt is not None:
+            calls.append(1)
+            if len(calls) >= n_updates:
+                with torch.no_grad():
+                    actor.layers[-1].bias.fill_(50.0)
+        return stats
+
+    monkeypatch.setattr(ppo, "ppo_update", wrecking)
+
+
+def test_the_best_evaluated_actor_is_released_not_the_last(base, tmp_path, monkeypatch):
+    _wreck_after(monkeypatch, 3)  # PPO updates at 128, 192 (evaluated: fine), 256 (wrecked, evaluated at the end)
+    out = tmp_path / "v2.onnx"
+    settings = RetrainSettings(**{**TINY, "total_steps": 256, "eval_every": 64, "collapse_fraction": 10.0,
+                                  "return_fraction": 0.01})
+    r = retrain(base, QUAD, load_gap_file(GAP), {}, settings, out, 2)
+    assert r.ok, r.reason
+    last = r.history[-3]  # the "best" report, before quantize and gates
+    assert last["stage"] == "best" and last["best_steps"] in (128, 192) and last["eval_return"] < last["best_return"]
+    released = parse_artifact(out.read_bytes(), str(out))
+    assert np.abs(released.base_weights().layers[-1][1]).max() < 10.0  # not the wrecked actor
+    assert released.contract.provenance["retrain.released_steps"] == str(last["best_steps"])
+
+
+def test_an_evaluation_far_below_the_base_is_a_divergence_not_a_rollouts_reward(base, tmp_path, monkeypatch):
+    _wreck_after(monkeypatch, 1)
+    out = tmp_path / "v2.onnx"
+    settings = RetrainSettings(**{**TINY, "total_steps": 256, "eval_every": 64, "collapse_fraction": 0.01})
+    r = retrain(base, QUAD, load_gap_file(GAP), {}, settings, out, 2)
+    assert not r.ok and r.reason.startswith("diverged at step 128: the actor's evaluation return"), r.reason
+    assert not out.exists()
 
 
 def test_a_failed_gate_returns_its_reason_and_writes_nothing(base, tmp_path):

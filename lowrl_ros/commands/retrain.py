@@ -94,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(p: dict) -> None:
         ret = "   n/a" if p["sim_return"] is None else f"{p['sim_return']:8.2f}"
+        best = ("" if p.get("best_return") is None else
+                f"  best eval {p['best_return']:8.2f} at {p['best_steps']} (base {p['base_return']:.2f})")
         print(f"[{p['stage']:>8}] steps {p['steps']:>9}/{p['total_steps']}  sim return {ret}  "
-              f"eta {p['eta_s']:6.0f} s", flush=True)
+              f"eta {p['eta_s']:6.0f} s{best}", flush=True)
 
     try:
         result = retrain(args.base, args.robot, gap, spread, settings, args.out, version, progress=progress)

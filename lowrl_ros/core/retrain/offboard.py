@@ -257,6 +257,9 @@ def _describe(p: dict) -> str:
         parts.append(f"{100 * float(p['fraction']):.0f} %")
     if p.get("sim_return") is not None:
         parts.append(f"sim return {float(p['sim_return']):.1f}")
+    if p.get("best_return") is not None and p.get("base_return") is not None:
+        parts.append(f"best evaluated {float(p['best_return']):.1f} at {int(p.get('best_steps', 0)):,} steps vs the "
+                     f"base's {float(p['base_return']):.1f}")
     if p.get("eta_s") is not None:
         parts.append(f"ETA {float(p['eta_s']):.0f} s")
     return ", ".join(parts)

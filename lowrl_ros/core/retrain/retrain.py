@@ -19,12 +19,17 @@ version of the robot's artifact, or nothing and the reason.
    runs it, keeps ``return_fraction`` of the deployed artifact's return in the identified simulator over the
    same seeded episodes. Only then is it written, atomically, at ``out_path``.
 
-A stop request, a NaN, a collapse of the rollout reward against iteration 0's, a dead worker or a failed gate
+Every ``eval_every`` steps the current actor, quantized to int8 as it would be released, runs seeded deterministic
+episodes in the identified simulator (apart from the return gate's); the best one so far is what is released.
+Rollout rewards cannot tell a collapse: under a wide randomization one rollout's drawn gaps can halve its reward
+with the actor frozen. A stop request, a NaN, an evaluation below the deployed actor's by ``collapse_fraction``,
+a dead worker or a failed gate
 gives ``ok=False`` with the reason, and nothing at ``out_path``. Off-board only (torch): never imported by the
 policy node or core/runtime.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -49,7 +54,7 @@ from lowrl_ros.core.sim.evaluate import kept_fraction
 from lowrl_ros.core.sim.robot_sim import Gap, parse_sim
 
 EVAL_SEED = 20_000  # the seeded evaluation episodes, apart from the training episodes' seed streams
-COLLAPSE_WINDOW = 4  # PPO rollouts whose mean reward is held against the deployed actor's (divergence)
+SELECT_SEED = 30_000  # the seeded episodes of the evaluations during training (best actor, divergence)
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,13 @@ class RetrainSettings:
     eval_episodes: int = config_field(4, "seeded deterministic episodes of the return gate", range=(1, 1000))
     return_fraction: float = config_field(0.95, "the int8 artifact must keep this share of the deployed artifact's "
                                                 "return in the identified sim (1 - (B - A)/|B|)", range=(0.0, 1.5))
-    collapse_fraction: float = config_field(0.5, "stop as diverged when a rollout's mean reward falls this share "
-                                                 "of |iteration 0's| below it", range=(0.0, 10.0))
+    collapse_fraction: float = config_field(0.5, "stop as diverged when an evaluation's return falls this share of "
+                                                 "|the deployed actor's| below it", range=(0.0, 10.0))
+    eval_every: int = config_field(50_000, "steps between evaluations of the current actor (int8 as deployed, "
+                                           "deterministic, the identified gap, eval_episodes seeded episodes apart "
+                                           "from the return gate's): the best one is released, and one below the "
+                                           "deployed actor's by collapse_fraction ends the run as diverged; 0: only "
+                                           "at the end", range=(0, 10**9))
     parity_tol: float = config_field(1e-4, "max |torch - fp32 ONNX| action error", range=(0.0, 1.0))
     int8_mean_error: float = config_field(0.02, "mean |int8 - fp32| action error, share of the action range",
                                           range=(0.0, 1.0))
@@ -107,7 +117,7 @@ class RetrainSettings:
         for name in ("total_steps", "n_envs", "workers", "n_steps", "epochs", "minibatches", "eval_episodes",
                      "critic_hidden"):
             positive_int(name)
-        for name in ("warmup_iterations", "episode_steps"):
+        for name in ("warmup_iterations", "episode_steps", "eval_every"):
             v = getattr(self, name)
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an integer >= 0")
         require(self.workers <= self.n_envs, f"workers={self.workers} exceeds n_envs={self.n_envs}: a worker steps at "
@@ -193,9 +203,10 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         settings: see :class:`RetrainSettings`.
         out_path: where the released int8 artifact goes (atomically; untouched unless every gate passes).
         version: the released artifact's version, above the deployed one's (which becomes its parent).
-        progress: called once per iteration and per release stage with {"stage": "warmup"|"ppo"|"quantize"|
-            "gates", "steps", "total_steps", "sim_return" (mean return of recent episodes, None before one
-            ended), "eta_s"}.
+        progress: called once per iteration and per release stage with {"stage": "warmup"|"ppo"|"best"|
+            "quantize"|"gates", "steps", "total_steps", "sim_return" (mean return of recent training episodes, None
+            before one ended), "eta_s", "eval_return" (the last evaluation's), "best_return" and "best_steps" (the
+            best evaluated actor, the one released), "base_return" (the deployed actor's on the same episodes)}.
         should_stop: polled once per iteration; True ends the run with ok=False, stopped=True.
 
     Raises:
@@ -270,7 +281,9 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         elapsed = time.perf_counter() - t0
         eta = elapsed / steps * (s.total_steps - steps) if steps and stage in ("warmup", "ppo") else 0.0
         info = {"stage": stage, "steps": steps, "total_steps": s.total_steps,
-                "sim_return": float(np.mean(recent)) if recent else None, "eta_s": eta}
+                "sim_return": float(np.mean(recent)) if recent else None, "eta_s": eta,
+                "eval_return": best["last"], "best_return": best["return"] if best["state"] is not None else None,
+                "best_steps": best["steps"], "base_return": best["base"]}
         history.append(info)
         if progress is not None:
             progress(dict(info))
@@ -284,19 +297,36 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         got = pool.call("evaluate", [(artifact, seeds, s.episode_steps) for seeds in eval_seeds])
         return float(np.mean([r for part in got for r in part]))
 
+    select_seeds = [list(map(int, part))
+                    for part in np.array_split(SELECT_SEED + np.arange(s.eval_episodes), s.workers)]
+    # the evaluations during training: the deployed actor's return ("base"), the last one, the best actor so far
+    best: dict[str, Any] = {"base": None, "last": None, "return": -math.inf, "state": None, "steps": 0}
+
+    def as_int8(w) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="lowrl-retrain-eval-") as tmp:
+            return save_artifact(Path(tmp) / "int8.onnx", w, contract, int8=True).read_bytes()
+
+    def checkpoint(at: int) -> None:
+        got = pool.call("evaluate", [(as_int8(actor.weights()), seeds, s.episode_steps) for seeds in select_seeds])
+        best["last"] = float(np.mean([r for part in got for r in part]))
+        if best["last"] > best["return"]:
+            best.update({"return": best["last"], "state": copy.deepcopy(actor.state_dict()), "steps": at})
+
     pool = None
     try:
         try:
             pool = EnvPool(groups, s.ray_address, s.worker_timeout_s)
             before = evaluate(pool, base_bytes)
+            if s.eval_every:
+                got = pool.call("evaluate", [(base_bytes, seeds, s.episode_steps) for seeds in select_seeds])
+                best["base"] = float(np.mean([r for part in got for r in part]))
             obs = np.concatenate(pool.call("reset", [()] * s.workers))
         except WorkerDied as exc:
             return result(False, f"the environments did not start: {exc}")
         scaler = ReturnScaler(s.n_envs, s.gamma)
-        iteration, r0 = 0, None
-        base_rewards: list[float] = []
-        ppo_rewards: deque[float] = deque(maxlen=COLLAPSE_WINDOW)
+        iteration = 0
         stopped, reason = False, ""
+        last_eval = 0
         last_obs = obs
         while steps < s.total_steps:
             warm = iteration < s.warmup_iterations
@@ -346,20 +376,25 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             stats = ppo_update(actor, critic, None if warm else actor_opt, critic_opt, batch, epochs=s.epochs,
                                minibatches=s.minibatches, clip=s.clip, ent_coef=s.ent_coef, generator=gen)
             mean_reward = float(raw_rewards.mean())
-            # The frozen actor's level: every warm-up rollout's mean (one rollout is one phase of the episodes,
-            # e.g. all at their start); PPO's, the last COLLAPSE_WINDOW rollouts' mean, against it.
-            (base_rewards if warm or not base_rewards else ppo_rewards).append(mean_reward)
-            r0 = float(np.mean(base_rewards))
-            report("warmup" if warm else "ppo")
             iteration += 1
             if not stats.finite or not math.isfinite(mean_reward):
+                report("warmup" if warm else "ppo")
                 return result(False, f"diverged at step {steps} ({'warm-up' if warm else 'PPO'} iteration "
                                      f"{iteration}): NaN or Inf in the losses or the actor; lower --lr or --clip")
-            recent_mean = float(np.mean(ppo_rewards)) if len(ppo_rewards) == COLLAPSE_WINDOW else r0
-            if not warm and recent_mean < r0 - s.collapse_fraction * abs(r0):
-                return result(False, f"diverged at step {steps}: the last {COLLAPSE_WINDOW} rollouts' mean reward "
-                                     f"{recent_mean:.4g} collapsed below the deployed actor's {r0:.4g} by more than "
-                                     f"collapse_fraction {s.collapse_fraction:g} of it; lower --lr or --init-std")
+            if not warm and s.eval_every and steps - last_eval >= s.eval_every:
+                last_eval = steps
+                try:
+                    checkpoint(steps)
+                    obs = np.concatenate(pool.call("reset", [()] * s.workers))  # env 0 ran the evaluation
+                except WorkerDied as exc:
+                    return result(False, f"an env worker died in an evaluation at step {steps}: {exc}")
+                scaler.ret[:] = 0.0
+                if best["last"] < best["base"] - s.collapse_fraction * abs(best["base"]):
+                    report("ppo")
+                    return result(False, f"diverged at step {steps}: the actor's evaluation return {best['last']:.4g} "
+                                         f"fell below the deployed actor's {best['base']:.4g} by more than "
+                                         f"collapse_fraction {s.collapse_fraction:g} of it; lower --lr or --init-std")
+            report("warmup" if warm else "ppo")
             if should_stop is not None and should_stop():
                 stopped, reason = True, f"stopped on request at step {steps} of {s.total_steps}; nothing written"
                 break
@@ -368,11 +403,20 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                 break
         if stopped:
             return result(False, reason, stopped=True)
+        if s.eval_every:
+            if steps > last_eval:
+                try:
+                    checkpoint(steps)
+                except WorkerDied as exc:
+                    return result(False, f"an env worker died in an evaluation at step {steps}: {exc}")
+            actor.load_state_dict(best["state"])
+            report("best")
 
         # ---- release: the trained actor as the robot's int8 artifact, through the gates ----------------------
         report("quantize")
         prov = {**contract.provenance, "tool": "lowrl retrain (PPO in the identified simulator)",
                 "retrain.robot_file": str(robot_file), "retrain.steps": str(steps), "retrain.seed": str(s.seed),
+                "retrain.released_steps": str(best["steps"] if s.eval_every else steps),
                 "retrain.gap": ", ".join(f"{k}={v}" for k, v in gap.as_dict().items()), "int8": "true"}
         new_contract = dataclasses.replace(contract, version=version, parent_version=contract.version,
                                            provenance=prov)
