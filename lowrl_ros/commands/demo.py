@@ -139,8 +139,8 @@ SYSID_SECONDS = 270.0  # --sysid: 20 s skipped, 80 s recorded, ~40 s identifying
 RETRAIN_SECONDS = 900.0  # --retrain: 8 episodes recorded, identified, retrained, 3 judged episodes, margin
 RETRAIN_LAUNCH = "robot_sim_to_real.launch.yaml"
 # --retrain's trainer settings: a demo-length session (docs/sim_to_real.md gives the full-length ones).
-RETRAIN_PARAMS = (("retrain.episodes", "8"), ("ppo.total_steps", "400000"),
-                  ("ppo.lr", "3e-05"), ("ppo.init_std", "0.05"), ("ppo.warmup_iterations", "20"),
+RETRAIN_PARAMS = (("retrain.episodes", "8"), ("ppo.total_steps", "600000"),
+                  ("ppo.lr", "0.0003"), ("ppo.warmup_iterations", "2"),
                   ("ppo.n_steps", "256"), ("ppo.eval_episodes", "16"))
 
 ROBOTS = {
