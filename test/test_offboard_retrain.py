@@ -57,6 +57,27 @@ def test_a_missing_source_checkpoint_is_refused_at_start_and_a_relative_one_made
     assert off.ppo_settings.source_checkpoint == str(ROOT / "models/quadruped_rsl_rl/model.pt")
 
 
+def test_status_json_follows_the_jobs_progress(tmp_path):
+    """status.json takes in the child's progress at each change of state and every STATUS_S while it runs."""
+    from lowrl_ros.core.retrain import offboard
+
+    learner = OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED)
+    learner.state = "identifying"  # as after _start_job, with the child's progress lines below
+    progress = learner.job_dir / "progress.jsonl"
+    progress.write_text(json.dumps({"stage": "ppo", "steps": 2048, "total_steps": 600000, "best_return": 210.0,
+                                    "best_steps": 2048, "base_return": 200.0}) + "\n")
+    assert learner.step() == []
+    status = json.loads((tmp_path / "w" / "sysid" / "status.json").read_text())
+    assert status["state"] == "retraining" and status["progress"]["steps"] == 2048
+    assert "best evaluated 210.0 at 2,048 steps vs the base's 200.0" in learner.last_decision
+    with progress.open("a") as f:
+        f.write(json.dumps({"stage": "ppo", "steps": 4096, "total_steps": 600000}) + "\n")
+    learner._polled = learner._status_saved = time.monotonic() - offboard.STATUS_S
+    learner.step()
+    assert json.loads((tmp_path / "w" / "sysid" / "status.json").read_text())["progress"]["steps"] == 4096
+    learner.close()
+
+
 def _transitions(episodes: int, steps: int, seed: int = 0) -> list[Transition]:
     from lowrl_ros.core.sim.robot_recording import record_in_sim
     from lowrl_ros.core.sim.robot_sim import load_gap_file

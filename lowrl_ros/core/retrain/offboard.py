@@ -41,6 +41,7 @@ from lowrl_ros.core.runtime.bundle import save_bundle
 
 JOB_DIR = "retrain"  # in work_dir: job.json, recording.npz, progress.jsonl, identified.json, result.json
 POLL_S = 1.0  # how often step() reads the child's progress
+STATUS_S = 10.0  # how often status.json takes in the child's progress (and at every change of state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +98,7 @@ class OffboardRetrain(OffboardSysid):
                              f"identification needs (identify.min_rest_phases={need}): raise retrain.episodes")
         self.progress: dict = {}
         self._job: multiprocessing.Process | None = None
-        self._polled = 0.0
+        self._polled = self._status_saved = 0.0
         super().__init__(base_path, base_version, work_dir, release_dir, settings, log, log_config)
 
     # ---- the hooks of OffboardSysid ------------------------------------------------------------
@@ -173,7 +174,7 @@ class OffboardRetrain(OffboardSysid):
             return []
         self._polled = now
         self.progress = _last_line(self.job_dir / "progress.jsonl") or self.progress
-        stage = self.progress.get("stage", "")
+        stage, previous = self.progress.get("stage", ""), self.state
         if stage and stage != "identifying" and self.state == "identifying":
             self.state = "retraining"
             identified = self.job_dir / "identified.json"
@@ -182,6 +183,9 @@ class OffboardRetrain(OffboardSysid):
                 self._log(f"identified: {self.identified.get('describe', '')}")
         if self.progress:
             self.last_decision = f"{self.state}: " + _describe(self.progress)
+        if self.state != previous or now - self._status_saved >= STATUS_S:
+            self._status_saved = now
+            self._save_status()
         result_path = self.job_dir / "result.json"
         if not result_path.is_file():
             if self._job is not None and not self._job.is_alive() and self._job.exitcode not in (None, 0):
