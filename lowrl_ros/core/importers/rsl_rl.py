@@ -234,11 +234,12 @@ def load_rsl_rl_critic(source: Path, options: ImportOptions) -> tuple[MlpWeights
     layers = _layers(sd, prefix, where)
     if layers[-1][0].shape[0] != 1:
         raise ImportRefused(f"{where}: the critic outputs {layers[-1][0].shape[0]} values, not one state value")
-    notes: list[str] = []
-    activation = _activation_for(source, options, notes)
     cfg, _ = _agent_cfg(source)
-    if cfg is not None and isinstance(cfg.get("critic"), dict) and cfg["critic"].get("activation"):
-        activation = _activation(cfg["critic"]["activation"], where)
+    critic_cfg = cfg.get("critic") if cfg is not None else None
+    if isinstance(critic_cfg, dict) and critic_cfg.get("activation"):
+        activation = _activation(critic_cfg["activation"], where)
+    else:  # the actor's, found as the import finds it
+        activation = _activation_for(source, options, [])
     norm = None
     if norm_prefix + "_mean" in sd:
         norm = Affine.identity(layers[0][0].shape[1])

@@ -293,12 +293,14 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         return RetrainResult(ok, reason, path, before, after, steps, time.perf_counter() - t0, gates or [], stopped,
                              history)
 
-    def evaluate(pool: EnvPool, artifact: bytes) -> float:
-        got = pool.call("evaluate", [(artifact, seeds, s.episode_steps) for seeds in eval_seeds])
-        return float(np.mean([r for part in got for r in part]))
-
     select_seeds = [list(map(int, part))
                     for part in np.array_split(SELECT_SEED + np.arange(s.eval_episodes), s.workers)]
+
+    def evaluate(artifact: bytes, seeds: list[list[int]] = eval_seeds) -> float:
+        """Mean deterministic return over ``seeds`` (per worker): the return gate's episodes, or select_seeds."""
+        got = pool.call("evaluate", [(artifact, part, s.episode_steps) for part in seeds])
+        return float(np.mean([r for part in got for r in part]))
+
     # the evaluations during training: the deployed actor's return ("base"), the last one, the best actor so far
     best: dict[str, Any] = {"base": None, "last": None, "return": -math.inf, "state": None, "steps": 0}
 
@@ -307,8 +309,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             return save_artifact(Path(tmp) / "int8.onnx", w, contract, int8=True).read_bytes()
 
     def checkpoint(at: int) -> None:
-        got = pool.call("evaluate", [(as_int8(actor.weights()), seeds, s.episode_steps) for seeds in select_seeds])
-        best["last"] = float(np.mean([r for part in got for r in part]))
+        best["last"] = evaluate(as_int8(actor.weights()), select_seeds)
         if best["last"] > best["return"]:
             best.update({"return": best["last"], "state": copy.deepcopy(actor.state_dict()), "steps": at})
 
@@ -316,10 +317,9 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     try:
         try:
             pool = EnvPool(groups, s.ray_address, s.worker_timeout_s)
-            before = evaluate(pool, base_bytes)
+            before = evaluate(base_bytes)
             if s.eval_every:
-                got = pool.call("evaluate", [(base_bytes, seeds, s.episode_steps) for seeds in select_seeds])
-                best["base"] = float(np.mean([r for part in got for r in part]))
+                best["base"] = evaluate(base_bytes, select_seeds)
             obs = np.concatenate(pool.call("reset", [()] * s.workers))
         except WorkerDied as exc:
             return result(False, f"the environments did not start: {exc}")
@@ -441,7 +441,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             int8_bytes = int8.read_bytes()
             if all(g.passed for g in gates):
                 try:
-                    after = evaluate(pool, int8_bytes)
+                    after = evaluate(int8_bytes)
                 except WorkerDied as exc:
                     return result(False, f"an env worker died in the return gate: {exc}", gates=gates)
                 kept = kept_fraction(after, before)

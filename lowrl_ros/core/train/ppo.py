@@ -32,6 +32,15 @@ from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract
 from lowrl_ros.core.train.networks import TORCH_ACTIVATIONS
 
 
+def _linear(w: np.ndarray, b: np.ndarray) -> nn.Linear:
+    """An nn.Linear holding an artifact layer (W [out, in], b [out])."""
+    layer = nn.Linear(w.shape[1], w.shape[0])
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
+        layer.bias.copy_(torch.from_numpy(np.asarray(b, np.float32)))
+    return layer
+
+
 class ArtifactActor(nn.Module):
     """The deployed policy as a Gaussian actor: mean = offset + scale * out_act(MLP(normalise(obs))).
 
@@ -44,13 +53,7 @@ class ArtifactActor(nn.Module):
     def __init__(self, weights: MlpWeights, contract: PolicyContract, init_std: np.ndarray) -> None:
         super().__init__()
         self.hidden_activation, self.output_activation = weights.hidden_activation, weights.output_activation
-        self.layers = nn.ModuleList()
-        for w, b in weights.layers:
-            layer = nn.Linear(w.shape[1], w.shape[0])
-            with torch.no_grad():
-                layer.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
-                layer.bias.copy_(torch.from_numpy(np.asarray(b, np.float32)))
-            self.layers.append(layer)
+        self.layers = nn.ModuleList(_linear(w, b) for w, b in weights.layers)
         scale, offset = contract.action_transform(weights.output_activation)
         f32 = lambda v: torch.tensor(np.asarray(v, np.float32))  # noqa: E731
         self.register_buffer("obs_offset", f32(contract.obs_offset))
@@ -114,15 +117,9 @@ class Critic(nn.Module):
     @classmethod
     def from_weights(cls, weights: MlpWeights, a: np.ndarray, b: np.ndarray, clip: float | None) -> "Critic":
         mods: list[nn.Module] = []
-        for i, (w, bias) in enumerate(weights.layers):
-            layer = nn.Linear(w.shape[1], w.shape[0])
-            with torch.no_grad():
-                layer.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
-                layer.bias.copy_(torch.from_numpy(np.asarray(bias, np.float32)))
-            mods.append(layer)
-            if i < len(weights.layers) - 1:
-                mods.append(_Activation(weights.hidden_activation))
-        return cls(nn.Sequential(*mods), a, b, clip)
+        for w, bias in weights.layers:
+            mods += [_linear(w, bias), _Activation(weights.hidden_activation)]
+        return cls(nn.Sequential(*mods[:-1]), a, b, clip)  # no activation after the value layer
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.norm_a * obs + self.norm_b
