@@ -28,17 +28,17 @@ def test_wire_round_trip_and_bad_messages():
     rows = encode_transitions(ts, first_index=40)
     assert rows.shape == (2, row_width(3, 1))
     # A row is the transition log's record (same field order as in the MCAP files, with its intervention column)
-    # plus n_terms, the wire version and its index (test_wire.py has the rest of format version 2).
+    # plus n_terms, n_command, the wire version and its index (test_wire.py has the rest of format version 3).
     logged = encode_transition(dataclasses.replace(ts[0], intervention=True))
-    np.testing.assert_array_equal(decode_float64_multiarray(logged)[1][:-1], rows[0, :-4])
+    np.testing.assert_array_equal(decode_float64_multiarray(logged)[1][:-1], rows[0, :-5])
     idx, back = decode_transitions(rows.ravel().tolist(), 3, 1)
     assert idx == [40, 41] and [t.reward for t in back] == [-1.5, -2.0] and back[1].truncated
     np.testing.assert_array_equal(back[0].next_obs, ts[0].next_obs)
     with pytest.raises(ValueError, match="wire format version 0 .*torn"):
         decode_transitions(rows.ravel()[:-1], 3, 1)  # a torn message
-    with pytest.raises(ValueError, match="row width 18"):
+    with pytest.raises(ValueError, match="row width 19"):
         decode_transitions(rows.ravel(), 4, 1)  # another policy's transitions
-    with pytest.raises(ValueError, match="row width 14"):
+    with pytest.raises(ValueError, match="row width 15"):
         decode_transitions(rows.ravel(), 2, 1)
     rows[0, 4] = np.nan  # the reward
     assert decode_transitions(rows.ravel(), 3, 1)[0] == [41]  # a non-finite row is dropped

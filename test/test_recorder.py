@@ -59,6 +59,8 @@ def test_computed_rewards_chain_rows_into_transitions_with_term_sums():
     assert [t.action[0] for t in ts] == [0.0, 0.1, 0.2] and all(t.policy_version == 1 for t in ts)
     assert ts[1].reward_terms == pytest.approx((2.0, -0.01)) and ts[1].reward == pytest.approx(1.99)
     assert rec.incomplete == 0 and rec.running_version == 1
+    # what went out at tick t (the row's command, robot units) travels with it: identification replays it
+    assert [t.command.tolist() for t in ts] == [[0.0], [1.0], [2.0]]
 
 
 def test_a_safe_tick_breaks_the_chain_and_an_intervention_is_flagged():

@@ -20,7 +20,7 @@ from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.sim.robot_env import RobotSimEnv
 from lowrl_ros.core.sim.robot_file_sim import RobotFileSim
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig
-from lowrl_ros.core.sim.sim_robot import SimRobotConfig, decode_truth
+from lowrl_ros.core.sim.sim_robot import SimRobotConfig, WallClock, decode_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 QUADRUPED = ROOT / "config/robots/quadruped.yaml"
@@ -71,6 +71,53 @@ def test_targets_in_output_order_reach_the_pd_loop_and_the_truth_is_the_training
         np.testing.assert_allclose(truth.obs[sensed], obs[sensed], atol=1e-5)
         assert not truth.obs[~sensed].any()  # last_action: the policy's to give
     assert np.abs(truth.obs[sensed]).max() > 0.05  # the robot moved: the comparison saw a state, not zeros
+
+
+class FakeClock:
+    """The wall clock, injected: a test moves it (the real-time stepping then runs at once)."""
+
+    def __init__(self, now: float = 10.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_late_tick_catches_up_but_a_command_acts_only_from_the_step_after_it_arrived():
+    clock = FakeClock()
+    wall = WallClock(0.005, max_catch_up=8, clock=clock)
+    assert wall.due() == (0, 1)  # the first tick: one step, [9.995, 10.0)
+    clock.now = 10.02  # four steps due: [10.0, 10.005) ... [10.015, 10.02)
+    assert wall.due(received_at=10.007) == (2, 2)  # arrived inside the second: the third is the first to use it
+    clock.now = 10.03
+    assert wall.due(received_at=10.007) == (0, 2)  # an old command: every step uses it
+    clock.now = 10.035
+    assert wall.due(received_at=None) == (0, 1)
+    clock.now = 10.5  # a stall: the backlog is dropped, 8 steps run, and a command from before them acts on all
+    assert wall.due(received_at=10.2) == (0, 8) and wall.steps == 16
+
+
+def test_the_sim_robot_applies_a_command_from_its_arrival_not_back_in_time():
+    from lowrl_ros.core.sim.robot_sim import RobotSim
+
+    robot = load_robot_file(QUADRUPED)
+    clock = FakeClock()
+    sim = RobotFileSim(QUADRUPED, seed=0, clock=clock)
+    reference = RobotSim(robot)
+    reference.reset(seed=0)
+    sim.sim.reset(seed=0)
+    sim.sim.set_joints(reference.data.qpos[reference._qadr].copy())
+    reference.set_joints(reference.data.qpos[reference._qadr].copy())
+    hold = np.asarray(robot.default_pose, dtype=np.float64)
+    bent = hold + 0.3
+    sim.step(sim.hold_command)  # one step
+    reference.step(hold, physics_steps=1)
+    dt = sim.physics_dt
+    clock.now += 5.5 * dt  # five steps due, begun at 10, 10 + dt, ... 10 + 4 dt
+    sim.step(bent[sim._to_robot.argsort()], received_at=10.0 + 2.5 * dt)
+    reference.step(hold, physics_steps=3)  # begun before the command came
+    reference.step(bent, physics_steps=2)
+    np.testing.assert_allclose(sim.sim.data.qpos, reference.data.qpos, atol=1e-12)
 
 
 def test_the_node_config_builds_it_and_a_gym_gap_is_refused():

@@ -106,6 +106,25 @@ def test_transitions_and_transition_batches_give_the_same_episodes():
     np.testing.assert_allclose(a.episodes[0].times[1:], [t.stamp for t in ts[:4]])
 
 
+def test_the_commands_the_robot_sent_are_replayed_as_sent_and_rebuilt_only_when_missing():
+    """The policy node's soft start blends each episode's first second from the previous command: the step rows'
+    command carries it, and the replay holds that; a log without commands is rebuilt from the actions, and says so."""
+    from lowrl_ros.core.finetune.transition_log import Transition
+
+    robot = load_robot_file(QUADRUPED)
+    logged = record_in_sim(robot, Gap(), episodes=1, steps=6, seed=0).transitions
+    rebuilt = recording_from_transitions(robot, [t._replace(command=None) for t in logged])
+    np.testing.assert_allclose(rebuilt.episodes[0].commands, [t.command for t in logged])  # record_in_sim sends these
+    assert any("carry no command" in n for n in rebuilt.notes)
+    hold = np.asarray(robot.default_pose, dtype=np.float64)
+    blended = [Transition(*t._replace(command=hold + (k / 6) * (t.command - hold))) for k, t in enumerate(logged)]
+    sent = recording_from_transitions(robot, blended)
+    np.testing.assert_allclose(sent.episodes[0].commands, [t.command for t in blended])
+    assert not any("carry no command" in n for n in sent.notes)
+    with pytest.raises(ValueError, match="is this the robot file the policy node ran"):
+        recording_from_transitions(robot, [t._replace(command=t.command[:3]) for t in logged])
+
+
 def test_too_few_rest_phases_or_steps_are_refused_with_what_to_record():
     robot = load_robot_file(QUADRUPED)
     rec = record_in_sim(robot, Gap(), episodes=2, steps=5, seed=0)

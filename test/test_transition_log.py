@@ -1,6 +1,7 @@
 """Transition log: round trip, CDR equal to rclpy's, crash (SIGKILL) mid-write, torn records, disk bounds."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import subprocess
@@ -68,6 +69,24 @@ def test_round_trip_and_files_are_standard_mcap(tmp_path):
     msgs = list(mcap_ros2.reader.read_ros2_messages(str(tmp_path / "transitions_000001.mcap")))
     assert len(msgs) == 40 and msgs[0].channel.topic == "/lowrl/transitions"
     assert list(msgs[3].ros_msg.data)[:3] == [3.0, 3.5, -3.0]
+
+
+def test_the_command_sent_is_logged_with_the_reward_terms_and_read_back_as_a_column(tmp_path):
+    writer = TransitionLogWriter(tmp_path, TransitionLogConfig(segment_transitions=4))
+    for i in range(6):
+        writer.append(dataclasses.replace(make(i), reward_terms=(float(i), -1.0), command=np.array([i, 2.0 * i])))
+    writer.close()
+    batch, _ = read_log(tmp_path)
+    np.testing.assert_array_equal(batch.command, [[i, 2.0 * i] for i in range(6)])
+    assert batch.row(5).command.tolist() == [5.0, 10.0] and batch.row(5).reward_terms == (5.0, -1.0)
+    msgs = list(mcap_ros2.reader.read_ros2_messages(str(tmp_path / "transitions_000001.mcap")))
+    assert msgs[1].ros_msg.layout.dim[0].label.endswith(";intervention:1;reward_terms:2;command:2")
+    # a log without commands reads as before: no command column
+    plain = tmp_path / "plain"
+    writer = TransitionLogWriter(plain, TransitionLogConfig())
+    writer.append(make(0))
+    writer.close()
+    assert read_log(plain)[0].command is None and read_log(plain)[0].row(0).command is None
 
 
 def test_reopening_continues_after_the_last_segment(tmp_path):

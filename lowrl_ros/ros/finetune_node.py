@@ -349,12 +349,13 @@ class FineTuneNode(Node):
         from std_msgs.msg import MultiArrayDimension
 
         rows = encode_transitions(self._outbox, self._next_index)
-        n_terms = len(self._outbox[0].reward_terms)
+        first = self._outbox[0]
+        n_terms, n_command = len(first.reward_terms), 0 if first.command is None else len(first.command)
         self._next_index += len(self._outbox)
         self._outbox = []
         msg = Float64MultiArray()
         msg.layout.dim = [MultiArrayDimension(label="transitions", size=rows.shape[0], stride=rows.size),
-                          MultiArrayDimension(label=column_names(self.obs_dim, self.action_dim, n_terms),
+                          MultiArrayDimension(label=column_names(self.obs_dim, self.action_dim, n_terms, n_command),
                                               size=rows.shape[1], stride=rows.shape[1])]
         msg.data = rows.ravel().tolist()
         self._tx_pub.publish(msg)

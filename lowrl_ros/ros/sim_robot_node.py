@@ -91,7 +91,7 @@ class SimRobotNode(Node):
         get = lambda name: topics[name] if name in topics else self.get_parameter(name).value  # noqa: E731
         # A position-controlled robot holds its pose until the first command (zero would fold its legs).
         self._hold = getattr(self.robot, "hold_command", np.zeros(self.robot.action_dim))
-        self._command = self._hold.copy()
+        self._command, self._command_at = self._hold.copy(), None
         self._pub_js = self.create_publisher(JointState, get("joint_states_topic"), CONTROL)
         self._js_pubs = {get("joint_states_topic"): self._pub_js}
         self._pub_reward = self.create_publisher(Float64, "lowrl/reward", STATS)
@@ -189,6 +189,7 @@ class SimRobotNode(Node):
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         now = time.perf_counter()
+        self._command_at = time.monotonic()  # the physics steps begun before it keep the previous command
         try:
             self._command = self.robot.check_action(msg.data)
         except ValueError as exc:
@@ -212,6 +213,9 @@ class SimRobotNode(Node):
 
     def _reset_now(self) -> None:
         self.robot.reset()
+        # Put back at the default pose, the robot holds it until the policy's next command (as a robot set down
+        # and enabled would), not the last episode's final command.
+        self._command, self._command_at = self._hold.copy(), None
         self.resets += 1
         self._episode_version = self.policy_version
         if self._pub_imu is not None:  # the walk log's window starts again where the robot was put back
@@ -258,7 +262,7 @@ class SimRobotNode(Node):
             self._publish_joints()  # the same state again: nothing stepped, so no reward is due
 
     def _tick(self) -> None:
-        outcome = self.robot.step(self._command)
+        outcome = self.robot.step(self._command, received_at=self._command_at)
         self.steps += 1
         self._pub_reward.publish(Float64(data=outcome.reward))
         if outcome.episode_done:

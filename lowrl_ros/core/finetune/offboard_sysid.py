@@ -161,9 +161,7 @@ class OffboardSysid:
         for problem in report.problems:
             self._log(f"resuming: {problem}")
         for i in range(len(batch)):
-            self._take(i, Transition(batch.obs[i], batch.action[i], float(batch.reward[i]), batch.next_obs[i],
-                                     bool(batch.terminated[i]), bool(batch.truncated[i]),
-                                     int(batch.policy_version[i]), float(batch.stamp[i])))
+            self._take(i, batch.row(i))
         # The stream comes back mid-episode, after transitions lost while this process was down.
         self._current, self._seen_start, self._next_index = [], False, None
         self.judge.rejoin()

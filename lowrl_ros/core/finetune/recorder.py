@@ -183,7 +183,8 @@ class EpisodeRecorder:
                 self._steps += 1
                 self._interv += int(p_interv)
                 out.append(Transition(p_obs, p_action, r.total, obs.copy(), fell, end is not None and not fell,
-                                      self.running_version, sent, p_interv, tuple(float(v) for v in r.terms)))
+                                      self.running_version, sent, p_interv, tuple(float(v) for v in r.terms),
+                                      p_command))
             else:  # an input of a term is missing: dropped, counted
                 self._dropped += 1
             if end is not None:

@@ -26,7 +26,8 @@ changing it, tolerating a torn last record and a truncated MCAP, and reports wha
 Message layout: ``data = obs[n] + action[m] + [reward] + next_obs[n] + [terminated, truncated,
 policy_version, stamp]``; ``layout.dim[0].label`` names the fields with their sizes, e.g.
 ``obs:3;action:1;reward:1;next_obs:3;terminated:1;truncated:1;policy_version:1;stamp:1``, so each
-message describes itself and ``data[i]`` can be plotted in Foxglove.
+message describes itself and ``data[i]`` can be plotted in Foxglove. The optional fields (``EXTRA_FIELDS``)
+follow with their sizes in the label: ``;intervention:1;reward_terms:k`` and ``;command:c``.
 """
 from __future__ import annotations
 
@@ -59,9 +60,11 @@ SCHEMA_TEXT = (
 )
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "policy_version", "stamp")
 # Optional trailing fields (written only when set, so logs without them read as before):
-# ``intervention:1`` (1: a person's teleop action, HIL-SERL) and ``reward_terms:k`` (each reward term's
-# weighted value, core/finetune/rewards.py, in the robot file's order).
-EXTRA_FIELDS = ("intervention", "reward_terms")
+# ``intervention:1`` (1: a person's teleop action, HIL-SERL), ``reward_terms:k`` (each reward term's
+# weighted value, core/finetune/rewards.py, in the robot file's order) and ``command:c`` (what went out to the
+# actuators at this tick, robot units, the policy's joint order: the step row's command, with the soft start,
+# the rate limit and any safe action in it; identification replays it).
+EXTRA_FIELDS = ("intervention", "reward_terms", "command")
 _PREFIX = "transitions_"
 _NAME = re.compile(r"^transitions_(\d{6})\.(mcap|wal)$")
 _WAL_MAGIC = b"LOWRLWAL1\n"
@@ -112,8 +115,9 @@ class TransitionLogConfig:
 @dataclass(frozen=True)
 class Transition:
     """One step as the robot saw it: the observation as the policy reads it, the action EXECUTED in policy units
-    (the step row's ``action``: clipped to the action space, the teleop's in an intervention; the command in robot
-    units is not carried), and ``stamp``: the DDS source time of the next tick's step row, which completes it
+    (the step row's ``action``: clipped to the action space, the teleop's in an intervention), ``command``: what
+    went out to the actuators (robot units; the step row's ``command``, None where the reward came from a topic),
+    and ``stamp``: the DDS source time of the next tick's step row, which completes it
     (core/sim/robot_recording.py documents what identification reads from it)."""
 
     obs: np.ndarray
@@ -126,6 +130,7 @@ class Transition:
     stamp: float  # seconds (the publisher's clock when the row completing the transition was sent)
     intervention: bool = False  # a person's teleop action replaced the policy's (HIL-SERL)
     reward_terms: tuple[float, ...] = ()  # each reward term's weighted value (robot file reward:)
+    command: np.ndarray | None = None  # what went out at this tick, robot units (robot file: the step row's command)
 
 
 @dataclass
@@ -142,6 +147,15 @@ class TransitionBatch:
     stamp: np.ndarray
     intervention: np.ndarray | None = None  # bool per transition (None: read as all False)
     reward_terms: np.ndarray | None = None  # (n, terms) when every transition has the same terms, else None
+    command: np.ndarray | None = None  # (n, joints) when every transition carries a command, else None
+
+    def row(self, i: int) -> Transition:
+        """Transition ``i`` back as a :class:`Transition`."""
+        return Transition(self.obs[i], self.action[i], float(self.reward[i]), self.next_obs[i],
+                          bool(self.terminated[i]), bool(self.truncated[i]), int(self.policy_version[i]),
+                          float(self.stamp[i]), bool(self.intervention[i]) if self.intervention is not None else False,
+                          tuple(self.reward_terms[i]) if self.reward_terms is not None else (),
+                          self.command[i] if self.command is not None else None)
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -224,10 +238,14 @@ def encode_transition(t: Transition) -> bytes:
                            [float(bool(t.terminated)), float(bool(t.truncated)), float(t.policy_version),
                             float(t.stamp)]])
     label = transition_label(obs.size, action.size)
-    if t.intervention or t.reward_terms:
+    if t.intervention or t.reward_terms or t.command is not None:
         terms = np.asarray(t.reward_terms, dtype=np.float64).ravel()
         label += f";intervention:1;reward_terms:{terms.size}"
         data = np.concatenate([data, [float(bool(t.intervention))], terms])
+    if t.command is not None:
+        command = np.asarray(t.command, dtype=np.float64).ravel()
+        label += f";command:{command.size}"
+        data = np.concatenate([data, command])
     return encode_float64_multiarray(label, data)
 
 
@@ -239,15 +257,16 @@ def decode_transition(payload: bytes) -> Transition:
         n, m = sizes["obs"], sizes["action"]
     except (IndexError, KeyError, ValueError):
         raise TransitionLogError(f"transition label {labels!r} does not name the fields {FIELDS}") from None
-    k = sizes.get("reward_terms", 0)
+    k, c = sizes.get("reward_terms", 0), sizes.get("command", 0)
     extra = (1 + k) if "intervention" in sizes else 0
-    if data.size != 2 * n + m + 5 + extra:
-        raise TransitionLogError(f"transition has {data.size} values, its label says {2 * n + m + 5 + extra}")
+    if data.size != 2 * n + m + 5 + extra + c:
+        raise TransitionLogError(f"transition has {data.size} values, its label says {2 * n + m + 5 + extra + c}")
     tail = data[2 * n + m + 1:]
     return Transition(obs=data[:n], action=data[n:n + m], reward=float(data[n + m]),
                       next_obs=data[n + m + 1:2 * n + m + 1], terminated=bool(tail[0]), truncated=bool(tail[1]),
                       policy_version=int(tail[2]), stamp=float(tail[3]),
-                      intervention=bool(extra and tail[4]), reward_terms=tuple(float(v) for v in tail[5:5 + k]))
+                      intervention=bool(extra and tail[4]), reward_terms=tuple(float(v) for v in tail[5:5 + k]),
+                      command=tail[4 + extra:4 + extra + c].copy() if c else None)
 
 
 # ---- WAL ------------------------------------------------------------------------------------
@@ -524,7 +543,9 @@ def _batch(items: list[Transition]) -> TransitionBatch:
         policy_version=np.array([t.policy_version for t in items], dtype=np.int64),
         stamp=np.array([t.stamp for t in items]), intervention=np.array([t.intervention for t in items]),
         reward_terms=(np.array([t.reward_terms for t in items])
-                      if items[0].reward_terms and len({len(t.reward_terms) for t in items}) == 1 else None))
+                      if items[0].reward_terms and len({len(t.reward_terms) for t in items}) == 1 else None),
+        command=(np.stack([t.command for t in items])
+                 if all(t.command is not None for t in items) and len({t.command.size for t in items}) == 1 else None))
 
 
 

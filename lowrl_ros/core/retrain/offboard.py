@@ -147,8 +147,10 @@ class OffboardRetrain(OffboardSysid):
         rows = [(i, t) for i, e in enumerate(episodes) for t in e]
         tmp = self.job_dir / "recording.tmp.npz"
         column = lambda name: np.array([getattr(t, name) for _, t in rows])  # noqa: E731
-        np.savez(tmp, **{name: column(name) for name in ("obs", "action", "next_obs", "stamp", "terminated",
-                                                          "truncated")}, episode=np.array([i for i, _ in rows]))
+        columns = {name: column(name) for name in ("obs", "action", "next_obs", "stamp", "terminated", "truncated")}
+        if rows and all(t.command is not None for _, t in rows):  # what went out (the identification replays it)
+            columns["command"] = column("command")
+        np.savez(tmp, **columns, episode=np.array([i for i, _ in rows]))
         os.replace(tmp, self.job_dir / "recording.npz")
         self._log(f"recorded {len(episodes)} episodes ({len(rows)} robot steps) of v{self.base_version}: identifying")
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from lowrl_ros.core.sim.reality_gap import RealityGapConfig, edit_mujoco_model
-from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, encode_truth
+from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, WallClock, encode_truth
 
 ENV_ID = "lowrl/LeggedAnt-v0"
 # The policy's joint order (the model's joint order) and the controller's order (the actuator order
@@ -448,10 +448,8 @@ class LeggedSim:
 
     def __init__(self, physics_dt: float = 0.005, max_episode_steps: int = 0, seed: int = 0,
                  realtime: bool = True, max_catch_up: int = 8, gap: RealityGapConfig | None = None) -> None:
-        import time
-
-        self._clock = time.monotonic
         self.robot = LeggedRobot(LeggedConfig(physics_dt=physics_dt), gap)
+        self._wall = WallClock(physics_dt, max_catch_up)
         self._rng = np.random.default_rng(seed)
         self.joint_names = JOINTS
         self.controller_joints = CONTROLLER_JOINTS
@@ -460,13 +458,11 @@ class LeggedSim:
         self.hold_command = np.array([DEFAULT_POSE[JOINTS.index(j)] for j in CONTROLLER_JOINTS])
         self.max_episode_steps = max_episode_steps
         self.realtime = realtime
-        self.max_catch_up = max_catch_up
         self.command = np.zeros(3)
         self.episodes = 0
         self.returns: list[float] = []
         self.falls = 0
-        self._return, self._steps, self._physics_steps = 0.0, 0, 0
-        self._t0: float | None = None
+        self._return, self._steps = 0.0, 0
         self.robot.reset(self._rng, noise=0.0)
 
     @classmethod
@@ -494,20 +490,17 @@ class LeggedSim:
     def set_velocity_command(self, vx: float, vy: float, yaw_rate: float) -> None:
         self.command = np.array([vx, vy, yaw_rate], dtype=np.float64)
 
-    def step(self, action):
-        """Apply the targets (controller order) and advance the physics to the wall clock."""
-        self.robot.set_targets(self.check_action(action)[self._to_policy])
-        n = 1
-        if self.realtime:
-            now = self._clock()
-            if self._t0 is None:
-                self._t0 = now - self.robot.dt
-            due = int((now - self._t0) / self.robot.dt) - self._physics_steps
-            n = min(max(due, 1), self.max_catch_up)
-            if due > self.max_catch_up:  # too far behind (a stall): drop the backlog instead of racing
-                self._t0 = now - (self._physics_steps + n) * self.robot.dt
-        self.robot.step(n)
-        self._physics_steps += n
+    def step(self, action, received_at: float | None = None):
+        """Apply the targets (controller order) and advance the physics to the wall clock; the steps that began
+        before the command arrived (``received_at``, time.monotonic) keep the previous targets (``WallClock``)."""
+        targets = self.check_action(action)[self._to_policy]
+        old, new = self._wall.due(received_at) if self.realtime else (0, 1)
+        if old:
+            self.robot.step(old)
+        self.robot.set_targets(targets)
+        if new:
+            self.robot.step(new)
+        n = old + new
         terms, _, _ = tracking_terms(self.robot, self.command)
         reward = sum(terms.values()) * self.robot.dt * n  # per second of tracking, summed over the steps
         self._return += reward

@@ -9,7 +9,8 @@ simulator's PD loop (core/sim/robot_sim.py ``RobotSim``); until the first one it
 
 Physics keeps the wall clock: each ``step`` runs the physics steps (``sim.control.physics_dt``) due since
 the last call (at least 1, at most ``max_catch_up``), so how often the node calls it sets only how often
-the robot's sensors are published. The simulator is the one :class:`RobotSimEnv` holds, and the truth row
+the robot's sensors are published; a command acts from the first physics step that begins after it arrived
+(core/sim/sim_robot.py ``WallClock``). The simulator is the one :class:`RobotSimEnv` holds, and the truth row
 (``true_state``) is that env's own observation of the state just published: the policy node's
 ObservationBuilder over the simulator's true samples, so `lowrl sim2sim` compares the ROS path with the
 training path itself. Exact only on the nominal model (no sensor noise: the sensors would draw again).
@@ -28,7 +29,7 @@ from lowrl_ros.core.sim.reality_gap import RealityGapConfig
 from lowrl_ros.core.runtime.robot_file import RobotFile
 from lowrl_ros.core.sim.robot_env import FALL_UP, RobotSimEnv
 from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file
-from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, encode_truth
+from lowrl_ros.core.sim.sim_robot import JointReading, SimRobotConfig, StepOutcome, WallClock, encode_truth
 
 
 class RobotFileSim:
@@ -61,13 +62,12 @@ class RobotFileSim:
                        "command_topic": output.get("topic") or "joint_group_position_controller/commands",
                        "state_estimate_topic": _state_estimate_topic(robot)}
         self.physics_dt = self.sim.config.physics_dt
-        self.max_episode_steps, self.realtime, self.max_catch_up = max_episode_steps, realtime, max_catch_up
-        self._clock = clock
+        self.max_episode_steps, self.realtime = max_episode_steps, realtime
+        self._wall = WallClock(self.physics_dt, max_catch_up, clock)
         self._base = mujoco.mj_name2id(self.sim.model, mujoco.mjtObj.mjOBJ_BODY, self.sim.config.base_body or "")
         self.episodes, self.falls = 0, 0
         self.returns: list[float] = []
-        self._steps, self._physics_steps = 0, 0
-        self._t0: float | None = None
+        self._steps = 0
         self._targets = self.hold_command[self._to_robot].copy()
 
     @classmethod
@@ -117,20 +117,18 @@ class RobotFileSim:
         """The PD targets (robot-file joint order) a command in ``output.joints`` order asks for."""
         return self.check_action(action)[self._to_robot]
 
-    def step(self, action) -> StepOutcome:
-        """Apply the targets and advance the physics to the wall clock (one physics step when not realtime)."""
-        self._targets = self.targets(action)
-        n = 1
-        if self.realtime:
-            now = self._clock()
-            if self._t0 is None:
-                self._t0 = now - self.physics_dt
-            due = int((now - self._t0) / self.physics_dt) - self._physics_steps
-            n = min(max(due, 1), self.max_catch_up)
-            if due > self.max_catch_up:  # a stall: drop the backlog instead of racing
-                self._t0 = now - (self._physics_steps + n) * self.physics_dt
-        self.sim.step(self._targets, physics_steps=n)
-        self._physics_steps += n
+    def step(self, action, received_at: float | None = None) -> StepOutcome:
+        """Apply the targets and advance the physics to the wall clock (one physics step when not realtime); the
+        steps that began before the command arrived (``received_at``, on ``clock``) keep the previous targets
+        (sim_robot.py ``WallClock``)."""
+        targets = self.targets(action)
+        old, new = self._wall.due(received_at) if self.realtime else (0, 1)
+        if old:
+            self.sim.step(self._targets, physics_steps=old)
+        if new:
+            self.sim.step(targets, physics_steps=new)
+        self._targets = targets
+        n = old + new
         self._steps += n
         fell = self.sim.base_up() < FALL_UP
         done = fell or (self.max_episode_steps > 0 and self._steps >= self.max_episode_steps)

@@ -5,13 +5,14 @@
 Read from that code, a :class:`~lowrl_ros.core.finetune.transition_log.Transition` holds:
 
 * ``obs``: the observation the policy saw at tick t, built by the robot file's observation terms;
-* ``action``: the action EXECUTED at tick t in **policy units** (the step row's ``action``: the policy's
-  output clipped to the action space, or the teleop's in an intervention), not the command in robot
-  units: the row's ``command`` column is not carried over. The command the robot got is rebuilt here by
-  the robot file's own ``action:`` section (core/runtime/actions.py: ``offset + scale * a`` clipped to the
-  joint limits, then the rate limit). The policy node's timed soft start (the first ``safety.soft_start_s``
-  after activation, a swap or a safe period) blends the command with the measured pose; transitions do not
-  say when it ran, so episodes recorded inside it read as stronger commands than were sent;
+* ``command``: what went out to the actuators at tick t, robot units, the policy's joint order (the step
+  row's ``command``: the policy node's timed soft start, its rate limit and any safe action included). The
+  replay holds exactly these. A log without it (older logs, a reward topic's paired transitions) has its
+  commands rebuilt from ``action`` (the action EXECUTED at tick t, policy units) by the robot file's own
+  ``action:`` section (core/runtime/actions.py: ``offset + scale * a`` clipped to the joint limits, then the
+  rate limit), which cannot know the soft start: the first ``safety.soft_start_s`` of each episode (it blends
+  from the previous episode's last command) then read as other commands than were sent, and the recording
+  says so in its notes;
 * ``next_obs``: the observation at tick t+1;
 * ``stamp``: the DDS source timestamp (the publisher's clock, s) of tick **t+1's** step row: the row that
   completes the transition. The policy node publishes a tick's command and then its row, microseconds
@@ -128,6 +129,7 @@ def recording_from_transitions(robot: RobotFile | str | Path, transitions: Any, 
                          np.asarray(transitions.next_obs, float))
         done = np.asarray(transitions.terminated, bool) | np.asarray(transitions.truncated, bool)
         stamp = np.asarray(transitions.stamp, float)
+        sent = getattr(transitions, "command", None)
     else:
         ts = list(transitions)
         if not ts:
@@ -136,6 +138,12 @@ def recording_from_transitions(robot: RobotFile | str | Path, transitions: Any, 
                          np.array([t.next_obs for t in ts], float))
         done = np.array([t.terminated or t.truncated for t in ts], bool)
         stamp = np.array([t.stamp for t in ts], float)
+        sent = (np.array([t.command for t in ts], float)
+                if all(getattr(t, "command", None) is not None for t in ts) else None)
+    sent = None if sent is None else np.asarray(sent, dtype=np.float64)
+    if sent is not None and sent.shape != (len(obs), len(robot.joints)):
+        raise ValueError(f"the transitions' commands have shape {sent.shape}; the robot file's {len(robot.joints)} "
+                         f"joints need ({len(obs)}, {len(robot.joints)}): is this the robot file the policy node ran?")
     period = control_period(robot)
     processor = action_processor(robot)
     clip = clip_actions if clip_actions is not None else float(((robot.raw.get("sim") or {}).get("control") or {})
@@ -155,13 +163,17 @@ def recording_from_transitions(robot: RobotFile | str | Path, transitions: Any, 
                              f"period is {period * 1e3:.1f} ms; using the period")
                 dt = period
             times = np.concatenate([[st[0] - dt], st])
-            commands = commands_of(processor, np.clip(act[sl], -clip, clip), period)
+            commands = sent[sl].copy() if sent is not None else commands_of(processor, np.clip(act[sl], -clip, clip),
+                                                                            period)
             episodes.append(RecordedEpisode(np.vstack([obs[start:start + 1], nxt[sl]]), commands, times, at_rest))
             splits += int(broken)
             start, at_rest = i + 1, bool(done[i])
     if splits:
         notes.append(f"{splits} gap(s) in the transitions (a next_obs that is not the following obs): the parts after "
                      "them do not start at rest and are not replayed")
+    if sent is None and episodes:
+        notes.append("the transitions carry no command (an older log, or a reward topic's): commands rebuilt from "
+                     "the actions by the robot file's action: section, without the policy node's soft start")
     if not first_is_start and episodes:
         notes.append("the first episode was joined mid-way (first_is_start False): not replayed")
     return RobotRecording(episodes, notes)
@@ -301,6 +313,9 @@ class LoggedStep(NamedTuple):
     truncated: bool
     policy_version: int
     stamp: float
+    intervention: bool = False
+    reward_terms: tuple = ()
+    command: np.ndarray | None = None
 
 
 @dataclass
@@ -365,7 +380,7 @@ def record_in_sim(robot: RobotFile | str | Path, gap: Any, driver: Driver | None
             nxt = env.observe()
             fell = sim.base_up() < FALL_UP
             out.append(LoggedStep(obs.copy(), action.copy(), 0.0, nxt.copy(), bool(fell), k == steps - 1 and not fell,
-                                  1, wall + ticks[k + 1]))
+                                  1, wall + ticks[k + 1], command=target.copy()))
             obs = nxt
             if fell:
                 break

@@ -152,6 +152,42 @@ class JointReading:
     effort: np.ndarray
 
 
+class WallClock:
+    """The physics steps a real-time sim robot runs at each tick of its node, on the wall clock (``clock``).
+
+    Each call to :meth:`due` hands out the physics steps (``dt`` each) due since the last one: at least 1 (a tick
+    always moves the robot), at most ``max_catch_up`` (a stall drops its backlog instead of racing). Physics step
+    p covers [t0 + p dt, t0 + (p + 1) dt) of the wall clock, so the steps a late tick catches up lie in the past;
+    a command that arrived at ``received_at`` acts only on the steps that begin at or after its arrival (as a
+    motor driver would), the earlier ones keep the previous command. Without that, every late tick would apply
+    the newest command back in time, up to ``max_catch_up`` steps before it arrived: a shorter latency than the
+    robot's, which the identification from the robot's steps would then fit."""
+
+    def __init__(self, dt: float, max_catch_up: int = 8, clock=None) -> None:
+        import time
+
+        self.dt, self.max_catch_up = float(dt), int(max_catch_up)
+        self._clock = clock or time.monotonic
+        self._t0: float | None = None
+        self.steps = 0  # physics steps run so far
+
+    def due(self, received_at: float | None = None) -> tuple[int, int]:
+        """(steps that keep the previous command, steps that take the newest one) for this tick."""
+        now = self._clock()
+        if self._t0 is None:
+            self._t0 = now - self.dt
+        due = int((now - self._t0) / self.dt) - self.steps
+        n = min(max(due, 1), self.max_catch_up)
+        if due > self.max_catch_up:  # a stall: drop the backlog instead of racing
+            self._t0 = now - (self.steps + n) * self.dt
+        old = 0
+        if received_at is not None:  # the first step beginning at or after the arrival
+            first = math.ceil((received_at - self._t0) / self.dt - 1e-9)
+            old = min(max(first - self.steps, 0), n)
+        self.steps += n
+        return old, n - old
+
+
 @dataclass
 class StepOutcome:
     reward: float
@@ -209,8 +245,9 @@ class SimRobot:
             raise ValueError(f"command {arr.tolist()} is not finite; the controller sent NaN/Inf")
         return arr
 
-    def step(self, action) -> StepOutcome:
-        """Advance one env step with ``action`` (clipped to the action space); resets at episode end."""
+    def step(self, action, received_at: float | None = None) -> StepOutcome:
+        """Advance one env step with ``action`` (clipped to the action space); resets at episode end. One env step
+        per tick, whenever the command came (``received_at`` is for the real-time robots' :class:`WallClock`)."""
         act = np.clip(self.check_action(action), self.action_low, self.action_high)
         _, reward, terminated, truncated, info = self.env.step(act.astype(np.float32))
         # The effort is what acted (after the gap's delay, gain and damping), as a torque sensor reads it.
