@@ -50,7 +50,8 @@ def _v2_rows(ts: list[Transition], first_index: int) -> np.ndarray:
     """Version 2 as it was sent before (no command, no n_command)."""
     return np.array([np.concatenate([t.obs, t.action, [t.reward], t.next_obs,
                                      [float(t.terminated), float(t.truncated), t.policy_version, t.stamp,
-                                      float(t.intervention)], t.reward_terms, [len(t.reward_terms), 2, first_index + i]])
+                                      float(t.intervention)], t.reward_terms,
+                                     [len(t.reward_terms), 2, first_index + i]])
                      for i, t in enumerate(ts)])
 
 
