@@ -166,3 +166,21 @@ def test_pyplot_is_agg_and_importing_the_module_loads_no_matplotlib():
             "plt = p.pyplot(); import matplotlib; print(matplotlib.get_backend())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().lower() == "agg"
+
+
+def test_a_session_bench_moves_an_earlier_session_aside_instead_of_reporting_it_again(tmp_path):
+    """`lowrl bench sim2real_session` reuses its runs directory: an earlier session there (already decided) would
+    end the new one at once and be reported as its result. It is kept under another name instead."""
+    from lowrl_ros.bench.sim2real_session import move_aside
+
+    gapped = tmp_path / "seed0" / "gapped"
+    assert move_aside(gapped) is None  # nothing there yet
+    (gapped / "offboard" / "sysid").mkdir(parents=True)
+    (gapped / "offboard" / "sysid" / "status.json").write_text('{"state": "kept"}')
+    first = move_aside(gapped)
+    assert first is not None and first.name.startswith("gapped.earlier-") and not gapped.exists()
+    assert (first / "offboard" / "sysid" / "status.json").read_text() == '{"state": "kept"}'
+    gapped.mkdir()
+    (gapped / "episodes.csv").write_text("x")
+    second = move_aside(gapped)
+    assert second != first and second.exists() and first.exists()

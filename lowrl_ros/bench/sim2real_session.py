@@ -87,11 +87,28 @@ def _params_file(path: Path, items: list[str], ray_address: str, source: str = "
     return path
 
 
+def move_aside(run_dir: Path) -> Path | None:
+    """An earlier session in ``run_dir`` renamed to ``<name>.earlier-<its time>`` (kept, not reused: its decision
+    would end the new session at once and be reported as the new one's); returns the new name, None if none."""
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(run_dir.stat().st_mtime))
+    target, k = run_dir.with_name(f"{run_dir.name}.earlier-{stamp}"), 1
+    while target.exists():
+        k += 1
+        target = run_dir.with_name(f"{run_dir.name}.earlier-{stamp}-{k}")
+    run_dir.rename(target)
+    return target
+
+
 def session(run_dir: Path, robot_file: Path, policy: Path, gap_file: str, seed: int, trainer_params: Path,
             done, timeout_s: float, method: str = "retrain") -> tuple[Path, float]:
     """One `lowrl launch` session until ``done(session_dir)`` or the timeout; returns its directory and seconds."""
     from lowrl_ros.commands.demo import make_session_key
 
+    earlier = move_aside(run_dir)
+    if earlier is not None:
+        print(f"  {run_dir} held an earlier session: moved to {earlier.name}", flush=True)
     key = make_session_key(run_dir / "bundle.key")
     cmd = [sys.executable, "-m", "lowrl_ros.cli", "launch", str(_repo() / "launch/robot_sim_to_real.launch.yaml"),
            f"robot_file:={robot_file}", f"policy_path:={policy}", f"gap_file:={gap_file}", f"seed:={seed}",
