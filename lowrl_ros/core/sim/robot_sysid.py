@@ -9,7 +9,9 @@ the robot file's own simulator (core/sim/robot_sim.py ``RobotSim``) within its `
    offset, the gyro reads its bias, and projected gravity reads the simulator's rest gravity turned by
    the IMU's mounting tilt (roll, pitch solved by least squares). The noise levels are the spreads at
    rest minus the reset spread's own variance (uniform: half-width^2 / 3). Each comes with its standard
-   error. Too few starts: :class:`IdentificationError` saying how many are needed and how to record them.
+   error. A start that moves (its joint velocities and gyro far above the other starts': ``_still_starts``) is
+   left out, with a note. Too few starts: :class:`IdentificationError` saying how many are needed and how to
+   record them.
 2. **Physics, by replay with the robot's timing.** Each episode that starts at rest is replayed in the
    simulator from its first observation (joint positions less the offsets), every recorded command held
    (zero-order hold) from its send stamp plus a fitted delay, whatever the phase of the physics step it
@@ -456,7 +458,7 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
     if not (layout.has("q") or layout.has("v")):
         raise IdentificationError(robot.where("the observation has no joint_position or joint_velocity term: "
                                               "nothing to identify the physics from"))
-    starts = [e for e in recording.episodes if e.at_rest_start]
+    starts = _still_starts([e for e in recording.episodes if e.at_rest_start], layout, notes)
     need = settings.min_rest_phases
     if len(starts) < need:
         raise IdentificationError(
@@ -596,6 +598,36 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                            "peak_torque_fraction": peak,
                            "search_best": {n: float(lo + v * (hi - lo)) for n, v, (lo, hi) in
                                            zip(names, best_x, (_bounds(n, priors) for n in names))}})
+
+
+MOVING_FACTOR = 8.0  # a start moves when its motion exceeds the starts' median by this many robust spreads...
+MOVING_RATIO = 3.0  # ... and is this many times the median (a tight spread alone does not make a start move)
+MOVING_FLOOR = 0.05  # rad/s: and above this (a noiseless recording's starts all read ~0)
+
+
+def _still_starts(starts: list[RecordedEpisode], layout: SignalLayout, notes: list[str]) -> list[RecordedEpisode]:
+    """The episode starts whose first observation is still: an episode that began while the robot moved (the
+    first one after the policy was enabled on a robot still settling, a reset that did not complete) would bias
+    every sensor estimate averaged over the starts and start its replay from a wrong state. A start's motion is
+    the RMS of its joint velocities plus that of its gyro (the channels the robot file has); a start moves when
+    its motion is above the median by ``MOVING_FACTOR`` robust spreads (1.4826 MAD), ``MOVING_RATIO`` times the
+    median and ``MOVING_FLOOR``. Those are left out, with a note."""
+    channels = [c for c in ("v", "gyro") if layout.has(c)]
+    if len(starts) < 3 or not channels:
+        return starts
+    motion = []
+    for e in starts:
+        first = layout.decode(e.obs[:1])
+        motion.append(sum(float(np.sqrt(np.nanmean(first[c][0] ** 2))) for c in channels))
+    motion = np.array(motion)
+    median = float(np.median(motion))
+    spread = 1.4826 * float(np.median(np.abs(motion - median)))
+    moving = (motion > median + MOVING_FACTOR * spread) & (motion > MOVING_RATIO * median) & (motion > MOVING_FLOOR)
+    if moving.any():
+        which = ", ".join(f"{i + 1} ({motion[i]:.2f})" for i in np.flatnonzero(moving))
+        notes.append(f"episode start(s) {which} moved (RMS {'+'.join(channels)} against the starts' median "
+                     f"{median:.2f}): not at rest, left out of the sensor biases and the replay")
+    return [e for e, m in zip(starts, moving) if not m]
 
 
 def _significant(rose: int, episodes: int, level: float = 0.05) -> bool:
