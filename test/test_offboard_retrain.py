@@ -91,7 +91,7 @@ def _transitions(episodes: int, steps: int, seed: int = 0) -> list[Transition]:
 def test_recording_waits_for_whole_episodes_and_nothing_starts_before(tmp_path):
     learner = OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED,
                               RetrainSessionSettings(episodes=3))
-    ts = _transitions(2, 30)
+    ts = _transitions(3, 30)  # the first, from the policy's start, is not a rest start: 2 of the 3 recorded
     learner.receive(list(range(len(ts))), ts)
     assert learner.step() == [] and learner.state == "recording" and learner.last_decision.startswith("recording: 2/3")
     assert not (tmp_path / "w" / "retrain" / "job.json").exists()
@@ -118,7 +118,7 @@ def test_identify_retrain_release_judge_and_resume_after_a_restart(tmp_path):
     make = lambda: OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED, settings,  # noqa: E731
                                    identify, ppo)
     learner = make()
-    ts = _transitions(4, 60)
+    ts = _transitions(5, 60)  # the first episode (no reset before it) is not recorded
     learner.receive(list(range(len(ts))), ts)
     learner.step()
     assert learner.state == "identifying" and (tmp_path / "w" / "retrain" / "recording.npz").is_file()

@@ -47,13 +47,14 @@ def _retagged(ts: list[Transition], version: int, reward: float) -> list[Transit
 
 @pytest.fixture(scope="module")
 def base_stream():
-    return _transitions(1, SETTINGS.episodes + 1, 12)
+    return _transitions(1, SETTINGS.episodes + 2, 12)
 
 
 def test_identifies_after_enough_episodes_and_releases_the_base_with_the_biases_folded(base_stream, tmp_path):
     indices, ts = base_stream
     learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
-    # The stream begins at index 0, the robot's first transition: its first episode is whole and counts.
+    # The stream begins at index 0, the robot's first transition: its first episode began when the policy was
+    # enabled, with no reset before it (the robot may still move), so it does not count; the ones after ends do.
     assert learner.receive(indices[:-24], ts[:-24]) == [] and not learner.can_learn()
     assert learner.step() == [] and len(learner._episodes) == SETTINGS.episodes - 1
     learner.receive(indices[-24:], ts[-24:])
@@ -112,10 +113,11 @@ def test_an_episode_with_a_lost_transition_is_not_replayed(base_stream, tmp_path
     learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
     holed = [i for i in range(len(ts)) if i != 30]  # one transition of the third episode lost in transit
     learner.receive([indices[i] for i in holed], [ts[i] for i in holed])
-    assert len(learner._episodes) == SETTINGS.episodes  # 7 sent, the holed one left out
+    # 8 sent: the first (no reset before it) and the holed one left out
+    assert len(learner._episodes) == SETTINGS.episodes
     assert all(len(e) == 12 for e in learner._episodes)
     assert not any(e[0].obs is ts[24].obs for e in learner._episodes)
-    assert len(learner.judge.finished) == SETTINGS.episodes and learner.judge.lost == 1
+    assert len(learner.judge.finished) == SETTINGS.episodes + 1 and learner.judge.lost == 1
     learner.close()
 
 
@@ -123,22 +125,23 @@ def test_a_stream_joined_mid_way_skips_its_first_episode(base_stream, tmp_path):
     indices, ts = base_stream
     learner = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
     learner.receive([i + 500 for i in indices[6:]], ts[6:])  # heard from the middle of the first episode
-    assert len(learner._episodes) == SETTINGS.episodes and learner._episodes[0][0].obs is ts[12].obs
-    assert len(learner.judge.finished) == SETTINGS.episodes and learner.judge.lost == 0
+    assert len(learner._episodes) == SETTINGS.episodes + 1 and learner._episodes[0][0].obs is ts[12].obs
+    assert len(learner.judge.finished) == SETTINGS.episodes + 1 and learner.judge.lost == 0
     learner.close()
 
 
 def test_a_restart_while_recording_resumes_the_episodes_from_the_log(base_stream, tmp_path):
     indices, ts = base_stream
     first = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
-    first.receive(indices[:54], ts[:54])  # 4 whole episodes and half of the fifth, then the process dies
+    # 4 whole episodes (the first, from the policy's start, not recorded) and half of the fifth; the process dies
+    first.receive(indices[:54], ts[:54])
     first.writer.sync()  # (what a crash leaves: the WAL; the new process repairs it)
     again = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
-    assert again.resumed == 54 and len(again._episodes) == 4 and again.state == "recording"
-    assert again.last_decision == "recording: 4/6 episodes of v1"
+    assert again.resumed == 54 and len(again._episodes) == 3 and again.state == "recording"
+    assert again.last_decision == "recording: 3/6 episodes of v1"
     # The robot went on meanwhile: it comes back mid-episode (index 70), which is not used.
     again.receive(indices[70:], ts[70:])
-    assert len(again._episodes) == 4 + 1 and not again.can_learn()  # the sixth and seventh: one whole
+    assert len(again._episodes) == 3 + 2 and not again.can_learn()  # the sixth to eighth: two whole
     more = list(range(indices[-1] + 1, indices[-1] + 1 + 12))
     again.receive(more, ts[12:24])
     (bundle_path,) = again.step()
@@ -164,7 +167,7 @@ def test_a_restart_while_judging_keeps_the_release_and_judges(base_stream, tmp_p
     first.writer.sync()
     again = OffboardSysid(ARTIFACT, 1, tmp_path / "work", tmp_path / "releases", SETTINGS)
     assert again.released[0] == 2 and again.new_version == 2
-    assert again._returns(1) == [12.0] * (SETTINGS.episodes + 1)
+    assert again._returns(1) == [12.0] * (SETTINGS.episodes + 2)
     if judged_before:  # decided while resuming; the release goes out through the next step()
         assert again.state == "rolled_back" and again.released == [2, 3]
         assert again.step() == [tmp_path / "releases" / "v000003.lowrl"] and again.step() == []

@@ -130,8 +130,9 @@ class OffboardSysid:
     def _take(self, index: int, t: Transition) -> bool:
         """Count one numbered transition: the base version's whole episodes (while recording) and every
         episode's return. True when it ended an episode that counts (the judge may be due)."""
-        if self._next_index is None and index == 0:
-            self._seen_start = True  # the robot's first transition begins its first episode
+        # The robot's first episode (from its transition 0) began when the policy was enabled, not after a reset:
+        # the robot may still have been moving, so identification (which reads each episode start as rest) waits
+        # for the first episode after an end.
         if self._next_index is not None and index != self._next_index:
             self._current, self._seen_start = [], False  # a lost transition: the replay needs every step
         self._next_index = index + 1
