@@ -58,7 +58,6 @@ __all__ = ["IdentificationError", "Identification", "IdentifySettings", "identif
 # gravity, a still gyro) would otherwise weigh its chaos-driven differences far above the joints'.
 SCALE_FLOOR = {"q": 1e-3, "v": 1e-2, "gyro": 0.05, "gravity": 0.05}
 PHYSICS = ("mass_scale", "friction", "motor_strength", "kp_scale", "kd_scale", "latency_steps")
-REFINE_MOVES = 4  # the refinement's steps in one direction at most, per value and round
 
 
 class IdentificationError(ValueError):
@@ -525,23 +524,15 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
     best_j = float(problem.per_episode(*_physics_gap(names, best_x, priors, dt))[0].mean()) if d else math.inf
     # The cross-entropy search ends near the optimum of a noisy objective; a coordinate search settles it, so the
     # identifiability test below moves away from a minimum, not from a point a move would improve.
-    # A compass search: per value, a step either way, and on in that direction while it improves (the search's
-    # first episodes can leave it a few steps off the optimum of all of them).
     step = 0.125
     for _ in range(settings.refine_rounds if d else 0):
         for i in range(d):
             for sign in (-1.0, 1.0):
-                moved = False
-                for _move in range(REFINE_MOVES):
-                    x = best_x.copy()
-                    x[i] = float(np.clip(x[i] + sign * step, 0.0, 1.0))
-                    if x[i] == best_x[i]:
-                        break
-                    j = float(problem.per_episode(*_physics_gap(names, x, priors, dt))[0].mean())
-                    if j >= best_j:
-                        break
-                    best_x, best_j, moved = x, j, True
-                if moved:
+                x = best_x.copy()
+                x[i] = float(np.clip(x[i] + sign * step, 0.0, 1.0))
+                j = float(problem.per_episode(*_physics_gap(names, x, priors, dt))[0].mean())
+                if j < best_j:
+                    best_x, best_j = x, j
                     break
         step /= 2
     progress("physics", 1.0)
