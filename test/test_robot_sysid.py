@@ -21,7 +21,7 @@ from lowrl_ros.core.sim.robot_sysid import (IdentificationError, IdentifySetting
 ROOT = Path(__file__).resolve().parents[1]
 QUADRUPED = ROOT / "config/robots/quadruped.yaml"
 EXAMPLE_GAP = ROOT / "config/gaps/quadruped_example.yaml"
-QUICK = IdentifySettings(min_rest_phases=4, min_steps=1, iterations=1, population=4, elites=2)
+QUICK = IdentifySettings(min_rest_phases=4, min_steps=1, iterations=1, population=4, elites=2, workers=1)
 
 
 def _variant(tmp_path: Path, change) -> Path:
@@ -230,3 +230,44 @@ def test_the_identifiability_sign_test():
     assert _significant(11, 14) and not _significant(10, 14)
     assert _significant(7, 8) and not _significant(6, 8)
     assert not _significant(2, 2)  # two episodes can never show it
+
+
+def test_replay_workers_give_the_same_identification_as_one_process():
+    """The candidates replayed in 2 spawned processes: the same gap, uncertainties, flags and residual."""
+    robot = load_robot_file(QUADRUPED)
+    rec = record_in_sim(robot, load_gap_file(EXAMPLE_GAP), episodes=5, steps=12, seed=4)
+    recording = recording_from_transitions(robot, rec.transitions)
+    runs = [identify(robot, recording, dataclasses.replace(QUICK, iterations=2, population=6, refine_rounds=1,
+                                                           workers=w), seed=3) for w in (1, 2)]
+    one, two = (r.to_dict() for r in runs)
+    assert one == two  # the evaluations counted included
+
+
+def test_a_killed_replay_worker_is_noted_and_the_fit_goes_on_in_this_process():
+    import os
+    import signal
+
+    from lowrl_ros.core.sim import robot_sysid
+
+    robot = load_robot_file(QUADRUPED)
+    rec = record_in_sim(robot, Gap(), episodes=4, steps=8, seed=1)
+    recording = recording_from_transitions(robot, rec.transitions)
+    sim = RobotSim(robot)
+    layout = SignalLayout.from_robot(robot)
+    starts = [e for e in recording.episodes if e.at_rest_start]
+    settings = dataclasses.replace(QUICK, workers=2)
+    problem, _ = robot_sysid._problem(sim, layout, starts, Gap(), {}, settings)
+    names, priors = ["kp_scale", "mass_scale"], dict(sim.config.gap_priors)
+    notes: list[str] = []
+    xs = [np.array([0.5, 0.5]), np.array([0.2, 0.9])]
+    with robot_sysid._Scorer(robot, problem, settings, names, priors, sim.config.physics_dt, notes) as score:
+        pooled = score("full", xs)
+        for pid in list(score.pool._processes):  # noqa: SLF001 - the workers this pool started
+            os.kill(pid, signal.SIGKILL)
+        after = score("full", xs)
+        assert score.pool is None and any("a replay worker died" in n for n in notes)
+        assert score.evaluations == 4
+    local = [problem.per_episode(*robot_sysid._physics_gap(names, x, priors, sim.config.physics_dt))[0] for x in xs]
+    for a, b, c in zip(pooled, after, local):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)

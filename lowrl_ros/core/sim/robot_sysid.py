@@ -23,7 +23,8 @@ the robot file's own simulator (core/sim/robot_sim.py ``RobotSim``) within its `
    each channel in units of its recorded variance: statistics need no exact time alignment, the joints'
    open-loop error (stiff PD tracks the commands, so it does not drift like the base) pins latency and
    gains. Mass scale, friction, motor strength, kp/kd scales and latency are searched by the cross-entropy
-   method (seeded) inside the priors.
+   method (seeded) inside the priors. The candidates are replayed in ``workers`` processes (a replay is
+   deterministic, so the result is the same for any number of them).
 3. **What the data cannot identify** stays at its prior centre, flagged: motor strength when the replayed
    torques never reach the weakest torque limit the prior allows (it changes nothing then), and any
    physics parameter whose quarter-range moves do not raise the objective in significantly more episodes
@@ -38,6 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -86,6 +90,8 @@ class IdentifySettings:
                                       "1/16 ... of each prior range)", range=(0, 100))
     max_steps: int = config_field(4000, "policy steps replayed per candidate at most (the first episodes)",
                                   range=(1, 10**9))
+    workers: int = config_field(2, "processes the candidates are replayed in (1: this one; any number gives the "
+                                "same result)", range=(1, 512))
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -380,6 +386,72 @@ class _Problem:
                          for rec, sim in zip(self.recorded, sims)]), peak
 
 
+# A replay worker's problems (set once per process by _worker_start): "search" (the first search_steps) and "full".
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_start(robot: RobotFile, problem: _Problem, search_steps: int, names: list[str], priors: dict,
+                  dt: float) -> None:
+    full = dataclasses.replace(problem, sim=RobotSim(robot))  # its own simulator: a MuJoCo model per process
+    _WORKER.update(full=full, search=full.first(search_steps), names=names, priors=priors, dt=dt)
+
+
+def _worker_score(which: str, x: np.ndarray) -> np.ndarray:
+    w = _WORKER
+    return w[which].per_episode(*_physics_gap(w["names"], x, w["priors"], w["dt"]))[0]
+
+
+class _Scorer:
+    """The objective of each episode for a list of candidates (points on [0, 1]^d over ``names``' priors), on
+    the "search" problem (the first ``search_steps``) or the "full" one: in ``settings.workers`` spawned
+    processes, or in this one. A replay is deterministic, so both give the same numbers. A pool that breaks
+    (a worker killed) is noted and the rest is replayed here."""
+
+    def __init__(self, robot: RobotFile, problem: _Problem, settings: IdentifySettings, names: list[str],
+                 priors: dict, dt: float, notes: list[str]) -> None:
+        # Copies that count their own replays (self.evaluations).
+        self.problems = {"full": dataclasses.replace(problem, evaluations=0),
+                         "search": dataclasses.replace(problem.first(settings.search_steps), evaluations=0)}
+        self.names, self.priors, self.dt, self.notes = names, priors, dt, notes
+        self.pooled = 0
+        self.pool: ProcessPoolExecutor | None = None
+        if settings.workers > 1 and names:
+            # spawn: a clean interpreter per worker (no MuJoCo or torch state inherited); the niceness is inherited
+            self.pool = ProcessPoolExecutor(settings.workers, mp_context=mp.get_context("spawn"),
+                                            initializer=_worker_start,
+                                            initargs=(robot, dataclasses.replace(problem, sim=None),
+                                                      settings.search_steps, names, priors, dt))
+
+    def __call__(self, which: str, xs) -> list[np.ndarray]:
+        xs = [np.asarray(x, np.float64) for x in xs]
+        if self.pool is not None:
+            try:
+                out = list(self.pool.map(_worker_score, [which] * len(xs), xs))
+                self.pooled += len(xs)
+                return out
+            except BrokenProcessPool as exc:
+                self.notes.append(f"a replay worker died ({exc}); the rest of the fit was replayed in one process")
+                self.close()
+        problem = self.problems[which]
+        return [problem.per_episode(*_physics_gap(self.names, x, self.priors, self.dt))[0] for x in xs]
+
+    @property
+    def evaluations(self) -> int:
+        """Candidates replayed (each over every episode of its problem)."""
+        return self.pooled + sum(p.evaluations for p in self.problems.values())
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def __enter__(self) -> _Scorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _physics_params(priors: dict[str, tuple[float, float]], sim: RobotSim, notes: list[str]) -> list[str]:
     names = []
     for k in PHYSICS:
@@ -505,36 +577,46 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                          "changes nothing here; left at the prior centre")
     rng = np.random.default_rng(seed)
     d = len(names)
-    search = problem.first(settings.search_steps)
-    mean, sd = np.full(d, 0.5), np.full(d, 0.3)
-    best_x, best_j, elite = np.full(d, 0.5), math.inf, np.zeros((0, d))
-    for it in range(settings.iterations if d else 0):
-        pop = np.clip(rng.normal(mean, sd, (settings.population, d)), 0.0, 1.0)
-        if it == 0:
-            pop[0] = 0.5  # the prior centre is always tried
-        scores = np.array([search.per_episode(*_physics_gap(names, x, priors, dt))[0].mean() for x in pop])
-        problem.evaluations = search.evaluations
-        order = np.argsort(scores)
-        elite = pop[order[:settings.elites]]
-        if scores[order[0]] < best_j:
-            best_j, best_x = float(scores[order[0]]), pop[order[0]].copy()
-        mean = 0.3 * mean + 0.7 * elite.mean(axis=0)
-        sd = np.maximum(0.3 * sd + 0.7 * elite.std(axis=0), 0.04)
-        progress("physics", 0.9 * (it + 1) / settings.iterations)
-    best_j = float(problem.per_episode(*_physics_gap(names, best_x, priors, dt))[0].mean()) if d else math.inf
-    # The cross-entropy search ends near the optimum of a noisy objective; a coordinate search settles it, so the
-    # identifiability test below moves away from a minimum, not from a point a move would improve.
-    step = 0.125
-    for _ in range(settings.refine_rounds if d else 0):
+    with _Scorer(robot, problem, settings, names, priors, dt, notes) as score:
+        mean, sd = np.full(d, 0.5), np.full(d, 0.3)
+        best_x, best_j, elite = np.full(d, 0.5), math.inf, np.zeros((0, d))
+        for it in range(settings.iterations if d else 0):
+            pop = np.clip(rng.normal(mean, sd, (settings.population, d)), 0.0, 1.0)
+            if it == 0:
+                pop[0] = 0.5  # the prior centre is always tried
+            scores = np.array([j.mean() for j in score("search", pop)])
+            order = np.argsort(scores)
+            elite = pop[order[:settings.elites]]
+            if scores[order[0]] < best_j:
+                best_j, best_x = float(scores[order[0]]), pop[order[0]].copy()
+            mean = 0.3 * mean + 0.7 * elite.mean(axis=0)
+            sd = np.maximum(0.3 * sd + 0.7 * elite.std(axis=0), 0.04)
+            progress("physics", 0.9 * (it + 1) / settings.iterations)
+        best_j = float(score("full", [best_x])[0].mean()) if d else math.inf
+        # The cross-entropy search ends near the optimum of a noisy objective; a coordinate search settles it, so
+        # the identifiability test below moves away from a minimum, not from a point a move would improve. Both
+        # moves of a value are replayed at once; the lower one is taken first, as one after the other would.
+        step = 0.125
+        for _ in range(settings.refine_rounds if d else 0):
+            for i in range(d):
+                moves = [best_x.copy(), best_x.copy()]
+                for x, sign in zip(moves, (-1.0, 1.0)):
+                    x[i] = float(np.clip(x[i] + sign * step, 0.0, 1.0))
+                for x, j in zip(moves, score("full", moves)):
+                    if float(j.mean()) < best_j:
+                        best_x, best_j = x, float(j.mean())
+                        break
+            step /= 2
+        # The identifiability test's quarter-range moves, replayed now with the pool still open.
+        moved: dict[tuple[int, float], np.ndarray] = {}
         for i in range(d):
             for sign in (-1.0, 1.0):
                 x = best_x.copy()
-                x[i] = float(np.clip(x[i] + sign * step, 0.0, 1.0))
-                j = float(problem.per_episode(*_physics_gap(names, x, priors, dt))[0].mean())
-                if j < best_j:
-                    best_x, best_j = x, j
-                    break
-        step /= 2
+                x[i] = float(np.clip(x[i] + sign * 0.25, 0.0, 1.0))
+                if abs(x[i] - best_x[i]) >= 0.1:
+                    moved[(i, sign)] = x
+        moved_j = dict(zip(moved, score("full", list(moved.values())))) if moved else {}
+    problem.evaluations += score.evaluations
     progress("physics", 1.0)
     physics_gap, delay = _physics_gap(names, best_x, priors, dt)
     base, peak = problem.per_episode(physics_gap, delay)
@@ -562,12 +644,9 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
     for i, n in enumerate(names):
         rises = []  # per side: (episodes whose objective rose, episodes, mean rise)
         for sign in (-1.0, 1.0):
-            x = best_x.copy()
-            x[i] = float(np.clip(x[i] + sign * 0.25, 0.0, 1.0))
-            if abs(x[i] - best_x[i]) < 0.1:
-                continue
-            diff = problem.per_episode(*_physics_gap(names, x, priors, dt))[0] - base
-            rises.append((int(np.sum(diff > 0)), len(diff), float(diff.mean())))
+            if (i, sign) in moved_j:
+                diff = moved_j[(i, sign)] - base
+                rises.append((int(np.sum(diff > 0)), len(diff), float(diff.mean())))
         # One side significant, the other rising on average: a value near its prior's edge, or with one flat
         # side (a stiff contact), is still pinned; both sides significant flagged correct fits (far gap's kp).
         ok = bool(rises) and any(_significant(k, m) for k, m, _ in rises) and all(mean > 0 for _, _, mean in rises)
