@@ -201,6 +201,13 @@ def test_a_gap_outside_its_prior_is_refused_with_the_field_named():
         Gap.from_dict({"stiffness": 1.0})
 
 
+@pytest.mark.parametrize("robot, gap", [("quadruped", "quadruped_example"), ("quadruped", "quadruped_far"),
+                                        ("legged_ant", "legged_example_sim"), ("legged_ant", "legged_far_sim")])
+def test_every_shipped_gap_file_lies_inside_its_robots_priors(robot, gap):
+    priors = RobotSim(load_robot_file(ROOT / f"config/robots/{robot}.yaml")).config.gap_priors
+    load_gap_file(ROOT / f"config/gaps/{gap}.yaml").check_priors(priors)
+
+
 def test_bench_sysid_refuses_a_gap_file_outside_the_priors_naming_the_field(tmp_path, capsys):
     import argparse
 
