@@ -247,6 +247,7 @@ def test_replay_workers_give_the_same_identification_as_one_process():
     runs = [identify(robot, recording, dataclasses.replace(QUICK, iterations=2, population=6, refine_rounds=1,
                                                            workers=w), seed=3) for w in (1, 2)]
     one, two = (r.to_dict() for r in runs)
+    assert one["details"]["search_best"]  # physics values were searched: the pool replayed candidates
     assert one == two  # the evaluations counted included
 
 
@@ -274,7 +275,7 @@ def test_a_killed_replay_worker_is_noted_and_the_fit_goes_on_in_this_process():
         after = score("full", xs)
         assert score.pool is None and any("a replay worker died" in n for n in notes)
         assert score.evaluations == 4
-    local = [problem.per_episode(*robot_sysid._physics_gap(names, x, priors, sim.config.physics_dt))[0] for x in xs]
+    local = [robot_sysid._score(problem, names, priors, sim.config.physics_dt, x) for x in xs]
     for a, b, c in zip(pooled, after, local):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, c)

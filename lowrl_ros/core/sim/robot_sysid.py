@@ -396,9 +396,14 @@ def _worker_start(robot: RobotFile, problem: _Problem, search_steps: int, names:
     _WORKER.update(full=full, search=full.first(search_steps), names=names, priors=priors, dt=dt)
 
 
+def _score(problem: _Problem, names: list[str], priors: dict, dt: float, x: np.ndarray) -> np.ndarray:
+    """The objective of each of ``problem``'s episodes at the candidate ``x`` (a point on [0, 1]^d over ``names``)."""
+    return problem.per_episode(*_physics_gap(names, x, priors, dt))[0]
+
+
 def _worker_score(which: str, x: np.ndarray) -> np.ndarray:
     w = _WORKER
-    return w[which].per_episode(*_physics_gap(w["names"], x, w["priors"], w["dt"]))[0]
+    return _score(w[which], w["names"], w["priors"], w["dt"], x)
 
 
 class _Scorer:
@@ -432,8 +437,7 @@ class _Scorer:
             except BrokenProcessPool as exc:
                 self.notes.append(f"a replay worker died ({exc}); the rest of the fit was replayed in one process")
                 self.close()
-        problem = self.problems[which]
-        return [problem.per_episode(*_physics_gap(self.names, x, self.priors, self.dt))[0] for x in xs]
+        return [_score(self.problems[which], self.names, self.priors, self.dt, x) for x in xs]
 
     @property
     def evaluations(self) -> int:
@@ -615,7 +619,7 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                 x[i] = float(np.clip(x[i] + sign * 0.25, 0.0, 1.0))
                 if abs(x[i] - best_x[i]) >= 0.1:
                     moved[(i, sign)] = x
-        moved_j = dict(zip(moved, score("full", list(moved.values())))) if moved else {}
+        moved_j = dict(zip(moved, score("full", list(moved.values()))))
     problem.evaluations += score.evaluations
     progress("physics", 1.0)
     physics_gap, delay = _physics_gap(names, best_x, priors, dt)
