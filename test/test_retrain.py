@@ -33,7 +33,7 @@ from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.finetune.sim_env import make_robot_env
 from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file, parse_sim
-from lowrl_ros.core.train.ppo import ArtifactActor
+from lowrl_ros.core.train.ppo import ArtifactActor, next_values
 
 ROOT = Path(__file__).resolve().parents[1]
 QUAD = ROOT / "config/robots/quadruped.yaml"
@@ -256,6 +256,18 @@ def test_bad_inputs_are_refused_before_any_environment_starts(base, tmp_path):
     with pytest.raises(RetrainRefused, match="maps 44 observations -> 12 actions but .* builds 45 -> 12"):
         retrain(other, QUAD, gap, {}, RetrainSettings(**TINY), tmp_path / "o.onnx", 2)
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_next_values_bootstrap_from_the_next_step_the_final_observation_or_nothing():
+    # 3 steps, 3 envs: env 0 goes on, env 1 is truncated at step 1 (final V 7), env 2 terminates at step 0.
+    values = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]], np.float32)
+    done = np.array([[0, 0, 1], [0, 1, 0], [0, 0, 0]], bool)
+    truncated = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], bool)
+    final = np.zeros_like(values)
+    final[1, 1] = 70.0
+    got = next_values(values, np.array([10.0, 11.0, 12.0]), final, done, truncated)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [[4.0, 5.0, 0.0], [7.0, 70.0, 9.0], [10.0, 11.0, 12.0]])
 
 
 def test_episode_gaps_stay_around_the_identified_gap_within_the_priors():

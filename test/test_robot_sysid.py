@@ -107,6 +107,23 @@ def test_the_timestamp_replay_reproduces_a_recording_exactly_with_the_true_gap_a
     assert score(dataclasses.replace(true, kp_scale=1.2), rec.delays_s[0] + true.latency_steps * dt) > 1e-3
 
 
+@pytest.mark.parametrize("robot_file", [QUADRUPED, ROOT / "config/robots/legged_ant.yaml"])
+def test_a_replay_without_the_peak_torque_reads_exactly_what_one_physics_step_at_a_time_reads(robot_file):
+    """The candidates' replays step in segments (between readings and command changes): the same physics, bit for
+    bit, as one physics step per call, on a recording with phase and jitter (the quadruped's PD in Python, the
+    legged robot's in MuJoCo)."""
+    robot = load_robot_file(robot_file)
+    rec = record_in_sim(robot, Gap(), episodes=1, steps=40, seed=2)
+    episode = recording_from_transitions(robot, rec.transitions).episodes[0]
+    layout, sim = SignalLayout.from_robot(robot), RobotSim(robot)
+    for physics, delay in ((Gap(), 0.0), (Gap(kp_scale=0.8, mass_scale=1.2), 0.013), (Gap(friction=0.7), 0.047)):
+        stepped, peak = replay(sim, episode, layout, physics, delay, peak=True)
+        segments, none = replay(sim, episode, layout, physics, delay, peak=False)
+        assert peak > 0.0 and none == 0.0
+        for c in stepped:
+            np.testing.assert_array_equal(segments[c], stepped[c], err_msg=c)
+
+
 def test_transitions_and_transition_batches_give_the_same_episodes():
     from lowrl_ros.core.finetune.transition_log import Transition, TransitionBatch
 

@@ -320,6 +320,7 @@ def _seeds(meta: dict, where: dict) -> str:
         seeds = sorted({s for v in results.values() if isinstance(v, dict) for s in v.get("seeds", [])})
         if not seeds and isinstance(results.get("runs"), list):
             seeds = sorted({run["seed"] for run in results["runs"] if isinstance(run, dict) and "seed" in run})
+    seeds = [s.get("seed", "?") if isinstance(s, dict) else s for s in seeds or []]  # per-seed result rows
     return ", ".join(map(str, seeds)) if seeds else NONE
 
 

@@ -222,8 +222,12 @@ def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file:
 
 
 def headline(r: dict) -> str:
-    return (f"gap recovered over ROS 2 {r.get('recovered_pct_mean', float('nan')):.0f} % (mean of "
-            f"{len(r.get('seeds', []))} seeds), deadline misses {r.get('deadline_misses_total', 'n/a')}")
+    seeds = r.get("seeds", [])
+    each = " / ".join(f"{s['recovered_pct']:.0f}" for s in seeds)
+    release = [s["first_step_to_release_s"] for s in seeds if np.isfinite(s.get("first_step_to_release_s", np.nan))]
+    when = f", first step to release {min(release):.0f}-{max(release):.0f} s" if release else ""
+    return (f"gap recovered over ROS 2 {r.get('recovered_pct_mean', float('nan')):.0f} % (mean of {len(seeds)} seeds: "
+            f"{each} %){when}, deadline misses {r.get('deadline_misses_total', 'n/a')}")
 
 
 def run(args: argparse.Namespace) -> int:

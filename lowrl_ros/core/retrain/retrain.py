@@ -55,6 +55,7 @@ from lowrl_ros.core.sim.robot_sim import Gap, parse_sim
 
 EVAL_SEED = 20_000  # the seeded evaluation episodes, apart from the training episodes' seed streams
 SELECT_SEED = 30_000  # the seeded episodes of the evaluations during training (best actor, divergence)
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     """
     import torch
 
-    from lowrl_ros.core.train.ppo import ArtifactActor, Critic, ReturnScaler, gae, ppo_update
+    from lowrl_ros.core.train.ppo import ArtifactActor, Critic, ReturnScaler, gae, next_values, ppo_update
 
     t0 = time.perf_counter()
     s = settings
@@ -333,17 +334,17 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             T = s.n_steps
             buf = {k: np.zeros((T, s.n_envs) + shape, np.float32)
                    for k, shape in (("obs", (contract.obs_dim,)), ("act", (contract.action_dim,)), ("logp", ()),
-                                    ("rew", ()), ("done", ()), ("val", ()), ("next_val", ()))}
+                                    ("rew", ()), ("done", ()), ("val", ()))}
             raw_rewards = np.zeros((T, s.n_envs))
+            truncated, v_final = np.zeros((T, s.n_envs), bool), np.zeros((T, s.n_envs), np.float32)
             try:
                 for t in range(T):
-                    with torch.no_grad():
+                    with torch.no_grad():  # a ~ N(mean, std), its log-density, V(obs): as actor.dist, fewer ops
                         o = torch.from_numpy(obs.astype(np.float32))
-                        dist = actor.dist(o)
-                        act = dist.sample()
-                        logp = dist.log_prob(act).sum(-1)
-                        val = critic(o)
-                    a = act.numpy()
+                        noise = torch.randn(s.n_envs, contract.action_dim)
+                        a = (actor.mean(o) + actor.log_std.exp() * noise).numpy()
+                        logp = (-0.5 * noise.square() - actor.log_std - HALF_LOG_2PI).sum(-1).numpy()
+                        buf["val"][t] = critic(o).numpy()
                     sent = np.clip(a, env_low, env_high)
                     parts = np.split(sent, np.cumsum(sizes)[:-1])
                     got = pool.call("step", [(p,) for p in parts])
@@ -354,18 +355,21 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                     final = np.concatenate([g[4] for g in got])
                     for g in got:
                         recent.extend(g[5])
-                    with torch.no_grad():
-                        v_final = critic(torch.from_numpy(final.astype(np.float32))).numpy()
                     done = term | trunc
-                    buf["obs"][t], buf["act"][t], buf["logp"][t], buf["val"][t] = obs, a, logp.numpy(), val.numpy()
+                    buf["obs"][t], buf["act"][t], buf["logp"][t] = obs, a, logp
                     buf["rew"][t] = scaler(rew, done)
-                    buf["next_val"][t] = np.where(term, 0.0, v_final)
-                    buf["done"][t] = done
+                    buf["done"][t], truncated[t] = done, trunc
+                    if trunc.any():  # a time limit: bootstrap from the episode's final observation
+                        with torch.no_grad():
+                            v_final[t, trunc] = critic(torch.from_numpy(final[trunc].astype(np.float32))).numpy()
                     raw_rewards[t] = rew
                     obs = nxt
                     steps += s.n_envs
             except WorkerDied as exc:
                 return result(False, f"an env worker died mid-rollout at step {steps}: {exc}")
+            with torch.no_grad():
+                v_last = critic(torch.from_numpy(obs.astype(np.float32))).numpy()
+            buf["next_val"] = next_values(buf["val"], v_last, v_final, buf["done"] > 0, truncated)
             last_obs = buf["obs"].reshape(-1, contract.obs_dim)
             adv, ret = gae(buf["rew"], buf["val"], buf["next_val"], buf["done"], s.gamma, s.gae_lambda)
             batch = {"obs": torch.from_numpy(last_obs),

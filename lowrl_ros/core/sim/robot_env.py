@@ -177,9 +177,11 @@ class RobotSimEnv(gym.Env):
     def _feed_reward_inputs(self, now: float) -> None:
         """Reward-only inputs from the simulator's truth: a twist's linear field is the base's linear velocity,
         its angular field the base's angular velocity (in sim.state_estimate_frame: RobotSim.state_estimate)."""
+        estimate = None
         for inp in getattr(self.reward_spec, "inputs", ()):
             if inp.type == "float32_multi_array":
                 raise SimConfigError(self.robot.where(f"reward input {inp.name} (a float32_multi_array) has no "
                                                       "simulated source"))
-            v, w = self.sim.state_estimate()
-            self.reward_spec.set_input(inp.name, v if inp.field == "linear" else w, now)
+            if estimate is None:
+                estimate = self.sim.state_estimate()
+            self.reward_spec.set_input(inp.name, estimate[0] if inp.field == "linear" else estimate[1], now)

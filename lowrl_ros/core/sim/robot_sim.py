@@ -651,14 +651,26 @@ class RobotSim:
         m, d = self.model, self.data
         targets = np.array(targets, dtype=np.float64)
         n = self.config.substeps if physics_steps is None else int(physics_steps)
+        if self._pd.size:  # MuJoCo's PD (implicit damping), clipped to the torque limit by its force range
+            # The latency queue holds each period's target once per physics step (the same array), so the targets
+            # applied this period are a few runs of one array each: one mj_step call per run (the same physics).
+            runs: list[list] = []
+            for _ in range(n):
+                self._queue.append(targets)
+                if runs and runs[-1][0] is self._queue[0]:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([self._queue[0], 1])
+            for applied, steps in runs:
+                d.ctrl[self._pd] = applied
+                mujoco.mj_step(m, d, steps)
+            if runs:
+                self.torque = d.actuator_force[self._pd].copy()
+            self.time += self.config.period_s if physics_steps is None else n * self.config.physics_dt
+            return
         for _ in range(n):
             self._queue.append(targets)
             applied = self._queue[0]
-            if self._pd.size:  # MuJoCo's PD (implicit damping), clipped to the torque limit by its force range
-                d.ctrl[self._pd] = applied
-                mujoco.mj_step(m, d)
-                self.torque = d.actuator_force[self._pd].copy()
-                continue
             if self.config.interface == "position":
                 tau = self._kp * (applied - d.qpos[self._qadr]) - self._kd * d.qvel[self._dadr]
             else:

@@ -264,13 +264,15 @@ def _debias(signals: dict[str, np.ndarray], gap: Gap) -> dict[str, np.ndarray]:
 
 
 def replay(sim: RobotSim, episode: RecordedEpisode, layout: SignalLayout, physics: Gap, delay_s: float | np.ndarray,
-           start_q: np.ndarray | None = None, start_v: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], float]:
+           start_q: np.ndarray | None = None, start_v: np.ndarray | None = None,
+           peak: bool = True) -> tuple[dict[str, np.ndarray], float]:
     """The simulator's readings at the episode's observation times, its commands held from stamp + delay.
 
     ``physics``: the gap to simulate (its latency_steps and sensor fields are ignored: the delay is
     ``delay_s``, the readings noiseless and unbiased). ``start_q``/``start_v``: the joints' start state
     (default: the default pose, at rest). Returns the channels of ``layout`` and the largest |torque| /
-    nominal torque limit reached."""
+    nominal torque limit reached (``peak`` False: not tracked, 0; the physics steps then run as few calls as
+    the commands and readings allow, the same physics)."""
     sim.set_gap(dataclasses.replace(physics, latency_steps=0, encoder_offset=0.0, gyro_bias=(0.0, 0.0, 0.0),
                                     tilt_bias=(0.0, 0.0), joint_position_noise=0.0, joint_velocity_noise=0.0,
                                     gyro_noise=0.0, orientation_noise=0.0))
@@ -281,24 +283,30 @@ def replay(sim: RobotSim, episode: RecordedEpisode, layout: SignalLayout, physic
     samples = sample_steps(times, dt)
     total = int(samples[-1])
     schedule = zoh_schedule(times[:-1], delay_s, dt, total)
+    # A segment of physics steps ends where a reading is due or another command takes over (one step each when
+    # the peak torque is tracked).
+    ends = np.arange(1, total + 1) if peak else \
+        np.union1d(np.flatnonzero(np.diff(schedule)) + 1, np.append(samples[samples > 0], total))
     hold = sim.default_pose
     channels = [c for c in ("q", "v", "gyro", "gravity") if layout.has(c)]
     out = {c: np.empty((len(times), layout.width(c))) for c in channels}
     limit = sim.config.torque_limit
-    peak = 0.0
-    k = 0
-    for step in range(total + 1):
+    most = 0.0
+    k, step = 0, 0
+    for end in (*ends.tolist(), None):
         while k < len(samples) and samples[k] == step:
             read = sim_signals(sim)
             for c in channels:
                 out[c][k] = read[c]
             k += 1
-        if step == total:
+        if end is None or step >= total:
             break
         i = schedule[step]
-        sim.step(episode.commands[i] if i >= 0 else hold, physics_steps=1)
-        peak = max(peak, float(np.max(np.abs(sim.torque) / limit)))
-    return out, peak
+        sim.step(episode.commands[i] if i >= 0 else hold, physics_steps=end - step)
+        if peak:
+            most = max(most, float(np.max(np.abs(sim.torque) / limit)))
+        step = end
+    return out, most
 
 
 def _window_stats(x: np.ndarray, window: int, noise: np.ndarray | float = 0.0) -> np.ndarray:
@@ -369,19 +377,19 @@ class _Problem:
         return dataclasses.replace(self, episodes=self.episodes[:n], recorded=self.recorded[:n],
                                    starts=self.starts[:n])
 
-    def replays(self, physics: Gap, delay_s: float) -> tuple[list[dict[str, np.ndarray]], float]:
-        """Every episode replayed; the largest torque fraction reached."""
+    def replays(self, physics: Gap, delay_s: float, peak: bool = False) -> tuple[list[dict[str, np.ndarray]], float]:
+        """Every episode replayed; the largest torque fraction reached (``peak``: else 0)."""
         self.evaluations += 1
-        out, peak = [], 0.0
+        out, most = [], 0.0
         for ep, (q0, v0) in zip(self.episodes, self.starts):
-            sim, p = replay(self.sim, ep, self.layout, physics, delay_s, q0, v0)
+            sim, p = replay(self.sim, ep, self.layout, physics, delay_s, q0, v0, peak)
             out.append(sim)
-            peak = max(peak, p)
-        return out, peak
+            most = max(most, p)
+        return out, most
 
-    def per_episode(self, physics: Gap, delay_s: float) -> tuple[np.ndarray, float]:
-        """The objective of each episode; the largest torque fraction reached."""
-        sims, peak = self.replays(physics, delay_s)
+    def per_episode(self, physics: Gap, delay_s: float, peak: bool = False) -> tuple[np.ndarray, float]:
+        """The objective of each episode; the largest torque fraction reached (``peak``: else 0)."""
+        sims, peak = self.replays(physics, delay_s, peak)
         return np.array([objective(rec, sim, self.scale, self.noise, self.settings.window, self.settings.horizon)
                          for rec, sim in zip(self.recorded, sims)]), peak
 
@@ -572,7 +580,7 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
     # Motor strength only scales the torque limit under PD: it matters only where torques reach it.
     if "motor_strength" in names and cfg.interface == "position":
         centre = np.full(len(names), 0.5)
-        _, peak = problem.per_episode(*_physics_gap(names, centre, priors, dt))
+        _, peak = problem.per_episode(*_physics_gap(names, centre, priors, dt), peak=True)
         if peak < priors["motor_strength"][0]:
             names.remove("motor_strength")
             identifiable["motor_strength"] = False
@@ -623,7 +631,7 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
     problem.evaluations += score.evaluations
     progress("physics", 1.0)
     physics_gap, delay = _physics_gap(names, best_x, priors, dt)
-    base, peak = problem.per_episode(physics_gap, delay)
+    base, peak = problem.per_episode(physics_gap, delay, peak=True)
     residual = float(base.mean())
     if layout.has("q") and len(problem.episodes) > 1:
         # The encoder offsets again, now over every replayed observation: the mean of recorded minus simulated

@@ -13,6 +13,7 @@ Algorithms"; GAE: Schulman et al. 2016), in the style of CleanRL's ``ppo_continu
   is the deployed action before the contract's clip; :meth:`ArtifactActor.weights` exports it back.
 - :class:`Critic`: V(obs), a fresh MLP with LayerNorm on the actor's normalisation, or the policy's own trained
   critic from its training checkpoint (core/retrain/source.py).
+- :func:`next_values`: V after each step from the rollout's own values (one critic call per step, not two).
 - :func:`gae`: advantages and returns, bootstrapping truncated episodes from their final observation.
 - :func:`ppo_update`: clipped surrogate + entropy for the actor (skipped while warming up), MSE for the
   critic, minibatches drawn from a seeded generator, gradients clipped.
@@ -154,6 +155,16 @@ class ReturnScaler:
         self.count = total
         self.ret[done] = 0.0
         return reward / math.sqrt(self.var + 1e-8)
+
+
+def next_values(values: np.ndarray, last: np.ndarray, final_values: np.ndarray, done: np.ndarray,
+                truncated: np.ndarray) -> np.ndarray:
+    """V of the observation after each step of a rollout [T, n_envs], for :func:`gae`, from the values already
+    computed: ``values[t + 1]`` where the episode goes on (the same observation; ``last`` after the final step),
+    ``final_values[t]`` (V of the episode's final observation) where it was truncated, 0 where it terminated
+    (``done`` and not ``truncated``)."""
+    after = np.concatenate([values[1:], np.asarray(last, values.dtype)[None]])
+    return np.where(truncated, final_values, np.where(done, 0.0, after)).astype(values.dtype)
 
 
 def gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, dones: np.ndarray, gamma: float,
