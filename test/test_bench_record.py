@@ -184,3 +184,35 @@ def test_a_session_bench_moves_an_earlier_session_aside_instead_of_reporting_it_
     (gapped / "episodes.csv").write_text("x")
     second = move_aside(gapped)
     assert second != first and second.exists() and first.exists()
+
+
+def test_a_session_bench_stopped_after_some_seeds_is_recorded_from_their_sessions(tmp_path, capsys):
+    """`--collect` launches nothing: it writes the result from the finished seeds' sessions in --runs-dir (their
+    episode returns, decision and release), and refuses a seed whose sessions are not there or not decided."""
+    from lowrl_ros.cli import main as lowrl
+
+    seed = tmp_path / "runs" / "seed0"
+    header = "time_s,episode,end,return,steps,interventions,version\n"
+    (seed / "nominal" / "finetune").mkdir(parents=True)
+    (seed / "nominal" / "finetune" / "episode_terms.csv").write_text(
+        header + "".join(f"{100 + 20 * i},{i},truncated,800,500,0,1\n" for i in range(2)))
+    (seed / "gapped" / "finetune").mkdir(parents=True)
+    rows = [(300, 1)] * 3 + [(600, 2), (700, 2), (650, 2)]  # the base, then v2: the judge's episode, then 2 more
+    (seed / "gapped" / "finetune" / "episode_terms.csv").write_text(
+        header + "".join(f"{100 + 20 * i},{i},truncated,{r},500,0,{v}\n" for i, (r, v) in enumerate(rows)))
+    (seed / "gapped" / "offboard" / "sysid").mkdir(parents=True)
+    (seed / "gapped" / "offboard" / "sysid" / "status.json").write_text(
+        json.dumps({"state": "kept", "decision": "v2 kept", "released": [2], "identified": {}}))
+    (seed / "gapped" / "releases").mkdir()
+    (seed / "gapped" / "releases" / "v000002.lowrl").write_bytes(b"")
+    args = lambda s: ["bench", "sim2real_session", "--robot", "legged", "--seeds", s, "--eval-episodes", "2",  # noqa
+                      "--collect", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "results")]
+    assert lowrl(args("0")) == 0
+    written = list((tmp_path / "results").rglob("result.json"))
+    assert len(written) == 1 and "collect" not in str(written[0])  # the setting is the run's, not the collection's
+    got = json.loads(written[0].read_text())["results"]["seeds"][0]
+    assert (got["state"], got["nominal_return"], got["before_return"], got["after_return"]) == ("kept", 800, 300, 675)
+    assert got["recovered_pct"] == pytest.approx(75.0)
+    assert not (seed / "trainer_params.yaml").exists()  # nothing of the run is rewritten
+    with pytest.raises(SystemExit, match="no finished seed 1"):
+        lowrl(args("1"))

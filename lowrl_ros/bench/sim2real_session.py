@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per session (1800)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real_session"))
     parser.add_argument("--out", type=Path, default=None, help="results root (default bench_results/)")
+    parser.add_argument("--collect", action="store_true",
+                        help="launch nothing: write the result from the seeds' sessions already in --runs-dir (a run "
+                             "stopped after some seeds: give those seeds and the run's other options)")
 
 
 def _repo() -> Path:
@@ -132,6 +135,14 @@ def session(run_dir: Path, robot_file: Path, policy: Path, gap_file: str, seed: 
     return run_dir, time.monotonic() - t0
 
 
+def _session_s(session_dir: Path) -> float:
+    """A finished session's seconds from its files: its start (session.json) to its recording's last write."""
+    try:
+        return (session_dir / "session.mcap").stat().st_mtime - (session_dir / "session.json").stat().st_mtime
+    except OSError:
+        return float("nan")
+
+
 def _returns(rows: list[dict], version: int) -> list[float]:
     return [float(r["return"]) for r in rows if int(float(r["version"])) == version]
 
@@ -184,12 +195,17 @@ def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file:
              base_version: int, period_s: float, source: str = "") -> dict:
     root = args.runs_dir / f"seed{seed}"
     root.mkdir(parents=True, exist_ok=True)
-    params = _params_file(root / "trainer_params.yaml", args.set, args.ray_address, source)
+    params = root / "trainer_params.yaml"
+    if not args.collect:
+        _params_file(params, args.set, args.ray_address, source)
     n = args.eval_episodes
-    print(f"seed {seed}: the base on the nominal robot ({n} episodes)", flush=True)
-    nominal, _ = session(root / "nominal", robot_file, policy, "", seed, params,
-                         lambda d: len(_returns(_episodes(d), base_version)) >= n, args.timeout_s,
-                         method="finetune")  # without a kit: nothing learned, the robot's episodes recorded
+    if args.collect:
+        nominal = root / "nominal"
+    else:
+        print(f"seed {seed}: the base on the nominal robot ({n} episodes)", flush=True)
+        nominal, _ = session(root / "nominal", robot_file, policy, "", seed, params,
+                             lambda d: len(_returns(_episodes(d), base_version)) >= n, args.timeout_s,
+                             method="finetune")  # without a kit: nothing learned, the robot's episodes recorded
     r_nominal = _returns(_episodes(nominal), base_version)
 
     def decided(d: Path) -> bool:
@@ -199,8 +215,15 @@ def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file:
         running = status["released"][-1] if status.get("released") else base_version
         return status["state"] == "failed" or len(_returns(_episodes(d), running)) >= n + 1
 
-    print(f"seed {seed}: retraining on the robot under {gap_file}", flush=True)
-    gapped, wall = session(root / "gapped", robot_file, policy, str(gap_file), seed, params, decided, args.timeout_s)
+    if args.collect:
+        gapped, wall = root / "gapped", _session_s(root / "gapped")
+        if not r_nominal or not decided(gapped):
+            raise SystemExit(f"lowrl bench sim2real_session --collect: {root} holds no finished seed {seed} "
+                             f"(nominal episodes: {len(r_nominal)}, gapped state: {_status(gapped).get('state')})")
+    else:
+        print(f"seed {seed}: retraining on the robot under {gap_file}", flush=True)
+        gapped, wall = session(root / "gapped", robot_file, policy, str(gap_file), seed, params, decided,
+                               args.timeout_s)
     status, rows = _status(gapped), _episodes(gapped)
     r_before = _returns(rows, base_version)
     running = status["released"][-1] if status.get("released") else base_version
@@ -268,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
                          f"{'' if key == 'latency_steps' else ' %'}){'' if v['identifiable'] else ' (prior)'}")
         md.append(f"| {s['seed']} | " + " | ".join(cells) + " |")
     path = record.write_result("sim2real_session", results, "\n".join(md) + "\n",
-                               setting=record.setting_of(args, add_arguments, skip=("out", "runs_dir", "seeds")),
+                               setting=record.setting_of(args, add_arguments,
+                                                         skip=("out", "runs_dir", "seeds", "collect")),
                                env=robot_file.stem, root=args.out)
     print(f"written: {path}")
     return 0
