@@ -389,9 +389,9 @@ class _Problem:
 
     def per_episode(self, physics: Gap, delay_s: float, peak: bool = False) -> tuple[np.ndarray, float]:
         """The objective of each episode; the largest torque fraction reached (``peak``: else 0)."""
-        sims, peak = self.replays(physics, delay_s, peak)
+        sims, most = self.replays(physics, delay_s, peak)
         return np.array([objective(rec, sim, self.scale, self.noise, self.settings.window, self.settings.horizon)
-                         for rec, sim in zip(self.recorded, sims)]), peak
+                         for rec, sim in zip(self.recorded, sims)]), most
 
 
 # A replay worker's problems (set once per process by _worker_start): "search" (the first search_steps) and "full".
