@@ -78,6 +78,31 @@ def test_status_json_follows_the_jobs_progress(tmp_path):
     learner.close()
 
 
+def test_release_within_s_leaves_the_retraining_what_is_left_and_fails_clearly_when_too_little(tmp_path, monkeypatch):
+    """retrain.release_within_s: PPO's budget is the time left of it after the identification, less the gates'
+    margin; too little left is a clear failure (the robot keeps its version), not the base released again."""
+    from types import SimpleNamespace
+
+    from lowrl_ros.core.retrain import job as job_module, retrain
+    from lowrl_ros.core.sim.robot_sim import Gap
+
+    budgets = []
+    monkeypatch.setattr(retrain, "retrain", lambda *a, **k: budgets.append(a[4].budget_s) or SimpleNamespace(
+        ok=True, reason="", path=None, sim_return_before=1.0, sim_return_after=2.0, steps=64, wall_s=1.0))
+    job = {"robot_file": str(QUADRUPED), "base_path": str(POLICY), "version": 2, "seed": 0, "parent_pid": 0,
+           "release_within_s": 100.0, "ppo": {}}
+    found = {"gap": Gap().as_dict(), "std": {}, "identifiable": {}}
+    progress = job_module.Progress(tmp_path / "progress.jsonl")
+    assert job_module._retrain(tmp_path, job, found, progress, time.monotonic() + 100.0)["ok"]
+    assert 100.0 - job_module.RELEASE_MARGIN_S - 5.0 < budgets[0] <= 100.0 - job_module.RELEASE_MARGIN_S
+    job["ppo"] = {"budget_s": 20.0}  # a smaller ppo.budget_s of the user's stands
+    job_module._retrain(tmp_path, job, found, progress, time.monotonic() + 100.0)
+    assert budgets[1] == 20.0
+    late = job_module._retrain(tmp_path, job, found, progress, time.monotonic() + 40.0)
+    assert not late["ok"] and late["reason"].startswith("release_within_s 100 s: the identification left ")
+    assert len(budgets) == 2  # nothing retrained
+
+
 def _transitions(episodes: int, steps: int, seed: int = 0) -> list[Transition]:
     from lowrl_ros.core.sim.robot_recording import record_in_sim
     from lowrl_ros.core.sim.robot_sim import load_gap_file

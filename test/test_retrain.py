@@ -140,6 +140,19 @@ def test_tiny_run_writes_a_valid_int8_artifact_the_robot_runs(base, tmp_path, ca
     assert not np.array_equal(parsed.base_weights().layers[0][0], deployed.base_weights().layers[0][0])
 
 
+def test_a_wall_clock_budget_ends_training_in_time_and_releases(base, tmp_path):
+    """budget_s (what retrain.release_within_s leaves the retraining): training stops at it, the actor goes through
+    the gates and is released; the ETA never promises more than the budget."""
+    out, seen = tmp_path / "v2.onnx", []
+    t0 = time.monotonic()
+    r = retrain(base, QUAD, load_gap_file(GAP), {}, RetrainSettings(**{**TINY, "total_steps": 10**7, "budget_s": 3.0}),
+                out, 2, progress=seen.append)
+    assert r.ok and out.is_file() and 0 < r.steps < 10**7, r.reason
+    assert r.reason.startswith("the wall-clock budget of 3 s ended training at step ")
+    assert time.monotonic() - t0 < 60.0
+    assert all(p["eta_s"] <= 3.0 for p in seen) and seen[-1]["stage"] == "gates"
+
+
 def test_should_stop_ends_the_run_cleanly_and_writes_nothing(base, tmp_path):
     out = tmp_path / "v2.onnx"
     calls = []

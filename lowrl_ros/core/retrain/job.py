@@ -31,6 +31,10 @@ def parent_gone(parent_pid: int):
     return lambda: os.getppid() != parent_pid
 
 
+RELEASE_MARGIN_S = 15.0  # from the retraining's last iteration to the release: its last evaluation, the gates (~6 s)
+MIN_RETRAIN_S = 30.0  # less time than this left for the retraining: the job fails rather than release the base again
+
+
 def run(d: Path, job: dict) -> dict:
     from types import SimpleNamespace
 
@@ -38,6 +42,8 @@ def run(d: Path, job: dict) -> dict:
     from lowrl_ros.core.sim.robot_recording import recording_from_transitions
 
     progress = Progress(d / "progress.jsonl")
+    release_within = float(job.get("release_within_s") or 0.0)
+    deadline = time.monotonic() + release_within if release_within else None
     identified_path = d / "identified.json"
     if identified_path.is_file():
         found = json.loads(identified_path.read_text())
@@ -55,7 +61,7 @@ def run(d: Path, job: dict) -> dict:
         tmp = d / "identified.tmp.json"
         tmp.write_text(json.dumps(found, indent=1, default=float))
         os.replace(tmp, identified_path)
-    return _retrain(d, job, found, progress)
+    return _retrain(d, job, found, progress, deadline)
 
 
 def spread_of(found: dict, priors: dict, sigmas: float) -> dict[str, float]:
@@ -73,16 +79,29 @@ def spread_of(found: dict, priors: dict, sigmas: float) -> dict[str, float]:
     return spread
 
 
-def _retrain(d: Path, job: dict, found: dict, progress: Progress) -> dict:
+def _retrain(d: Path, job: dict, found: dict, progress: Progress, deadline: float | None = None) -> dict:
+    """Retrain in the identified simulator; with a ``deadline`` (time.monotonic()), PPO's wall-clock budget is what
+    is left of it before the release margin."""
+    import dataclasses
+
     from lowrl_ros.core.retrain import retrain
     from lowrl_ros.core.runtime.robot_file import load_robot_file
     from lowrl_ros.core.sim.robot_sim import Gap, parse_sim
 
     settings = retrain.RetrainSettings(**{**job.get("ppo", {}), "seed": int(job["seed"])})
+    if deadline is not None:
+        left = deadline - time.monotonic() - RELEASE_MARGIN_S
+        if left < MIN_RETRAIN_S:
+            return {"ok": False, "reason": f"release_within_s {job['release_within_s']:g} s: the identification "
+                                           f"left {max(left, 0.0):.0f} s for the retraining (it needs "
+                                           f"{MIN_RETRAIN_S:g} s and {RELEASE_MARGIN_S:g} s for the gates); raise "
+                                           f"retrain.release_within_s or lower identify.search_steps"}
+        settings = dataclasses.replace(settings, budget_s=min(left, settings.budget_s or left))
     gap = Gap.from_dict(found["gap"], "identified gap")
     priors = dict(parse_sim(load_robot_file(job["robot_file"]))[0].gap_priors)
     spread = spread_of(found, priors, float(job.get("sigmas", 2.0)))
-    progress({"stage": "retraining", "steps": 0, "total_steps": settings.total_steps, "spread": spread})
+    progress({"stage": "retraining", "steps": 0, "total_steps": settings.total_steps, "spread": spread,
+              "budget_s": settings.budget_s})
     out = d / f"v{int(job['version']):06d}_retrained.onnx"
     result = retrain.retrain(job["base_path"], job["robot_file"], gap, spread, settings, out, int(job["version"]),
                              progress=progress, should_stop=parent_gone(int(job["parent_pid"])))

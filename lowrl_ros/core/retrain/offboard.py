@@ -57,6 +57,9 @@ class RetrainSessionSettings:
                                "uncertainties (an unidentified one over its whole prior)", range=(0.0, 100.0))
     seed: int = field(0, "seed of the identification and the retraining", range=(0, 2**31 - 1))
     nice: int = field(10, "niceness added to the child process that identifies and retrains", range=(0, 19))
+    release_within_s: float = field(0.0, "release within this many seconds of the recording's end: the retraining "
+                                         "stops in time for the gates and releases its best evaluated actor (0: it "
+                                         "runs ppo.total_steps)", range=(0.0, 1e6))
 
 
 class OffboardRetrain(OffboardSysid):
@@ -159,7 +162,7 @@ class OffboardRetrain(OffboardSysid):
             (self.job_dir / name).unlink(missing_ok=True)
         job = {"robot_file": str(self.robot_file.resolve()), "base_path": str(self.base_path.resolve()),
                "version": self.new_version, "seed": self.settings.seed, "nice": self.settings.nice,
-               "sigmas": self.settings.sigmas,
+               "sigmas": self.settings.sigmas, "release_within_s": self.settings.release_within_s,
                "identify": _asdict(self.identify_settings), "ppo": _asdict(self.ppo_settings),
                "parent_pid": os.getpid()}
         (self.job_dir / "job.json").write_text(json.dumps(job, indent=1))

@@ -281,6 +281,8 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     def report(stage: str) -> None:
         elapsed = time.perf_counter() - t0
         eta = elapsed / steps * (s.total_steps - steps) if steps and stage in ("warmup", "ppo") else 0.0
+        if s.budget_s and stage in ("warmup", "ppo"):
+            eta = min(eta, max(s.budget_s - elapsed, 0.0))  # the budget ends it first
         info = {"stage": stage, "steps": steps, "total_steps": s.total_steps,
                 "sim_return": float(np.mean(recent)) if recent else None, "eta_s": eta,
                 "eval_return": best["last"], "best_return": best["return"] if best["state"] is not None else None,
