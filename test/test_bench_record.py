@@ -216,3 +216,4 @@ def test_a_session_bench_stopped_after_some_seeds_is_recorded_from_their_session
     assert not (seed / "trainer_params.yaml").exists()  # nothing of the run is rewritten
     with pytest.raises(SystemExit, match="no finished seed 1"):
         lowrl(args("1"))
+    assert not (tmp_path / "runs" / "seed1").exists()  # nor is anything made for a seed that is not there

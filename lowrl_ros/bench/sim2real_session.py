@@ -194,9 +194,9 @@ def _release_s(session_dir: Path, rows: list[dict], period_s: float) -> float:
 def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file: Path, seed: int,
              base_version: int, period_s: float, source: str = "") -> dict:
     root = args.runs_dir / f"seed{seed}"
-    root.mkdir(parents=True, exist_ok=True)
     params = root / "trainer_params.yaml"
-    if not args.collect:
+    if not args.collect:  # --collect reads the run's sessions and writes nothing there
+        root.mkdir(parents=True, exist_ok=True)
         _params_file(params, args.set, args.ray_address, source)
     n = args.eval_episodes
     if args.collect:

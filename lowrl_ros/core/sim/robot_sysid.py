@@ -284,29 +284,32 @@ def replay(sim: RobotSim, episode: RecordedEpisode, layout: SignalLayout, physic
     total = int(samples[-1])
     schedule = zoh_schedule(times[:-1], delay_s, dt, total)
     # A segment of physics steps ends where a reading is due or another command takes over (one step each when
-    # the peak torque is tracked).
-    ends = np.arange(1, total + 1) if peak else \
-        np.union1d(np.flatnonzero(np.diff(schedule)) + 1, np.append(samples[samples > 0], total))
+    # the peak torque is tracked); the last ends at the last reading.
+    ends = np.arange(1, total + 1) if peak else np.union1d(np.flatnonzero(np.diff(schedule)) + 1, samples[samples > 0])
     hold = sim.default_pose
     channels = [c for c in ("q", "v", "gyro", "gravity") if layout.has(c)]
     out = {c: np.empty((len(times), layout.width(c))) for c in channels}
     limit = sim.config.torque_limit
     most = 0.0
-    k, step = 0, 0
-    for end in (*ends.tolist(), None):
-        while k < len(samples) and samples[k] == step:
-            read = sim_signals(sim)
-            for c in channels:
-                out[c][k] = read[c]
-            k += 1
-        if end is None or step >= total:
-            break
+    step = 0
+    for end in ends.tolist():
         i = schedule[step]
+        _read_due(sim, samples, step, channels, out)
         sim.step(episode.commands[i] if i >= 0 else hold, physics_steps=end - step)
         if peak:
             most = max(most, float(np.max(np.abs(sim.torque) / limit)))
         step = end
+    _read_due(sim, samples, step, channels, out)
     return out, most
+
+
+def _read_due(sim: RobotSim, samples: np.ndarray, step: int, channels: list[str], out: dict[str, np.ndarray]) -> None:
+    """The readings taken after ``step`` physics steps (``samples``: the physics step of each observation, sorted)."""
+    lo, hi = np.searchsorted(samples, step, "left"), np.searchsorted(samples, step, "right")
+    if hi > lo:
+        read = sim_signals(sim)
+        for c in channels:
+            out[c][lo:hi] = read[c]
 
 
 def _window_stats(x: np.ndarray, window: int, noise: np.ndarray | float = 0.0) -> np.ndarray:
