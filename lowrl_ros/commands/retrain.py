@@ -1,7 +1,7 @@
 """`lowrl retrain`: continue the deployed policy with PPO in the identified simulator; release the next int8 version.
 
     lowrl retrain --base models/quadruped_v1.onnx --robot config/robots/quadruped.yaml \\
-        --gap-file identified_gap.yaml --steps 200000 --envs 8 [--ray-address auto] --out quadruped_v2.onnx
+        --gap-file identified_gap.yaml --steps 200000 [--ray-address auto] --out quadruped_v2.onnx
 
 One progress line per iteration (stage, steps, the mean return of recent simulated episodes, the time left),
 then each release gate's verdict. Exit 0 when the artifact was written, 1 when the run stopped (a gate, a
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=float, default=None, dest="total_steps",
                         help="environment steps in all (default 200000)")
     parser.add_argument("--envs", type=int, default=None, dest="n_envs",
-                        help="simulated robots in parallel (default 8)")
+                        help="simulated robots in parallel (default 32)")
     parser.add_argument("--ray-address", default=None, dest="ray_address",
                         help="run the environments as Ray actors: 'local' (a new local Ray), 'auto' (the running "
                              "cluster), 'ray://HOST:10001'; default: local worker processes")

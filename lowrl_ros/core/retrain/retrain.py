@@ -63,7 +63,8 @@ class RetrainSettings:
     """How to retrain; each field is also a `lowrl retrain` flag."""
 
     total_steps: int = config_field(200_000, "environment steps in all, critic warm-up included", range=(1, 10**9))
-    n_envs: int = config_field(8, "simulated robots stepped in parallel", range=(1, 4096))
+    n_envs: int = config_field(32, "simulated robots stepped in parallel (many per worker: each call to a worker and "
+                                   "each policy call then serves more steps)", range=(1, 4096))
     workers: int = config_field(2, "worker processes (or Ray actors) the environments are split over", range=(1, 512))
     ray_address: str = config_field("", "Ray cluster: '' local processes, 'local' a new local Ray, 'auto' the "
                                         "running cluster, 'ray://HOST:10001' a remote one")
