@@ -4,6 +4,7 @@ reward-only input, computes LeggedAnt's reward terms, ends episodes at the time 
 robot to reset (lowrl/reset -> lowrl/ready). Real MuJoCo, real rclpy over DDS, the shipped policy."""
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from lowrl_ros.core.sim import legged
 from lowrl_ros.ros.finetune_node import FineTuneNode
 from lowrl_ros.ros.qos import LATCHED, STATUS
 from lowrl_ros.ros.sim_robot_node import SimRobotNode
+from lowrl_ros.ros.spinning import make_executor
 from rosutil import active_policy_node, spin_until, wait_for_match
 
 pytestmark = pytest.mark.ros
@@ -79,7 +81,20 @@ def test_legged_finetuner_computes_the_robot_files_reward_from_the_state_estimat
     tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
         "kit_path": str(kit), "work_dir": str(tmp_path / "ft"), "robot_file": str(robot),
         "min_transitions": 50_000, "diagnostics_period_s": 0.2}.items()])
-    ex.add_node(tuner)
+    # The robot file computes the reward and the episode ends: the fine-tuner needs no message info and runs, as its
+    # main() does, on the EventsExecutor (its own, in a thread, as in its own process).
+    assert not tuner.needs_message_info
+    tuner_ex = make_executor(context=ros_context, events=True)
+    assert type(tuner_ex) is not SingleThreadedExecutor
+    tuner_ex.add_node(tuner)
+    stop = threading.Event()
+
+    def spin_tuner() -> None:
+        while not stop.is_set():
+            tuner_ex.spin_once(timeout_sec=0.05)
+
+    spinner = threading.Thread(target=spin_tuner)
+    spinner.start()
     try:
         tier_pub.publish(UInt8(data=0))
         assert spin_until(ex, lambda: tuner.resets_requested >= 2, timeout=30.0), \
@@ -88,7 +103,10 @@ def test_legged_finetuner_computes_the_robot_files_reward_from_the_state_estimat
         assert spin_until(ex, lambda: sim.resets >= tuner.resets_requested or time.monotonic() - t0 > 3, timeout=4)
         falls, resets = sim.robot.falls, sim.resets
     finally:
+        stop.set()
+        spinner.join()
         tuner.close()
+        tuner_ex.shutdown()
         ex.shutdown()
         for n in (sim, policy, tuner, tier):
             n.destroy_node()

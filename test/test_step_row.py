@@ -50,6 +50,9 @@ def test_a_version_1_row_and_a_wrong_size_are_refused_with_the_reason():
         decode_step(buf, 4, 1)
     with pytest.raises(StepRowError, match="empty"):
         decode_step([], 3, 1)
+    buf[1] = np.nan  # the fine-tuner takes a computed step's time from the stamp: it must be one
+    with pytest.raises(StepRowError, match="stamp is nan, not a time"):
+        decode_step(buf, 3, 1)
 
 
 def test_peek_version_reads_only_format_2_rows():

@@ -133,7 +133,12 @@ class FineTuneNode(Node):
         self._lock = threading.Lock()
         self.rss_mb = 0.0
 
-        self.create_subscription(Float64MultiArray, get("step_topic"), self._on_step, RECORD)
+        # Pairing a reward or an episode end from a topic with its step needs each message's DDS source timestamp
+        # (the message info). With the robot file computing both, the step row's own stamp is enough, and the
+        # node runs on the EventsExecutor (main; docs/finetune_reference.md gives the CPU it saves).
+        self.needs_message_info = not self.computed_reward or self.episodes is None or get("executor") == "single"
+        step_cb = self._on_step if self.needs_message_info else (lambda msg: self._on_step(msg, None))
+        self.create_subscription(Float64MultiArray, get("step_topic"), step_cb, RECORD)
         if self.rewards is not None and self.rewards.needs_effort:  # joint_effort, effort not observed
             self.create_subscription(JointState, get("joint_states_topic"), self._on_effort, RECORD)
         self._subscribe_reward_inputs()
@@ -274,9 +279,10 @@ class FineTuneNode(Node):
             self._bad(f"{self._get('step_topic')}: {exc}")
             return
         self.received["step"] += 1
-        self._record(self.recorder.step(row, _sent(info), time.monotonic()))
+        sent = _sent(info) if info is not None else row.stamp  # the policy node's wall clock at the tick
+        self._record(self.recorder.step(row, sent, time.monotonic()))
 
-    def _on_effort(self, msg: JointState, _info) -> None:
+    def _on_effort(self, msg: JointState) -> None:
         """joint_effort without an effort observation: the newest efforts of the policy's joints, by name."""
         effort = self._effort_index.take(msg.name, msg.effort)
         if effort is not None:
@@ -484,7 +490,8 @@ def _sent(info) -> float:
 def main(args: list[str] | None = None) -> int:
     # Not the EventsExecutor: in this rclpy it fails on subscription callbacks that take the
     # message info, and the recorder needs the source timestamps more than the latency.
-    return run_node("finetune_node", FineTuneNode, args=args, make_executor_fn=lambda: make_executor(events=False))
+    return run_node("finetune_node", FineTuneNode, args=args,
+                    make_executor_fn=lambda node: make_executor(events=not node.needs_message_info))
 
 if __name__ == "__main__":
     sys.exit(main())

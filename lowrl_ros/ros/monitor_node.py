@@ -72,7 +72,7 @@ def _make_node() -> MonitorNode:
 
 def main(args: list[str] | None = None) -> int:
     # Single-threaded: the EventsExecutor burns a share of a core with nothing to do (budget_monitor_node).
-    return run_node("monitor_node", _make_node, args=args, make_executor_fn=lambda: make_executor(events=False))
+    return run_node("monitor_node", _make_node, args=args, make_executor_fn=lambda _node: make_executor(events=False))
 
 
 if __name__ == "__main__":

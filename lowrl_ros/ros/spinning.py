@@ -120,7 +120,7 @@ def autostart(node: Any) -> int:
 
 
 def run_node(name: str, make_node: Callable[[], object], *, args: list[str] | None = None,
-             make_executor_fn: Callable[[], object] | None = None,
+             make_executor_fn: Callable[[object], object] | None = None,
              bad_config_rc: int = 2, start: Callable[[object], int] | None = None,
              stop: Callable[[object], None] | None = None) -> int:
     """A node's ``main``: init (the node owns the signals), build, spin until SIGINT/SIGTERM, clean up.
@@ -128,7 +128,7 @@ def run_node(name: str, make_node: Callable[[], object], *, args: list[str] | No
     Args:
         name: for the one-line error when ``make_node`` raises ValueError (bad parameters, a bad
             kit or key: the message says how to fix it), then the exit code is ``bad_config_rc``.
-        make_executor_fn: builds the executor once rclpy is initialised (default: ``make_executor()``).
+        make_executor_fn: builds the node's executor from the built node (default: ``make_executor()``).
         start: run after the node is built; a non-zero return ends ``main`` with that code.
         stop: run after spinning, while the context still lives (e.g. publish the safe action).
     The node's ``close()`` (if it has one) runs before ``destroy_node()``.
@@ -146,7 +146,7 @@ def run_node(name: str, make_node: Callable[[], object], *, args: list[str] | No
             rc = start(node)
             if rc:
                 return rc
-        spin_until_signal(node, make_executor_fn() if make_executor_fn is not None else None)
+        spin_until_signal(node, make_executor_fn(node) if make_executor_fn is not None else None)
         if stop is not None:
             stop(node)
     except (KeyboardInterrupt, SystemExit, ExternalShutdownException):

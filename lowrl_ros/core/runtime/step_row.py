@@ -104,6 +104,8 @@ def decode_step(data, obs_dim: int, action_dim: int) -> StepRow:
     if row.size != size:
         raise StepRowError(f"the step row has {row.size} values; this policy needs {size} ({_H} header + {obs_dim} "
                            f"obs + 3 x {action_dim} actions): the policy node runs another policy or robot file")
+    if not np.isfinite(row[1]):
+        raise StepRowError(f"the step row's stamp is {row[1]:g}, not a time: the publisher is not the policy node")
     n, m = obs_dim, action_dim
     o = _H + n
     return StepRow(float(row[1]), bool(row[2]), bool(row[3]), bool(row[4]), int(row[5]), row[_H:o], row[o:o + m],
