@@ -488,8 +488,8 @@ def _sent(info) -> float:
 
 
 def main(args: list[str] | None = None) -> int:
-    # Not the EventsExecutor: in this rclpy it fails on subscription callbacks that take the
-    # message info, and the recorder needs the source timestamps more than the latency.
+    # The EventsExecutor only where no callback takes the message info (it fails on those in this rclpy): a
+    # reward or episode topic is paired by its source timestamps, single-threaded.
     return run_node("finetune_node", FineTuneNode, args=args,
                     make_executor_fn=lambda node: make_executor(events=not node.needs_message_info))
 
