@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("policy", help="the artifact (.onnx) or bundle (.lowrl) the robot will run")
     parser.add_argument("robot_file", help="the robot file the policy node will read (docs/robot_file.md)")
     parser.add_argument("--seconds", type=float, default=10.0,
-                        help="seconds of policy control to judge, from the first policy tick (default 10)")
+                        help="seconds of policy control to judge, from the first policy tick once the simulator's "
+                             "truth is heard (default 10)")
     parser.add_argument("--vx", type=float, default=0.3, help="forward velocity command, m/s (default 0.3)")
     parser.add_argument("--yaw-rate", type=float, default=0.0, help="yaw-rate command, rad/s (default 0)")
     parser.add_argument("--deploy-check", choices=("refuse", "warn"), default="refuse",
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_simulation(args: argparse.Namespace, simulator, out: Path):
-    """Run the simulator's launch file with the policy for ``args.seconds`` of policy ticks.
+    """Run the simulator's launch file with the policy for ``args.seconds`` of policy ticks, counted from the first
+    one heard after the simulator's truth (ticks before it cannot be matched).
 
     Returns (step rows, truth rows, the last stats values or None, an error or "")."""
     from lowrl_ros.launcher import Launcher, LaunchError, PACKAGE, package_share, parse_launch
@@ -136,10 +138,12 @@ def _run_simulation(args: argparse.Namespace, simulator, out: Path):
             if died:
                 error = f"node(s) {', '.join(died)} stopped early"
                 break
-            if first is None and any(len(r) > 2 and r[2] == 0.0 for r in rec.step_rows[-5:]):
-                first = time.monotonic()  # the first policy tick (safe flag 0)
+            ticking = any(len(r) > 2 and r[2] == 0.0 for r in rec.step_rows[-5:])  # a policy tick (safe flag 0)
+            if first is None and ticking and rec.truth_rows:
+                first = time.monotonic()  # the clock starts once ticks can be matched: the truth is heard too
             if first is None and time.monotonic() - started > STARTUP_TIMEOUT_S:
-                error = f"no policy tick within {STARTUP_TIMEOUT_S:g} s"
+                error = (f"no policy tick within {STARTUP_TIMEOUT_S:g} s" if not ticking else
+                         f"the sim robot's truth ({TRUTH_TOPIC}) not heard within {STARTUP_TIMEOUT_S:g} s")
                 break
             if first is not None and time.monotonic() - first >= args.seconds:
                 break
