@@ -1,15 +1,14 @@
-import csv, glob, os, sys, statistics as st
-for d in sorted(glob.glob('/tmp/abft/*/')):
-    f = os.path.join(d, 'process_cpu.csv')
-    if not os.path.exists(f): print(d, 'no csv'); continue
-    rows = list(csv.DictReader(open(f)))
-    if not rows: print(d, 'empty'); continue
-    keys = rows[0].keys()
-    print(d, list(keys)[:8]) if d.endswith('old1/') else None
-    by = {}
-    t0 = float(rows[0]['time_s'])
+"""Each node's mean CPU (% of one core) from 30 to 75 s of every session run.sh made (process_cpu.csv)."""
+import csv
+import glob
+import os
+import statistics
+
+for d in sorted(glob.glob("/tmp/abft/*/")):
+    rows = list(csv.DictReader(open(os.path.join(d, "process_cpu.csv"))))
+    t0 = float(rows[0]["time_s"])
+    by: dict[str, list[float]] = {}
     for r in rows:
-        t = float(r['time_s']) - t0
-        if 30 <= t <= 75:
-            by.setdefault(r.get('process') or r.get('name'), []).append(float(r.get('cpu_pct') or r.get('cpu')))
-    print(os.path.basename(d.rstrip('/')), {k: round(st.mean(v), 1) for k, v in sorted(by.items())})
+        if 30 <= float(r["time_s"]) - t0 <= 75:
+            by.setdefault(r["process"], []).append(float(r["cpu_pct"]))
+    print(os.path.basename(d.rstrip("/")), {k: round(statistics.mean(v), 1) for k, v in sorted(by.items())})

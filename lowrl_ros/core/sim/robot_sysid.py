@@ -291,25 +291,31 @@ def replay(sim: RobotSim, episode: RecordedEpisode, layout: SignalLayout, physic
     out = {c: np.empty((len(times), layout.width(c))) for c in channels}
     limit = sim.config.torque_limit
     most = 0.0
-    step = 0
+    due = samples.tolist()  # each reading's physics step, sorted: a cursor walks it (the replay's hot loop)
+    step = k = 0
     for end in ends.tolist():
         i = schedule[step]
-        _read_due(sim, samples, step, channels, out)
+        k = _read_due(sim, due, k, step, channels, out)
         sim.step(episode.commands[i] if i >= 0 else hold, physics_steps=end - step)
         if peak:
             most = max(most, float(np.max(np.abs(sim.torque) / limit)))
         step = end
-    _read_due(sim, samples, step, channels, out)
+    _read_due(sim, due, k, step, channels, out)
     return out, most
 
 
-def _read_due(sim: RobotSim, samples: np.ndarray, step: int, channels: list[str], out: dict[str, np.ndarray]) -> None:
-    """The readings taken after ``step`` physics steps (``samples``: the physics step of each observation, sorted)."""
-    lo, hi = np.searchsorted(samples, step, "left"), np.searchsorted(samples, step, "right")
-    if hi > lo:
+def _read_due(sim: RobotSim, due: list[int], k: int, step: int, channels: list[str],
+              out: dict[str, np.ndarray]) -> int:
+    """Readings ``k``, ``k + 1``, ... taken after ``step`` physics steps (``due``: each reading's physics step,
+    sorted); returns the index of the next reading."""
+    lo = k
+    while k < len(due) and due[k] == step:
+        k += 1
+    if k > lo:
         read = sim_signals(sim)
         for c in channels:
-            out[c][lo:hi] = read[c]
+            out[c][lo:k] = read[c]
+    return k
 
 
 def _window_stats(x: np.ndarray, window: int, noise: np.ndarray | float = 0.0) -> np.ndarray:
