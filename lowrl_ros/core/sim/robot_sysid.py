@@ -23,8 +23,10 @@ the robot file's own simulator (core/sim/robot_sim.py ``RobotSim``) within its `
    each channel in units of its recorded variance: statistics need no exact time alignment, the joints'
    open-loop error (stiff PD tracks the commands, so it does not drift like the base) pins latency and
    gains. Mass scale, friction, motor strength, kp/kd scales and latency are searched by the cross-entropy
-   method (seeded) inside the priors. The candidates are replayed in ``workers`` processes (a replay is
-   deterministic, so the result is the same for any number of them).
+   method (seeded) inside the priors, then settled by a coordinate search; where a quarter-range move of a
+   value is still lower on average (the search stopped on a bump of the noisy objective) the fit moves there
+   and settles again (at most ``MAX_DESCENTS`` times). The candidates are replayed in ``workers`` processes (a
+   replay is deterministic, so the result is the same for any number of them).
 3. **What the data cannot identify** stays at its prior centre, flagged: motor strength when the replayed
    torques never reach the weakest torque limit the prior allows (it changes nothing then), and any
    physics parameter whose quarter-range moves do not raise the objective in significantly more episodes
@@ -500,6 +502,57 @@ def _physics_gap(names: list[str], x: np.ndarray, priors: dict, dt: float) -> tu
     return Gap(**values), delay_steps * dt
 
 
+MAX_DESCENTS = 3  # quarter-range moves the fit takes after its search (each followed by the refinement)
+
+
+def _refine(score: _Scorer, best_x: np.ndarray, best_j: float, rounds: int) -> tuple[np.ndarray, float]:
+    """A coordinate search from ``best_x``: per round and value both moves by the round's step (1/8, 1/16, ... of
+    the prior range), replayed at once; the lower one is taken first, as one after the other would."""
+    step = 0.125
+    for _ in range(rounds if len(best_x) else 0):
+        for i in range(len(best_x)):
+            moves = [best_x.copy(), best_x.copy()]
+            for x, sign in zip(moves, (-1.0, 1.0)):
+                x[i] = float(np.clip(x[i] + sign * step, 0.0, 1.0))
+            for x, j in zip(moves, score("full", moves)):
+                if float(j.mean()) < best_j:
+                    best_x, best_j = x, float(j.mean())
+                    break
+        step /= 2
+    return best_x, best_j
+
+
+def _settle(score: _Scorer, best_x: np.ndarray, best_j: float, rounds: int):
+    """The search's best point refined, then moved on while a quarter-range move lowers the mean objective (the
+    search stopped short of the minimum: a noisy objective, a bump the refinement's smaller steps did not cross),
+    at most ``MAX_DESCENTS`` times, each followed by the refinement. Returns the point, its mean objective, the
+    per-episode objectives of the identifiability test's moves from it (keyed (value index, sign); replayed here,
+    the pool still open) and how many moves were taken."""
+    best_x, best_j = _refine(score, best_x, best_j, rounds)
+    descents = 0
+    while True:
+        moved = _quarter_moves(best_x)
+        moved_j = dict(zip(moved, score("full", list(moved.values()))))
+        lower = min(moved_j, key=lambda key: float(moved_j[key].mean()), default=None)
+        if lower is None or float(moved_j[lower].mean()) >= best_j or descents == MAX_DESCENTS:
+            return best_x, best_j, moved_j, descents
+        descents += 1
+        best_x, best_j = _refine(score, moved[lower], float(moved_j[lower].mean()), rounds)
+
+
+def _quarter_moves(best_x: np.ndarray) -> dict[tuple[int, float], np.ndarray]:
+    """The identifiability test's moves: each value a quarter of its prior range either way (clipped to the prior;
+    a move the clip shortens below a tenth is left out)."""
+    moved: dict[tuple[int, float], np.ndarray] = {}
+    for i in range(len(best_x)):
+        for sign in (-1.0, 1.0):
+            x = best_x.copy()
+            x[i] = float(np.clip(x[i] + sign * 0.25, 0.0, 1.0))
+            if abs(x[i] - best_x[i]) >= 0.1:
+                moved[(i, sign)] = x
+    return moved
+
+
 def _problem(sim: RobotSim, layout: SignalLayout, starts: list[RecordedEpisode], sensor_gap: Gap,
              gap_values: dict[str, Any], settings: IdentifySettings) -> tuple[_Problem, int]:
     """The replay's inputs: the episodes (up to ``max_steps``), their debiased signals, start states, scales and
@@ -614,29 +667,7 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
             sd = np.maximum(0.3 * sd + 0.7 * elite.std(axis=0), 0.04)
             progress("physics", 0.9 * (it + 1) / settings.iterations)
         best_j = float(score("full", [best_x])[0].mean()) if d else math.inf
-        # The cross-entropy search ends near the optimum of a noisy objective; a coordinate search settles it, so
-        # the identifiability test below moves away from a minimum, not from a point a move would improve. Both
-        # moves of a value are replayed at once; the lower one is taken first, as one after the other would.
-        step = 0.125
-        for _ in range(settings.refine_rounds if d else 0):
-            for i in range(d):
-                moves = [best_x.copy(), best_x.copy()]
-                for x, sign in zip(moves, (-1.0, 1.0)):
-                    x[i] = float(np.clip(x[i] + sign * step, 0.0, 1.0))
-                for x, j in zip(moves, score("full", moves)):
-                    if float(j.mean()) < best_j:
-                        best_x, best_j = x, float(j.mean())
-                        break
-            step /= 2
-        # The identifiability test's quarter-range moves, replayed now with the pool still open.
-        moved: dict[tuple[int, float], np.ndarray] = {}
-        for i in range(d):
-            for sign in (-1.0, 1.0):
-                x = best_x.copy()
-                x[i] = float(np.clip(x[i] + sign * 0.25, 0.0, 1.0))
-                if abs(x[i] - best_x[i]) >= 0.1:
-                    moved[(i, sign)] = x
-        moved_j = dict(zip(moved, score("full", list(moved.values()))))
+        best_x, best_j, moved_j, descents = _settle(score, best_x, best_j, settings.refine_rounds)
     problem.evaluations += score.evaluations
     progress("physics", 1.0)
     physics_gap, delay = _physics_gap(names, best_x, priors, dt)
@@ -697,7 +728,7 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                           {"latency_physics_steps": float(latency_exact), "physics_dt": dt,
                            "episodes_at_rest": len(starts), "episodes_replayed": len(problem.episodes),
                            "steps_replayed": used, "evaluations": problem.evaluations,
-                           "peak_torque_fraction": peak,
+                           "peak_torque_fraction": peak, "descents": descents,
                            "search_best": {n: float(lo + v * (hi - lo)) for n, v, (lo, hi) in
                                            zip(names, best_x, (_bounds(n, priors) for n in names))}})
 
