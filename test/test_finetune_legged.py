@@ -127,7 +127,8 @@ def test_legged_finetuner_computes_the_robot_files_reward_from_the_state_estimat
     assert np.all(upright <= 0) and np.all(rate <= 0) and np.all(effort <= 0)
     # The legs hold the robot's weight. The effort is the newest JointState when a row arrives: the first step of
     # an episode may still read the reset instant's (the robot in the air at its targets: exactly no torque).
-    assert np.all(np.delete(effort, np.r_[0, ends + 1][np.r_[0, ends + 1] < len(batch)]) < 0)
+    starts = np.r_[0, ends + 1]
+    assert np.all(np.delete(effort, starts[starts < len(batch)]) < 0)
     assert len(ends) >= 2 and not batch.terminated.any()  # time limits; a walking robot does not fall
     assert resets == tuner.resets_requested and falls == 0
     # The policy node held the safe action until each reset's ready, then walked again: steps after the last end.

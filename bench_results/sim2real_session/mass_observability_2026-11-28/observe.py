@@ -15,7 +15,6 @@ from lowrl_ros.core.sim.robot_recording import sim_signals
 
 ROBOT = "config/robots/legged_ant.yaml"
 POLICY = load_artifact("models/legged_ant_int8.onnx", engine="numpy")
-POLICY = POLICY[0] if isinstance(POLICY, tuple) else POLICY
 TRUE = dict(mass_scale=1.4, kp_scale=0.6, kd_scale=1.0, friction=0.6, latency_steps=6)
 
 

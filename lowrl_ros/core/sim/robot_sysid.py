@@ -509,7 +509,7 @@ def _refine(score: _Scorer, best_x: np.ndarray, best_j: float, rounds: int) -> t
     """A coordinate search from ``best_x``: per round and value both moves by the round's step (1/8, 1/16, ... of
     the prior range), replayed at once; the lower one is taken first, as one after the other would."""
     step = 0.125
-    for _ in range(rounds if len(best_x) else 0):
+    for _ in range(rounds):
         for i in range(len(best_x)):
             moves = [best_x.copy(), best_x.copy()]
             for x, sign in zip(moves, (-1.0, 1.0)):
