@@ -125,10 +125,11 @@ def test_legged_finetuner_computes_the_robot_files_reward_from_the_state_estimat
     assert np.all((lin > 0) & (lin <= 1.5)) and np.all((yaw > 0) & (yaw <= 0.5))  # exp kernels, weighted
     ends = np.flatnonzero(batch.truncated)
     assert np.all(upright <= 0) and np.all(rate <= 0) and np.all(effort <= 0)
-    # The legs hold the robot's weight. The effort is the newest JointState when a row arrives: the first step of
-    # an episode may still read the reset instant's (the robot in the air at its targets: exactly no torque).
-    starts = np.r_[0, ends + 1]
-    assert np.all(np.delete(effort, starts[starts < len(batch)]) < 0)
+    # The legs hold the robot's weight. The effort is the newest JointState when a row arrives: a step near an
+    # episode's start may still read the reset instant's (the robot in the air at its targets: exactly no torque).
+    # Jazzy CI on 21485b3 found a zero off an episode's first step (the row and the reset's JointState race over DDS),
+    # so the test bounds how many there are: at most one per episode.
+    assert np.count_nonzero(effort == 0) <= len(ends) + 1
     assert len(ends) >= 2 and not batch.terminated.any()  # time limits; a walking robot does not fall
     assert resets == tuner.resets_requested and falls == 0
     # The policy node held the safe action until each reset's ready, then walked again: steps after the last end.
