@@ -212,7 +212,8 @@ def test_finetune_status_levels_and_names():
     terms = finetune_status(FineTuneFacts(reward_terms=("alive", "upright"), interventions=4, demo_buffer=9,
                                           last_terms={"alive": 12.0, "upright": -0.123456}))[3]
     assert terms.message == "reward from terms alive, upright"
-    assert terms.values == {"interventions": 4, "resets_requested": 0, "demo_buffer": 9, "demo_rows_sampled": 0,
+    assert terms.values == {"interventions": 4, "resets_requested": 0, "rows_before_ready": 0, "demo_buffer": 9,
+                            "demo_rows_sampled": 0,
                             "last_episode.alive": "12", "last_episode.upright": "-0.1235"}
 
 

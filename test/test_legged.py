@@ -30,6 +30,22 @@ def test_pd_holds_the_default_pose_standing():
     assert np.abs(robot.joint_efforts()).max() <= legged.LeggedConfig().torque_limit + 1e-9
 
 
+def test_legged_reset_drops_the_robot_with_no_torque():
+    """A reset puts the torso 0.6 m up, joints at their targets: it falls freely, its motors reading exactly 0 N m,
+    until the feet land (0.12 s), then the legs carry it. The fine-tuner's effort reward sees that at each episode's
+    start (test_finetune_legged)."""
+    sim = legged.LeggedSim(physics_dt=0.005, realtime=False)
+    sim.reset()
+    effort = []
+    for _ in range(80):
+        sim.step(sim.hold_command)
+        effort.append(np.abs(sim.joints().effort).max())
+    effort = np.array(effort)
+    in_air = int(np.argmax(effort > 0))
+    assert 10 <= in_air <= 40 and np.all(effort[:in_air] == 0)
+    assert np.all(effort[in_air:] > 0.1)  # standing: every joint-state after the landing has the legs pushing
+
+
 def test_pd_tracks_a_target_and_clips_torque():
     robot = legged.LeggedRobot()
     robot.reset()

@@ -91,6 +91,28 @@ def test_terminated_and_truncated_ends_reset_and_are_judged():
     assert rec.last_terms == {"alive": 1.0}
 
 
+def test_with_await_ready_the_next_episode_starts_where_the_robot_stands_again():
+    """A row the policy node sent before the reset request reached it shows the old episode's robot: with the robot's
+    ready awaited it is not recorded, and the next episode starts at the first row after the ready."""
+    reward, episode = specs({"terms": [{"term": "alive"}]}, {"time_limit_steps": 2})
+    rec = EpisodeRecorder(reward, episode, await_ready=True)
+    _, ends = split(feed(rec, [row(0), row(1), row(2)]))  # the end at row 2 asks for a reset
+    assert ends and ends[0].reset
+    # rows 3 and 4 left the policy node before the reset request reached it, then it held (5) until the ready
+    assert feed(rec, [row(3), row(4), row(5, safe=True)]) == [] and rec.before_ready == 2
+    rec.ready()
+    ts, ends = split(feed(rec, [row(6), row(7), row(8)]))
+    assert [(t.obs[3], t.next_obs[3]) for t in ts] == [(6, 7), (7, 8)] and ends[0].judged.start_obs[3] == 6
+    assert rec.incomplete == 0
+    # without await_ready the stale row 3 would have started that episode
+    plain = EpisodeRecorder(reward, episode)
+    feed(plain, [row(0), row(1), row(2)])
+    ts, _ = split(feed(plain, [row(3), row(4)]))
+    assert ts[0].obs[3] == 3 and plain.before_ready == 0
+    # a robot file without episode: never waits (nothing asks the robot to reset)
+    assert not EpisodeRecorder(reward, None, await_ready=True).await_ready
+
+
 def test_a_swap_mid_episode_is_not_judged():
     rec = EpisodeRecorder(*specs({"terms": [{"term": "alive"}]}, {"time_limit_steps": 2}))
     feed(rec, [row(0), row(1), row(2)])  # the first end: judging starts

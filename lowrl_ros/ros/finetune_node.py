@@ -35,7 +35,7 @@ from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Empty, Float32MultiArray, Float64, Float64MultiArray, UInt8
+from std_msgs.msg import Bool, Empty, Float32MultiArray, Float64, Float64MultiArray, UInt8
 
 from lowrl_ros.core.finetune.kit import recording_policy
 from lowrl_ros.core.finetune.learner import FineTuner
@@ -115,7 +115,7 @@ class FineTuneNode(Node):
                                        f"learner at {report.updates} updates, running v{report.running}")
 
         # Executor-thread state.
-        self.recorder = EpisodeRecorder(self.rewards, self.episodes)  # rows -> transitions, episode ends
+        self.recorder = EpisodeRecorder(self.rewards, self.episodes, await_ready=bool(get("ready_topic")))
         self.recorded = 0
         self.bad_inputs = 0
         self.callback_errors = 0
@@ -147,6 +147,8 @@ class FineTuneNode(Node):
             self.create_subscription(Float64, topic, self._on_reward, RECORD)
         if self.episodes is not None:
             self._reset_pub = self.create_publisher(Empty, get("reset_topic"), STATUS)
+            if get("ready_topic"):
+                self.create_subscription(Bool, get("ready_topic"), lambda m: m.data and self.recorder.ready(), LATCHED)
         elif get("episode_info_topic"):
             self.create_subscription(Float64MultiArray, get("episode_info_topic"), self._on_episode_info, RECORD)
         else:

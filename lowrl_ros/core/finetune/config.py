@@ -192,6 +192,9 @@ class FineTuneNodeSettings:
                                 "empty: the one obs_fields/input describe")
     step_topic: str = field("lowrl/policy/step", "the policy node's step rows: what it saw and did each tick")
     reset_topic: str = field("lowrl/reset", "robot_file with episode:: std_msgs/Empty published at each episode end")
+    ready_topic: str = field("", "robot_file with episode:: std_msgs/Bool true once the robot stands again after a "
+                                 "reset (the policy node's ready_topic): the next episode starts there, rows before "
+                                 "it are not recorded; empty: at the first row after the end")
     demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
     executor: str = field("auto", "auto: rclpy's EventsExecutor when the robot file computes the reward and the "
                                   "episode ends (7-8 % of a core against 19-21 % at 50 Hz), else single-threaded "

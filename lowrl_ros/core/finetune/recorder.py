@@ -13,7 +13,11 @@ Two ways to get a reward, chosen by the robot file:
   this row's observation, make one transition whose reward the terms compute (core/finetune/rewards.py);
   the robot file's ``episode:`` section ends episodes (then the robot is asked to reset). A safe tick
   (no policy action) breaks the chain: no transition spans it. A step whose reward input is missing
-  (no JointState effort yet, a stale reward input) is dropped and counted in ``incomplete``.
+  (no JointState effort yet, a stale reward input) is dropped and counted in ``incomplete``. With
+  ``await_ready`` (the robot says when it stands again after a reset, as the policy node's
+  ``ready_topic``), the rows between an end and the robot's ready are not recorded: a row the policy
+  node sent before the reset request reached it shows the old episode's robot, and would otherwise
+  start the new episode (counted in ``before_ready``).
 * **paired** (a reward topic): rows are paired with the robot's reward messages and episode ends by
   their DDS source timestamps (TransitionAssembler: the reward sent between two rows is the first
   row's). A step whose executed action is not finite (a safe tick) is dropped and counted.
@@ -121,13 +125,18 @@ class EpisodeRecorder:
             topic (or None) it comes from reward messages (:meth:`reward`).
         episodes: the robot file's ``episode:`` section (computed rewards only).
         max_reward_delay_s: paired: how long a step waits for its reward before it is dropped.
+        await_ready: computed: after each end, the next episode starts only once :meth:`ready` is called (the
+            robot stands again); without it, at the first usable row after the end.
     """
 
     def __init__(self, rewards: RewardSpec | None = None, episodes: EpisodeSpec | None = None,
-                 max_reward_delay_s: float = 0.5) -> None:
+                 max_reward_delay_s: float = 0.5, await_ready: bool = False) -> None:
         self.rewards = rewards
         self.computed = rewards is not None and not rewards.topic
         self.episodes = episodes if self.computed else None
+        self.await_ready = await_ready and self.episodes is not None
+        self.before_ready = 0  # policy rows between an end and the robot's ready, not recorded
+        self._awaiting = False
         self.judge = EpisodeJudge()
         self.assembler = TransitionAssembler(max_reward_delay_s)
         self.running_version = 0  # from the rows (0: not heard yet)
@@ -168,8 +177,15 @@ class EpisodeRecorder:
             self.interventions += 1
         return self._computed(row, sent, now) if self.computed else self._paired(row, sent, now)
 
+    def ready(self) -> None:
+        """The robot stands again after its reset: the next usable row starts the next episode."""
+        self._awaiting = False
+
     def _computed(self, row: StepRow, sent: float, now: float) -> list[Recorded]:
         """The previous row's transition ends at this row's observation."""
+        if self._awaiting:  # the robot is not back yet: the row shows the old episode's robot (or the hold)
+            self.before_ready += int(row.usable)
+            return []
         out: list[Recorded] = []
         obs = row.obs
         if self._prev is not None and np.isfinite(obs).all():
@@ -189,7 +205,8 @@ class EpisodeRecorder:
                 self._dropped += 1
             if end is not None:
                 out.append(self._computed_end(end.kind, end.reason))
-                self._prev = None  # the row after the end starts the next episode
+                self._prev = None  # the row after the end (after the robot's ready) starts the next episode
+                self._awaiting = self.await_ready
                 return out
         if not row.usable:
             self._prev = None  # a safe tick (or no observation) breaks the chain: no transition across it

@@ -109,6 +109,7 @@ class FineTuneFacts:
     reward_terms: tuple[str, ...] = ()  # the robot file's reward terms (empty: a reward topic)
     interventions: int = 0
     resets_requested: int = 0
+    rows_before_ready: int = 0  # policy rows between an end and the robot's ready, not recorded
     demo_buffer: int = 0  # demo rows held (learning here)
     demo_rows_sampled: int = 0
     last_terms: dict[str, float] = field(default_factory=dict)  # the last computed episode's term sums
@@ -125,7 +126,7 @@ class FineTuneFacts:
         r = recorder
         self.running_version, self.incomplete_steps, self.interventions = r.running_version, r.incomplete, \
             r.interventions
-        self.last_terms, self.swaps = r.last_terms, r.swaps
+        self.last_terms, self.swaps, self.rows_before_ready = r.last_terms, r.swaps, r.before_ready
         self.rows_silence = r.rows_silence(ROWS_TIMEOUT_S, now, wall_now)
         self.rows_age_s = None if r.last_row_at is None else now - r.last_row_at
         if session is None:
@@ -167,6 +168,7 @@ def finetune_status(facts: FineTuneFacts, prefix: str = "lowrl/finetune") -> lis
     reward = StatusEntry(
         f"{prefix}/reward", OK, "reward from " + ("terms " + ", ".join(f.reward_terms) if f.reward_terms else "topic"),
         {"interventions": f.interventions, "resets_requested": f.resets_requested,
+         "rows_before_ready": f.rows_before_ready,
          "demo_buffer": "offboard" if f.offboard else f.demo_buffer, "demo_rows_sampled": f.demo_rows_sampled,
          **{f"last_episode.{k}": f"{v:.4g}" for k, v in f.last_terms.items()}})
     if f.offboard:  # off-board learning: this node records and streams
