@@ -52,6 +52,15 @@ def test_episodes_are_judged_only_whole_and_by_one_version():
     assert j.lost == 1 and j.add(8, tr(2, -5.0, end=True)) == (2, -5.0)
 
 
+def test_an_episode_truncated_before_the_time_limit_was_cut_and_is_not_judged():
+    j = EpisodeJudge(whole_steps=3)
+    assert [j.add(i, tr(1, end=(i == 1))) for i in range(2)][-1] is None  # truncated after 2 of 3: cut
+    assert [j.add(i, tr(1, end=(i == 4))) for i in range(2, 5)][-1] == (1, -3.0)  # the time limit: whole
+    fell = dataclasses.replace(tr(1), terminated=True)
+    assert j.add(5, fell) == (1, -1.0)  # a fall after one step is a whole episode
+    assert j.finished == [(1, -3.0), (1, -1.0)]
+
+
 def test_learner_releases_versions_as_bundles_and_a_rollback_as_a_newer_one(tiny_kit, tmp_path):
     cfg = FineTuneConfig(min_transitions=64, batch_size=32, version_every_updates=25, eval_episodes=1,
                          rollback_margin=10.0)

@@ -120,6 +120,8 @@ def test_recording_waits_for_whole_episodes_and_nothing_starts_before(tmp_path):
     learner.receive(list(range(len(ts))), ts)
     assert learner.step() == [] and learner.state == "recording" and learner.last_decision.startswith("recording: 2/3")
     assert not (tmp_path / "w" / "retrain" / "job.json").exists()
+    # the robot file's 20 s limit at 50 Hz: a truncated episode shorter than 90 % of it was cut (record_episodes)
+    assert learner.judge.whole_steps == 900
     learner.close()
 
 

@@ -113,6 +113,29 @@ def test_with_await_ready_the_next_episode_starts_where_the_robot_stands_again()
     assert not EpisodeRecorder(reward, None, await_ready=True).await_ready
 
 
+def test_an_episode_cut_for_the_recording_is_truncated_and_never_judged():
+    reward, episode = specs({"terms": [{"term": "alive"}]}, {"time_limit_steps": 3})
+    rec = EpisodeRecorder(reward, episode)
+    episode.cut_first(1, 2)
+    feed(rec, [row(0), row(1), row(2)])  # steps 1, 2: cut (the first episode is never judged: it began unseen)
+    ts, ends = split(feed(rec, [row(3), row(4), row(5), row(6)]))  # a whole one, judged
+    assert [e.kind for e in ends] == ["truncated"] and ends[0].judged is not None and ts[-1].truncated
+    episode.cut_first(1, 2)
+    ts, ends = split(feed(rec, [row(7), row(8), row(9)]))
+    assert [e.kind for e in ends] == ["cut"] and ends[0].judged is None and ends[0].steps == 2
+    assert ts[-1].truncated and not ts[-1].terminated  # the learner and the identification see a truncation
+
+
+def test_record_episodes_needs_an_episode_section():
+    from lowrl_ros.core.finetune.recorder import RobotSpecs
+
+    robot = parse_robot_file({"joints": ["a"], "observation": OBS, "reward": {"terms": [{"term": "alive"}]}}, "r.yaml")
+    robot_specs = RobotSpecs.from_robot_file(robot, 0.02)
+    robot_specs.cut_recording(0, 250)  # off: fine
+    with pytest.raises(ValueError, match="record_episodes 8: r.yaml has no episode: section"):
+        robot_specs.cut_recording(8, 250)
+
+
 def test_a_swap_mid_episode_is_not_judged():
     rec = EpisodeRecorder(*specs({"terms": [{"term": "alive"}]}, {"time_limit_steps": 2}))
     feed(rec, [row(0), row(1), row(2)])  # the first end: judging starts

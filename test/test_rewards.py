@@ -127,6 +127,24 @@ def test_episode_ends_on_a_fall_or_the_time_limit():
         EpisodeSpec.from_robot_file(*legged(episode={"max_steps": 3}))
 
 
+def test_cut_first_ends_the_recorded_episodes_sooner_then_the_file_limits_again():
+    robot, spec = legged(episode={"fall_tilt_deg": 45, "time_limit_steps": 5})
+    upright, tilted = obs_of(), obs_of(grav=(math.sin(math.radians(50)), 0, -math.cos(math.radians(50))))
+    ends = EpisodeSpec.from_robot_file(robot, spec)
+    ends.cut_first(2, 3)
+    seen = [ends.step(upright, float(t)) for t in range(3 + 3 + 5)]
+    assert [(i, e.kind) for i, e in enumerate(seen) if e] == [(2, "cut"), (5, "cut"), (10, "truncated")]
+    assert "cut for the identification's recording: 3 steps" in seen[2].reason
+    ends.cut_first(1, 3)
+    assert ends.step(tilted, 0.0).kind == "terminated"  # a fall is a fall, and it was the cut episode
+    assert [ends.step(upright, 0.0) for _ in range(4)] == [None] * 4 and ends.step(upright, 0.0).kind == "truncated"
+    assert ends.whole_steps(0.02) == 5
+    assert EpisodeSpec.parse({"time_limit_s": 1.0}, spec).whole_steps(0.02) == 45  # 90 %: the stamps jitter
+    assert EpisodeSpec.parse({"fall_tilt_deg": 45}, spec).whole_steps(0.02) is None
+    with pytest.raises(ValueError, match="record_time_limit_steps 0"):
+        ends.cut_first(1, 0)
+
+
 def transition(k: int, **extra) -> Transition:
     return Transition(np.full(3, k, float), np.array([k / 10]), -k, np.full(3, k + 1, float), False, False, 1,
                       float(k), **extra)

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
                         help="trainer node parameters, e.g. retrain.episodes=8 ppo.total_steps=200000")
     parser.add_argument("--ray-address", default="", help="retrain on this Ray cluster (ppo.ray_address)")
+    parser.add_argument("--record-steps", type=int, default=0,
+                        help="the fine-tuner cuts the recorded episodes (retrain.episodes of them) after this many "
+                             "policy steps (its record_time_limit_steps; 0: whole episodes)")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per session (1800)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_sim2real_session"))
     parser.add_argument("--out", type=Path, default=None, help="results root (default bench_results/)")
@@ -90,6 +93,14 @@ def _params_file(path: Path, items: list[str], ray_address: str, source: str = "
     return path
 
 
+def _record_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The launch arguments that cut the recorded episodes (``--record-steps``): as many as the trainer records."""
+    if not args.record_steps:
+        return ()
+    episodes = next((item.partition("=")[2] for item in args.set if item.startswith("retrain.episodes=")), "8")
+    return f"record_episodes:={int(episodes)}", f"record_time_limit_steps:={args.record_steps}"
+
+
 def move_aside(run_dir: Path) -> Path | None:
     """An earlier session in ``run_dir`` renamed to ``<name>.earlier-<its time>`` (kept, not reused: its decision
     would end the new session at once and be reported as the new one's); returns the new name, None if none."""
@@ -105,7 +116,7 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def session(run_dir: Path, robot_file: Path, policy: Path, gap_file: str, seed: int, trainer_params: Path,
-            done, timeout_s: float, method: str = "retrain") -> tuple[Path, float]:
+            done, timeout_s: float, method: str = "retrain", extra: tuple[str, ...] = ()) -> tuple[Path, float]:
     """One `lowrl launch` session until ``done(session_dir)`` or the timeout; returns its directory and seconds."""
     from lowrl_ros.commands.demo import make_session_key
 
@@ -116,7 +127,7 @@ def session(run_dir: Path, robot_file: Path, policy: Path, gap_file: str, seed: 
     cmd = [sys.executable, "-m", "lowrl_ros.cli", "launch", str(_repo() / "launch/robot_sim_to_real.launch.yaml"),
            f"robot_file:={robot_file}", f"policy_path:={policy}", f"gap_file:={gap_file}", f"seed:={seed}",
            f"session_dir:={run_dir}", f"key_file:={key}", f"trainer_params:={trainer_params}",
-           f"offboard_method:={method}",
+           f"offboard_method:={method}", *extra,
            "--log-dir", str(run_dir / "logs")]
     print("  $ " + " ".join(cmd[2:]), flush=True)
     t0 = time.monotonic()
@@ -144,7 +155,12 @@ def _session_s(session_dir: Path) -> float:
 
 
 def _returns(rows: list[dict], version: int) -> list[float]:
-    return [float(r["return"]) for r in rows if int(float(r["version"])) == version]
+    """The returns of ``version``'s whole episodes (not those cut for the identification's recording)."""
+    return [float(r["return"]) for r in _whole(rows) if int(float(r["version"])) == version]
+
+
+def _whole(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("end") != "cut"]
 
 
 def _misses(session_dir: Path) -> dict:
@@ -223,11 +239,11 @@ def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file:
     else:
         print(f"seed {seed}: retraining on the robot under {gap_file}", flush=True)
         gapped, wall = session(root / "gapped", robot_file, policy, str(gap_file), seed, params, decided,
-                               args.timeout_s)
+                               args.timeout_s, extra=_record_args(args))
     status, rows = _status(gapped), _episodes(gapped)
     r_before = _returns(rows, base_version)
     running = status["released"][-1] if status.get("released") else base_version
-    after_rows = [r for r in rows if int(float(r["version"])) == running]
+    after_rows = [r for r in _whole(rows) if int(float(r["version"])) == running]
     r_after = [float(r["return"]) for r in after_rows[1:]]  # the first one may be the judge's, or partly earlier
     mean = lambda xs: float(np.mean(xs)) if xs else float("nan")  # noqa: E731
     gap = mean(r_nominal) - mean(r_before)

@@ -11,8 +11,8 @@ with the robot's episode ends (``/lowrl/episode`` or ``/lowrl/episode_return``);
 Out: transitions on disk (core/finetune/transition_log.py: MCAP + write-ahead log); new versions through
 ``/<policy_node>/set_parameters`` (the policy node's own validation, warm-up and atomic swap); a reset
 request on ``reset_topic`` at each end of the robot file's ``episode:``; ``/diagnostics`` under
-``lowrl/finetune/{log,learner,versions,reward}``. With ``learner: offboard`` it learns nothing and streams
-the transitions on ``transitions_topic`` to trainer_node instead (core/finetune/offboard.py).
+``lowrl/finetune/{log,learner,versions,reward}``. ``learner: offboard``: it streams the transitions on
+``transitions_topic`` to trainer_node instead, its first ``record_episodes`` episodes cut for the identification.
 
 The decisions live in core: the recorder (core/finetune/recorder.py: rows -> transitions, episode ends),
 the session (learning, versions, rollback) and the learner thread (core/finetune/learner_loop.py: niced,
@@ -89,6 +89,7 @@ class FineTuneNode(Node):
         self.robot = self._robot(kit)  # what the step rows describe
         specs = RobotSpecs.from_robot_file(self.robot, kit.contract.control_period_s)
         specs.check_against(kit)  # before anything touches the disk
+        specs.cut_recording(get("record_episodes"), get("record_time_limit_steps"))
         self.rewards, self.episodes = specs.rewards, specs.episodes
         self.obs_dim, self.action_dim = kit.obs_dim, kit.action_dim
         self.work_dir = Path(get("work_dir")).expanduser()
@@ -116,9 +117,7 @@ class FineTuneNode(Node):
 
         # Executor-thread state.
         self.recorder = EpisodeRecorder(self.rewards, self.episodes, await_ready=bool(get("ready_topic")))
-        self.recorded = 0
-        self.bad_inputs = 0
-        self.callback_errors = 0
+        self.recorded = self.bad_inputs = self.callback_errors = 0
         self.received: collections.Counter = collections.Counter()  # messages per input, for diagnostics
         self.tier: ComputeTier | None = None  # unknown until the budget monitor speaks: no learning
         self._requested: dict[str, int] = {}  # artifact path -> version, for rejection reports

@@ -195,6 +195,10 @@ class FineTuneNodeSettings:
     ready_topic: str = field("", "robot_file with episode:: std_msgs/Bool true once the robot stands again after a "
                                  "reset (the policy node's ready_topic): the next episode starts there, rows before "
                                  "it are not recorded; empty: at the first row after the end")
+    record_episodes: int = field(0, "robot_file with episode:: the first this many episodes end after "
+                                    "record_time_limit_steps (the off-board identification's recording: trainer_node "
+                                    "retrain.episodes); 0: every episode runs to the file's limits", range=(0, 10**6))
+    record_time_limit_steps: int = field(250, "record_episodes: their time limit, in policy steps", range=(1, 10**9))
     demos_dir: str = field("", "a transition log directory of demonstrations seeding the demo buffer (HIL-SERL)")
     executor: str = field("auto", "auto: rclpy's EventsExecutor when the robot file computes the reward and the "
                                   "episode ends (7-8 % of a core against 19-21 % at 50 Hz), else single-threaded "

@@ -82,7 +82,7 @@ class OffboardSysid:
         self.release_dir.mkdir(parents=True, exist_ok=True)
         self.settings, self._log = settings, log
         self.writer = TransitionLogWriter(self.work_dir / "transitions", log_config or TransitionLogConfig())
-        self.judge = EpisodeJudge()
+        self.judge = EpisodeJudge(whole_steps=self._whole_steps(contract))
         self.received = 0
         self.released: list[int] = []
         self.paused_reason = ""
@@ -104,6 +104,10 @@ class OffboardSysid:
         from lowrl_ros.core.sim import sysid
 
         sysid.check_contract(contract, where)
+
+    def _whole_steps(self, contract) -> int | None:
+        """The fewest steps of an episode the time limit ended (shorter ones were cut: never judged); None: any."""
+        return None
 
     def _base_as(self, version: int) -> Path:
         """The base artifact re-released as ``version`` (a rollback: a newer version carrying the base's weights)."""

@@ -71,6 +71,14 @@ class RobotSpecs:
         return cls(robot.path or "robot file", robot.joints, spec.obs_dim, RewardSpec.from_robot_file(robot, spec),
                    EpisodeSpec.from_robot_file(robot, spec))
 
+    def cut_recording(self, episodes: int, steps: int) -> None:
+        """The first ``episodes`` episodes end after ``steps`` steps (the fine-tuner's ``record_*``; 0: none)."""
+        if episodes and self.episodes is None:
+            raise ValueError(f"record_episodes {episodes}: {self.path} has no episode: section, so the fine-tuner "
+                             "ends no episode; add one or set record_episodes 0")
+        if episodes:
+            self.episodes.cut_first(episodes, steps)
+
     @property
     def computed(self) -> bool:
         """The reward comes from the file's terms (not a topic)."""
@@ -93,7 +101,7 @@ class EpisodeEnded:
     """An episode ended.
 
     Attributes:
-        kind: "terminated" or "truncated".
+        kind: "terminated", "truncated" or "cut" (truncated for the identification's recording: never judged).
         ret: its return.
         version: the policy version running at its end.
         judged: the episode for the learner when it counts (one version ran all of it), else None.
@@ -217,6 +225,8 @@ class EpisodeRecorder:
         return out
 
     def _computed_end(self, kind: str, reason: str) -> EpisodeEnded:
+        if kind == "cut":
+            self.judge.spoil()  # not a whole episode
         self.last_terms = dict(zip(self.rewards.names, (float(v) for v in self._terms)))
         ended = EpisodeEnded(kind, self._return, self.running_version,
                              self._judge_end(self._return, self._start_obs), reset=True, reason=reason,

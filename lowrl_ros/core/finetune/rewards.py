@@ -378,7 +378,8 @@ class RewardSpec:
 
 @dataclass(frozen=True)
 class EpisodeEnd:
-    """Why an episode ended: ``kind`` terminated (a fall) or truncated (the time limit)."""
+    """Why an episode ended: ``kind`` terminated (a fall), truncated (the time limit) or cut (truncated sooner, for
+    the identification's recording: :meth:`EpisodeSpec.cut_first`; never judged)."""
 
     kind: str
     reason: str
@@ -395,6 +396,7 @@ class EpisodeSpec:
         self.time_limit_s = time_limit_s
         self.steps = 0
         self.t0: float | None = None
+        self.cut_episodes, self.cut_steps = 0, 0  # cut_first()
 
     @classmethod
     def from_robot_file(cls, robot: RobotFile, spec: ObservationSpec) -> EpisodeSpec | None:
@@ -424,6 +426,21 @@ class EpisodeSpec:
             seconds = _number(section, "time_limit_s", 0.0, "episode", positive=True)
         return cls(tilt, gravity, steps, seconds)
 
+    def cut_first(self, episodes: int, steps: int) -> None:
+        """The next ``episodes`` episodes end (truncated) after ``steps`` steps at most: the off-board
+        identification's recording, which replays each episode's first steps only (fine-tuner ``record_*``)."""
+        if episodes < 0 or steps < 1:
+            raise ValueError(f"record_episodes {episodes} must be >= 0 and record_time_limit_steps {steps} >= 1")
+        self.cut_episodes, self.cut_steps = int(episodes), int(steps)
+
+    def whole_steps(self, period_s: float) -> int | None:
+        """The fewest steps a truncated episode has when the time limit ended it (None: no time limit): one
+        truncated sooner was cut (:meth:`cut_first`) and is not a whole episode. A limit in seconds counts 90 %
+        of its steps (the stamps jitter)."""
+        limits = ([self.time_limit_steps] if self.time_limit_steps else []) + \
+            ([max(1, int(0.9 * self.time_limit_s / period_s))] if self.time_limit_s else [])
+        return min(limits) if limits else None
+
     def tilt(self, obs: np.ndarray) -> float:
         """The angle (rad) between the base's up axis and up, from projected gravity."""
         g = self.gravity.raw(obs)
@@ -449,6 +466,9 @@ class EpisodeSpec:
             end = EpisodeEnd("truncated", f"time limit: {self.steps} steps")
         elif self.time_limit_s is not None and now - self.t0 >= self.time_limit_s:
             end = EpisodeEnd("truncated", f"time limit: {now - self.t0:.1f} s")
+        elif self.cut_episodes and self.steps >= self.cut_steps:
+            end = EpisodeEnd("cut", f"cut for the identification's recording: {self.steps} steps")
         if end is not None:
+            self.cut_episodes = max(0, self.cut_episodes - 1)
             self.reset()
         return end

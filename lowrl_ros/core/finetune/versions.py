@@ -254,7 +254,10 @@ class EpisodeJudge:
     expected_index: int | None = None
     lost: int = 0  # transitions missing from the stream (gaps in the index)
     finished: list[tuple[int, float]] = field(default_factory=list)  # (version, return) of each that counted
+    # add(): an episode truncated before this many steps was cut short (the fine-tuner's record_episodes): not whole
+    whole_steps: int | None = None
     _open: bool = False  # an episode is under way (add(): the next transition does not start one)
+    _steps: int = 0  # add(): transitions of the episode under way
 
     def rejoin(self) -> None:
         """The stream is heard again after a break of unknown length (a restart): the episode under way,
@@ -301,12 +304,16 @@ class EpisodeJudge:
         self.expected_index = index + 1
         if not self._open:
             self.begin(t.policy_version, t.obs)
+            self._steps = 0
         elif t.policy_version != self.version:
             self.spoil()  # a swap inside the episode
         if gap or joined_late:
             self.spoil()  # a gap (or a repeat), or joined mid-stream: this episode is not judged
         self.total += t.reward
+        self._steps += 1
         if not (t.terminated or t.truncated):
             return None
+        if t.truncated and not t.terminated and self.whole_steps and self._steps < self.whole_steps:
+            self.spoil()  # cut short for a recording, not a whole episode
         episode = self.end(self.total, t.policy_version)
         return None if episode is None else (episode.version, episode.ret)

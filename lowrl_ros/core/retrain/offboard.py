@@ -115,6 +115,14 @@ class OffboardRetrain(OffboardSysid):
                              f"{contract.action_dim} joints; {self.robot_file} gives {obs_dim} and has "
                              f"{len(self.robot.joints)}: is it the robot file this policy was imported for?")
 
+    def _whole_steps(self, contract) -> int | None:
+        """The robot file's time limit in steps: an episode truncated sooner was cut for the recording (the
+        fine-tuner's record_episodes) and is not judged."""
+        from lowrl_ros.core.finetune.recorder import RobotSpecs
+
+        episodes = RobotSpecs.from_robot_file(self.robot, contract.control_period_s).episodes
+        return episodes.whole_steps(contract.control_period_s) if episodes is not None else None
+
     def _base_as(self, version: int) -> Path:
         from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes, rewrite_artifact
 

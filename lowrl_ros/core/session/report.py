@@ -124,18 +124,21 @@ def reward_lines(data: SessionData) -> list[str]:
         return lines
     steps, interv = et["steps"], et["interventions"]
     ends = et["end"]
+    whole = ends != "cut"  # cut short for the identification's recording: not in the means
+    cut = "" if whole.all() else f", {int(np.sum(~whole))} cut for the identification's recording (not in the means)"
     lines.append(f"Fine-tuner's episodes: {n} ({int(np.sum(ends == 'terminated'))} terminated, "
-                 f"{int(np.sum(ends == 'truncated'))} truncated), {int(steps.sum())} steps; interventions "
+                 f"{int(np.sum(ends == 'truncated'))} truncated{cut}), {int(steps.sum())} steps; interventions "
                  f"(teleoperated steps): {int(interv.sum())} ({100.0 * interv.sum() / max(steps.sum(), 1):.1f} % of "
                  f"the steps) in {int(np.sum(interv > 0))} episodes")
     versions = et["version"].astype(int)
     lines += ["", "Mean per episode (weighted, as summed into the return):", "",
               "| episodes | n | return | " + " | ".join(names) + " | interventions |",
               "|---" * (len(names) + 4) + "|"]
-    groups = [(f"v{v}", versions == v) for v in sorted(set(versions))]
-    k = min(5, n // 2)  # first and last apart (nothing to compare with one episode)
+    groups = [(f"v{v}", whole & (versions == v)) for v in sorted(set(versions[whole]))]
+    order = np.cumsum(whole) - 1  # each whole episode's place among them
+    k = min(5, int(whole.sum()) // 2)  # first and last apart (nothing to compare with one episode)
     if k:
-        groups += [(f"first {k}", np.arange(n) < k), (f"last {k}", np.arange(n) >= n - k)]
+        groups += [(f"first {k}", whole & (order < k)), (f"last {k}", whole & (order >= whole.sum() - k))]
     for label, sel in groups:
         cells = [f"{et[TERM_PREFIX + t][sel].mean():.3g}" for t in names]
         lines.append(f"| {label} | {int(sel.sum())} | {et['return'][sel].mean():.3g} | " + " | ".join(cells)

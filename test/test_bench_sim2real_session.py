@@ -1,0 +1,23 @@
+"""`lowrl bench sim2real_session`'s bookkeeping (no sessions run here; the benchmark's sessions are its own)."""
+from __future__ import annotations
+
+import argparse
+
+from lowrl_ros.bench import sim2real_session as bench
+
+
+def test_episodes_cut_for_the_recording_count_in_no_return():
+    rows = [{"version": "1", "return": "100", "end": "cut"}, {"version": "1", "return": "300", "end": "truncated"},
+            {"version": "1", "return": "50", "end": "terminated"},
+            {"version": "2", "return": "400", "end": "truncated"}]
+    assert bench._returns(rows, 1) == [300.0, 50.0] and bench._returns(rows, 2) == [400.0]
+    assert bench._returns([{"version": "1", "return": "7"}], 1) == [7.0]  # an older log without the end column
+
+
+def test_record_steps_cuts_as_many_episodes_as_the_trainer_records():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    assert bench._record_args(parser.parse_args([])) == ()
+    args = parser.parse_args(["--record-steps", "250", "--set", "retrain.episodes=6", "ppo.lr=0.001"])
+    assert bench._record_args(args) == ("record_episodes:=6", "record_time_limit_steps:=250")
+    assert bench._record_args(parser.parse_args(["--record-steps", "100"]))[0] == "record_episodes:=8"
