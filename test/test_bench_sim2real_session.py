@@ -14,10 +14,10 @@ def test_episodes_cut_for_the_recording_count_in_no_return():
     assert bench._returns([{"version": "1", "return": "7"}], 1) == [7.0]  # an older log without the end column
 
 
-def test_record_steps_cuts_as_many_episodes_as_the_trainer_records():
+def test_record_steps_cuts_the_episodes_the_trainer_records_and_the_unrecorded_first():
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     assert bench._record_args(parser.parse_args([])) == ()
     args = parser.parse_args(["--record-steps", "250", "--set", "retrain.episodes=6", "ppo.lr=0.001"])
-    assert bench._record_args(args) == ("record_episodes:=6", "record_time_limit_steps:=250")
-    assert bench._record_args(parser.parse_args(["--record-steps", "100"]))[0] == "record_episodes:=8"
+    assert bench._record_args(args) == ("record_episodes:=7", "record_time_limit_steps:=250")
+    assert bench._record_args(parser.parse_args(["--record-steps", "100"]))[0] == "record_episodes:=9"

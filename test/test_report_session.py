@@ -37,7 +37,7 @@ def test_report_from_a_real_session_shows_terms_interventions_versions_tiers_lat
     tuner = FineTuneNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in {
         "kit_path": str(kit_dir), "work_dir": str(session / "finetune"), "robot_file": str(robot),
         "base_policy_path": str(base), "min_transitions": 40, "batch_size": 16, "version_every_updates": 30,
-        "memory_cap_mb": 1e6,
+        "memory_cap_mb": 1e6, "record_episodes": 2, "record_time_limit_steps": 5,
         "eval_episodes": 1, "rollback_margin": 1e6, "diagnostics_period_s": 0.2}.items()])
     op = Operator(ros_context)
     nodes = (sim, policy, tuner, op.node)
@@ -66,10 +66,13 @@ def test_report_from_a_real_session_shows_terms_interventions_versions_tiers_lat
     et = data.episode_terms
     assert np.all(et["steps"] <= EPISODE_STEPS) and et["interventions"].sum() >= 5
     assert np.allclose(et["return"], et["term.pendulum"] + et["term.joint_effort"], rtol=1e-4, atol=1e-3)
-    assert set(et["version"].astype(int)) >= {1, 2} and set(et["end"]) == {"truncated"}
+    # the first two episodes were cut for a recording (record_episodes), then the robot file's limit again
+    assert list(et["end"][:2]) == ["cut", "cut"] and list(et["steps"][:2]) == [5, 5]
+    assert set(et["version"].astype(int)) >= {1, 2} and set(et["end"][2:]) == {"truncated"}
     md = report.write_session_report(session)
     text = md.read_text()
     section = text.split("## Reward terms and interventions")[1].split("##")[0]
+    assert "2 cut for the identification's recording (not in the means)" in section
     assert "| episodes | n | return | pendulum | joint_effort | interventions |" in section
     assert "| v1 |" in section and "| v2 |" in section and "| last " in section
     assert f"interventions (teleoperated steps): {int(et['interventions'].sum())} " in section

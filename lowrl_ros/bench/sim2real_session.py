@@ -94,11 +94,12 @@ def _params_file(path: Path, items: list[str], ray_address: str, source: str = "
 
 
 def _record_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """The launch arguments that cut the recorded episodes (``--record-steps``): as many as the trainer records."""
+    """The launch arguments that cut the recorded episodes (``--record-steps``): the trainer's ``retrain.episodes``
+    and the robot's first episode before them (begun before any reset: never recorded)."""
     if not args.record_steps:
         return ()
     episodes = next((item.partition("=")[2] for item in args.set if item.startswith("retrain.episodes=")), "8")
-    return f"record_episodes:={int(episodes)}", f"record_time_limit_steps:={args.record_steps}"
+    return f"record_episodes:={int(episodes) + 1}", f"record_time_limit_steps:={args.record_steps}"
 
 
 def move_aside(run_dir: Path) -> Path | None:
