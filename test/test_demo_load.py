@@ -111,3 +111,27 @@ def test_the_shipped_retrain_sources_are_the_checkpoints_their_policies_came_fro
         parsed = parse_artifact(read_artifact_bytes(policy), str(policy))
         critic = load_source_critic(source, parsed.contract, parsed.base_weights().output_activation)
         assert critic.weights.input_dim == parsed.contract.obs_dim, name
+
+
+def test_legged_retrain_cuts_the_recorded_episodes_and_takes_its_benchmarked_settings(monkeypatch, tmp_path):
+    """`lowrl demo --robot legged --retrain`: the fine-tuner cuts the 9 episodes before the identification at 250
+    steps, and the trainer node releases 480 s after them, half its episodes at the robot's commands."""
+    import lowrl_ros.ros.recorder_node as recorder_node
+
+    class Launched(Exception):
+        pass
+
+    def launcher(nodes, *_args, **_kwargs):
+        raise Launched({n.executable: dict(n.params) for n in nodes})
+
+    monkeypatch.setattr(recorder_node, "Recorder", lambda session: None)
+    monkeypatch.setattr(demo, "Launcher", launcher)
+    monkeypatch.setattr(demo, "machine_cpu_load", lambda seconds=2.0: 0.0)
+    with pytest.raises(Launched) as launched:
+        demo.run(args("--robot", "legged", "--retrain", "--session-dir", str(tmp_path / "s")))
+    params = launched.value.args[0]
+    assert params["finetune_node"]["record_episodes"] == "9"
+    assert params["finetune_node"]["record_time_limit_steps"] == "250"
+    trainer = params["trainer_node"]
+    assert trainer["retrain.release_within_s"] == "480.0" and trainer["ppo.recorded_command_share"] == "0.5"
+    assert trainer["retrain.episodes"] == "8" and trainer["ppo.n_envs"] == "32"  # the shared recipe

@@ -109,7 +109,9 @@ def _transitions(episodes: int, steps: int, seed: int = 0) -> list[Transition]:
 
     rec = record_in_sim(QUADRUPED, load_gap_file(ROOT / "config/gaps/quadruped_example.yaml"), episodes=episodes,
                         steps=steps, seed=seed)
-    return [Transition(t.obs, t.action, 1.0, t.next_obs, t.terminated, t.truncated, 1, t.stamp)
+    # Each episode ends as a fall: the robot file's time limit is 20 s, and one truncated sooner was cut for a
+    # recording (the fine-tuner's record_episodes), which is never judged.
+    return [Transition(t.obs, t.action, 1.0, t.next_obs, t.terminated or t.truncated, False, 1, t.stamp)
             for t in rec.transitions]
 
 
@@ -140,7 +142,7 @@ def test_identify_retrain_release_judge_and_resume_after_a_restart(tmp_path):
 
     identify = IdentifySettings(min_rest_phases=4, iterations=2, population=6, elites=2, search_steps=200,
                                 refine_rounds=0, max_steps=400, horizon=50)
-    ppo = RetrainSettings(total_steps=1024, n_envs=2, workers=1, seed=0)
+    ppo = RetrainSettings(total_steps=1024, n_envs=2, workers=1, seed=0, recorded_command_share=0.5)
     settings = RetrainSessionSettings(episodes=4, judge_episodes=1, nice=0)
     make = lambda: OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED, settings,  # noqa: E731
                                    identify, ppo)
@@ -161,11 +163,17 @@ def test_identify_retrain_release_judge_and_resume_after_a_restart(tmp_path):
     status = json.loads((tmp_path / "w" / "sysid" / "status.json").read_text())
     assert status["state"] == "judging" and status["identified"]["gap"] == identified["gap"]
     assert status["progress"]["stage"] in ("gates", "ppo", "quantize", "done") or "steps" in status["progress"]
+    lines = [json.loads(line) for line in (tmp_path / "w" / "retrain" / "progress.jsonl").read_text().splitlines()]
+    # half the episodes walk at the commands of the 4 recorded episodes (60 steps each)
+    assert [p["recorded_commands"] for p in lines if "recorded_commands" in p] == [4 * 60]
 
     # the new version's episodes: worse by far -> rolled back to the base's weights as v3 (after a restart the
     # stream is rejoined mid-episode: its first episode does not count, the second does)
     worse = [Transition(t.obs, t.action, -100.0, t.next_obs, t.terminated, t.truncated, 2, t.stamp)
              for t in _transitions(2, 30, seed=5)]
+    cut = [Transition(t.obs, t.action, 1e6, t.next_obs, False, t.terminated, 2, t.stamp)
+           for t in _transitions(1, 30, seed=6)]  # truncated after 30 of 900 steps: cut, so never judged
+    worse = worse[:30] + cut + worse[30:]  # the first is the rejoined one, the cut one would be judged "kept"
     start = len(ts)
     rolled = learner.receive(list(range(start, start + len(worse))), worse)
     assert learner.state == "rolled_back" and [p.name for p in rolled] == ["v000003.lowrl"]

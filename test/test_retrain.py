@@ -297,6 +297,37 @@ def test_episode_gaps_stay_around_the_identified_gap_within_the_priors():
     assert gap_around(Gap(), priors, {}, rng) == Gap()
 
 
+def test_a_share_of_the_episodes_walk_at_the_commands_the_robot_was_given():
+    from lowrl_ros.core.retrain.pool import EnvGroup
+    from lowrl_ros.core.sim.robot_recording import recorded_commands
+
+    given = np.array([[0.4, 0.0, 0.0], [0.2, 0.1, -0.3]])
+    env = make_robot_env(QUAD)
+    obs, _ = env.reset(seed=5, options={"command": given[1]})
+    np.testing.assert_allclose(recorded_commands(QUAD, np.stack([obs, obs])), given[[1, 1]], atol=1e-6)
+    assert recorded_commands(QUAD, np.full((2, obs.size), np.nan)).shape == (0, 3)
+    plain = make_robot_env(QUAD)
+    for share in (0.0, 1.0):  # share 0: the ranges, exactly as without the commands
+        env.use_commands(given, share)
+        for seed in range(5):
+            env.reset(seed=seed), plain.reset(seed=seed)
+            if share == 0.0:
+                np.testing.assert_array_equal(env.command, plain.command)
+            else:
+                assert any(np.array_equal(env.command, g) for g in given)
+    env.use_commands(given, 0.5)
+    drawn = [env.reset(seed=s) and tuple(env.command) for s in range(200)]
+    recorded = sum(c in {tuple(g) for g in given} for c in drawn)
+    assert 70 < recorded < 130  # about half
+    with pytest.raises(RetrainRefused, match="recorded_command_share 0.5 needs the commands the robot was given"):
+        retrain(ROOT / "models/quadruped.lowrl", QUAD, Gap(), {}, RetrainSettings(recorded_command_share=0.5),
+                ROOT / "never.onnx", 2)
+    group = EnvGroup(str(QUAD), Gap().as_dict(), {}, {}, [0, 1], 0, 10, "raw", commands=given.tolist(),
+                     command_share=1.0)
+    group.reset()
+    assert all(any(np.array_equal(e.command, g) for g in given) for e in group.envs)
+
+
 # ---- integration tier (test/tiers.py): Ray clusters ----------------------------------------------------------------
 
 def _free_port() -> int:

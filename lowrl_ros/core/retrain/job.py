@@ -102,9 +102,17 @@ def _retrain(d: Path, job: dict, found: dict, progress: Progress, deadline: floa
     spread = spread_of(found, priors, float(job.get("sigmas", 2.0)))
     progress({"stage": "retraining", "steps": 0, "total_steps": settings.total_steps, "spread": spread,
               "budget_s": settings.budget_s})
+    commands = None
+    if settings.recorded_command_share > 0:  # the commands the robot was given while it was recorded
+        from lowrl_ros.core.sim.robot_recording import recorded_commands
+
+        with np.load(d / "recording.npz") as rec:
+            commands = recorded_commands(job["robot_file"], rec["obs"])
+        progress({"stage": "retraining", "steps": 0, "recorded_commands": len(commands),
+                  "recorded_command_share": settings.recorded_command_share})
     out = d / f"v{int(job['version']):06d}_retrained.onnx"
     result = retrain.retrain(job["base_path"], job["robot_file"], gap, spread, settings, out, int(job["version"]),
-                             progress=progress, should_stop=parent_gone(int(job["parent_pid"])))
+                             progress=progress, should_stop=parent_gone(int(job["parent_pid"])), commands=commands)
     return {"ok": bool(result.ok), "reason": result.reason, "path": str(result.path) if result.path else None,
             "sim_return_before": result.sim_return_before, "sim_return_after": result.sim_return_after,
             "steps": result.steps, "wall_s": result.wall_s}

@@ -62,14 +62,19 @@ class EnvGroup:
         seed: the run's seed.
         episode_steps: truncate an episode after this many steps (0: the robot file's own episode end only).
         last_action: the policy's last_action convention (artifact.last_action_convention).
+        commands, command_share: that share of the episodes (evaluations included) take their velocity command
+            from these rows (the commands the robot was given: RobotSimEnv.use_commands); None: the ranges only.
     """
 
     def __init__(self, robot_file: str, gap: dict, priors: dict, spread: dict, env_ids: Sequence[int], seed: int,
-                 episode_steps: int, last_action: str) -> None:
+                 episode_steps: int, last_action: str, commands: list | None = None,
+                 command_share: float = 0.0) -> None:
         from lowrl_ros.core.finetune.sim_env import make_robot_env
 
         self.gap, self.priors, self.spread = Gap.from_dict(gap), dict(priors), dict(spread)
         self.envs = [make_robot_env(robot_file, gap=self.gap, last_action=last_action) for _ in env_ids]
+        for env in self.envs:
+            env.use_commands(commands, command_share)
         self.rngs = [np.random.default_rng([seed, int(i)]) for i in env_ids]
         self.episode_steps = int(episode_steps)
         self.steps = np.zeros(len(self.envs), int)

@@ -89,6 +89,11 @@ class RetrainSettings:
     spread: float = config_field(0.1, "randomization around the identified gap: per episode each gap_priors "
                                       "parameter is drawn within +- spread * (prior range) / 2 of its identified "
                                       "value (a per-parameter spread overrides it)", range=(0.0, 1.0))
+    recorded_command_share: float = config_field(0.0, "share of the training and evaluation episodes whose velocity "
+                                                      "command is one the robot was given in the recording (drawn as "
+                                                      "often as it was given); the rest from the robot file's "
+                                                      "ranges; 0: the ranges only (the in-session retraining: "
+                                                      "lowrl retrain has no recording)", range=(0.0, 1.0))
     episode_steps: int = config_field(500, "truncate training and evaluation episodes after this many steps "
                                            "(0: the robot file's episode end only)", range=(0, 10**7))
     eval_episodes: int = config_field(4, "seeded deterministic episodes of the return gate", range=(1, 1000))
@@ -192,7 +197,7 @@ def _spread_per_key(priors: Mapping[str, tuple[float, float]], spread: Mapping[s
 def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread: Mapping[str, float],
             settings: RetrainSettings, out_path: str | Path, version: int,
             progress: Callable[[dict], None] | None = None,
-            should_stop: Callable[[], bool] | None = None) -> RetrainResult:
+            should_stop: Callable[[], bool] | None = None, commands: np.ndarray | None = None) -> RetrainResult:
     """Retrain ``base_artifact`` with PPO in ``robot_file``'s simulator around ``gap``; release version ``version``.
 
     Args:
@@ -210,6 +215,8 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             before one ended), "eta_s", "eval_return" (the last evaluation's), "best_return" and "best_steps" (the
             best evaluated actor, the one released), "base_return" (the deployed actor's on the same episodes)}.
         should_stop: polled once per iteration; True ends the run with ok=False, stopped=True.
+        commands: the velocity commands the robot was given (rows vx, vy, yaw rate; robot_recording.
+            recorded_commands): ``settings.recorded_command_share`` of the episodes draw theirs from them.
 
     Raises:
         RetrainRefused, ArtifactError, SimConfigError, ValueError: inputs that cannot work together (before any
@@ -231,6 +238,10 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     if isinstance(version, bool) or not isinstance(version, int) or version <= contract.version:
         raise RetrainRefused(f"version={version!r} must be an integer above the deployed artifact's version "
                              f"{contract.version} (versions only go up): give {contract.version + 1}")
+    if s.recorded_command_share > 0 and commands is None:
+        raise RetrainRefused(f"recorded_command_share {s.recorded_command_share:g} needs the commands the robot was "
+                             "given (the trainer node's retraining takes them from its recording): give commands= "
+                             "or set it to 0")
     robot = load_robot_file(robot_file)
     sim_cfg, _ = parse_sim(robot)
     spreads = _spread_per_key(sim_cfg.gap_priors, spread, s.spread)
@@ -271,7 +282,9 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     ids = np.array_split(np.arange(s.n_envs), s.workers)
     groups = [dict(robot_file=str(Path(robot.path).resolve()), gap=gap.as_dict(), priors=dict(sim_cfg.gap_priors),
                    spread=spreads, env_ids=[int(i) for i in part], seed=s.seed, episode_steps=s.episode_steps,
-                   last_action=last_action) for part in ids]
+                   last_action=last_action, command_share=s.recorded_command_share,
+                   commands=None if commands is None else np.asarray(commands, dtype=np.float64).tolist())
+              for part in ids]
     sizes = [len(part) for part in ids]
     eval_seeds = [list(map(int, part)) for part in np.array_split(EVAL_SEED + np.arange(s.eval_episodes), s.workers)]
     history: list[dict[str, Any]] = []

@@ -9,11 +9,11 @@ computed by the same code. The action goes through the robot file's ``action`` s
 into the simulator's PD targets (core/sim/robot_sim.py), exactly as the policy node sends them.
 
 Per episode a velocity command is drawn uniformly from the ``velocity_command`` term's ``ranges``
-(when the robot file has that term). The reward is the caller's (``reward=``: a
-core/finetune/rewards.py ``RewardSpec`` from the robot file's ``reward:`` section; core/finetune/sim_env.py
-builds the env that way) or, without one, :func:`default_reward` from the simulator's true state. An
-episode ends on ``episode=`` (the robot file's ``episode:`` section, parsed by the caller) or, without
-one, on a tilt over 60 degrees (terminated) or ``max_episode_s`` (truncated).
+(when the robot file has that term), or, with :meth:`use_commands`, from the commands a robot was given.
+The reward is the caller's (``reward=``: a core/finetune/rewards.py ``RewardSpec`` from the robot file's
+``reward:`` section; core/finetune/sim_env.py builds the env that way) or, without one, :func:`default_reward`
+from the simulator's true state. An episode ends on ``episode=`` (the robot file's ``episode:`` section, parsed
+by the caller) or, without one, on a tilt over 60 degrees (terminated) or ``max_episode_s`` (truncated).
 
 ``info`` carries the command, the reward terms and ``gap`` (the full gap in use, :meth:`Gap.as_dict`).
 """
@@ -92,6 +92,8 @@ class RobotSimEnv(gym.Env):
         self.action_space = gym.spaces.Box(-clip, clip, (n,), np.float32)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.spec_obs.obs_dim,), np.float32)
         self.command = np.zeros(3)
+        self._commands: np.ndarray | None = None  # use_commands()
+        self._command_share = 0.0
         self._prev_action = np.zeros(n)
         self._target: np.ndarray | None = None
         self._obs = np.zeros(self.spec_obs.obs_dim)
@@ -105,6 +107,14 @@ class RobotSimEnv(gym.Env):
         """Use ``gap`` from the next reset on (applied to the model now)."""
         self.sim.set_gap(Gap.from_dict(gap) if isinstance(gap, dict) else gap)
 
+    def use_commands(self, commands: np.ndarray | None, share: float) -> None:
+        """From the next reset on, a share ``share`` of the episodes take their velocity command from ``commands``
+        (rows of vx, vy, yaw rate: the commands a robot was given, as often as it was given them), the rest from the
+        ranges; None or share 0: the ranges only."""
+        commands = None if commands is None else np.asarray(commands, dtype=np.float64).reshape(-1, 3)
+        self._commands = commands if commands is not None and len(commands) and share > 0 else None
+        self._command_share = float(share)
+
     # ---- gymnasium ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
@@ -112,6 +122,8 @@ class RobotSimEnv(gym.Env):
         self.sim.reset()
         if self._ranges is not None:
             self.command = self.np_random.uniform(self._ranges[:, 0], self._ranges[:, 1])
+            if self._commands is not None and self.np_random.random() < self._command_share:
+                self.command = self._commands[self.np_random.integers(len(self._commands))].copy()
         if options and "command" in options:
             self.command = np.asarray(options["command"], dtype=np.float64)
         self.builder.reset(0.0)

@@ -250,6 +250,22 @@ class SignalLayout:
         return out
 
 
+def recorded_commands(robot: RobotFile | str | Path, obs: np.ndarray) -> np.ndarray:
+    """The velocity commands (vx, vy, yaw rate) the robot was given at each recorded observation: its
+    ``velocity_command`` term unscaled, (T, 3), rows with a NaN left out; (0, 3) without such a term."""
+    robot = as_robot(robot)
+    spec = ObservationSpec.from_robot_file(robot, control_period(robot))
+    obs = np.atleast_2d(np.asarray(obs, dtype=np.float64))
+    start = 0
+    for t in spec.terms:
+        if t.term == "velocity_command" and t.size == 3 and np.all(t.scale != 0):
+            newest = start + (t.history - 1) * t.size if t.history_order == "oldest_first" else start
+            cmds = obs[:, newest:newest + 3] / t.scale + t.offset
+            return cmds[np.isfinite(cmds).all(axis=1)]
+        start += t.dim
+    return np.zeros((0, 3))
+
+
 # ---- the zero-order hold at recorded timestamps ------------------------------------------------------
 def zoh_schedule(sent: np.ndarray, delay_s: float | np.ndarray, physics_dt: float, steps: int) -> np.ndarray:
     """For each physics step j (covering [j dt, (j+1) dt) after the episode's first observation) the index of the
