@@ -4,8 +4,8 @@ from the robot file's ranges), optionally the policy node's soft start (safety.s
 from the measured pose at the reset to the policy's over the first second; the retraining's env has none).
 Prints the mean return over EPISODES seeded episodes (the numpy engine, as on the robot).
 
-    .venv/bin/python bench_results/sim2real_session/short_recording_2026-11-29/eval_variants.py ARTIFACT GAP_YAML|nominal \
-        [--soft-start] [--ranges] [--episodes 8]
+    .venv/bin/python bench_results/sim2real_session/short_recording_2026-11-29/eval_variants.py \
+        ARTIFACT GAP_YAML|nominal [--soft-start] [--ranges] [--episodes 8]
 """
 import argparse
 from pathlib import Path
