@@ -434,12 +434,12 @@ class EpisodeSpec:
         self.cut_episodes, self.cut_steps = int(episodes), int(steps)
 
     def whole_steps(self, period_s: float) -> int | None:
-        """The fewest steps a truncated episode has when the time limit ended it (None: no time limit): one
-        truncated sooner was cut (:meth:`cut_first`) and is not a whole episode. A limit in seconds counts 90 %
-        of its steps (the stamps jitter)."""
+        """The fewest transitions a truncated episode streams when the time limit ended it (None: no time limit):
+        one truncated sooner was cut (:meth:`cut_first`) and is not a whole episode. 90 % of the limit's steps: a
+        safe tick or a missing reward input drops a transition, and stamps jitter."""
         limits = ([self.time_limit_steps] if self.time_limit_steps else []) + \
-            ([max(1, int(0.9 * self.time_limit_s / period_s))] if self.time_limit_s else [])
-        return min(limits) if limits else None
+            ([self.time_limit_s / period_s] if self.time_limit_s else [])
+        return max(1, int(0.9 * min(limits))) if limits else None
 
     def tilt(self, obs: np.ndarray) -> float:
         """The angle (rad) between the base's up axis and up, from projected gravity."""
