@@ -73,11 +73,12 @@ class RobotSpecs:
 
     def cut_recording(self, episodes: int, steps: int) -> None:
         """The first ``episodes`` episodes end after ``steps`` steps (the fine-tuner's ``record_*``; 0: none)."""
-        if episodes and self.episodes is None:
+        if not episodes:
+            return
+        if self.episodes is None:
             raise ValueError(f"record_episodes {episodes}: {self.path} has no episode: section, so the fine-tuner "
                              "ends no episode; add one or set record_episodes 0")
-        if episodes:
-            self.episodes.cut_first(episodes, steps)
+        self.episodes.cut_first(episodes, steps)
 
     @property
     def computed(self) -> bool:

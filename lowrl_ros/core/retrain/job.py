@@ -100,16 +100,15 @@ def _retrain(d: Path, job: dict, found: dict, progress: Progress, deadline: floa
     gap = Gap.from_dict(found["gap"], "identified gap")
     priors = dict(parse_sim(load_robot_file(job["robot_file"]))[0].gap_priors)
     spread = spread_of(found, priors, float(job.get("sigmas", 2.0)))
-    progress({"stage": "retraining", "steps": 0, "total_steps": settings.total_steps, "spread": spread,
-              "budget_s": settings.budget_s})
-    commands = None
+    commands, shown = None, {}
     if settings.recorded_command_share > 0:  # the commands the robot was given while it was recorded
         from lowrl_ros.core.sim.robot_recording import recorded_commands
 
         with np.load(d / "recording.npz") as rec:
             commands = recorded_commands(job["robot_file"], rec["obs"])
-        progress({"stage": "retraining", "steps": 0, "recorded_commands": len(commands),
-                  "recorded_command_share": settings.recorded_command_share})
+        shown = {"recorded_commands": len(commands), "recorded_command_share": settings.recorded_command_share}
+    progress({"stage": "retraining", "steps": 0, "total_steps": settings.total_steps, "spread": spread,
+              "budget_s": settings.budget_s, **shown})
     out = d / f"v{int(job['version']):06d}_retrained.onnx"
     result = retrain.retrain(job["base_path"], job["robot_file"], gap, spread, settings, out, int(job["version"]),
                              progress=progress, should_stop=parent_gone(int(job["parent_pid"])), commands=commands)

@@ -200,10 +200,7 @@ class SignalLayout:
         pose = dict(zip(joints, robot.default_pose or (0.0,) * len(joints)))
         entries: dict[str, list] = {c: [] for c in CHANNELS}
         notes: list[str] = []
-        start = 0
-        for t in spec.terms:
-            newest = start + (t.history - 1) * t.size if t.history_order == "oldest_first" else start
-            start += t.dim
+        for t, newest in _newest_steps(spec):
             channel = {"joint_position": "q", "joint_velocity": "v", "imu_angular_velocity": "gyro",
                        "projected_gravity": "gravity"}.get(t.term)
             if channel is None:
@@ -254,16 +251,20 @@ def recorded_commands(robot: RobotFile | str | Path, obs: np.ndarray) -> np.ndar
     """The velocity commands (vx, vy, yaw rate) the robot was given at each recorded observation: its
     ``velocity_command`` term unscaled, (T, 3), rows with a NaN left out; (0, 3) without such a term."""
     robot = as_robot(robot)
-    spec = ObservationSpec.from_robot_file(robot, control_period(robot))
     obs = np.atleast_2d(np.asarray(obs, dtype=np.float64))
-    start = 0
-    for t in spec.terms:
+    for t, newest in _newest_steps(ObservationSpec.from_robot_file(robot, control_period(robot))):
         if t.term == "velocity_command" and t.size == 3 and np.all(t.scale != 0):
-            newest = start + (t.history - 1) * t.size if t.history_order == "oldest_first" else start
             cmds = obs[:, newest:newest + 3] / t.scale + t.offset
             return cmds[np.isfinite(cmds).all(axis=1)]
-        start += t.dim
     return np.zeros((0, 3))
+
+
+def _newest_steps(spec: ObservationSpec):
+    """Each term of ``spec`` with the observation index where its newest step starts (histories included)."""
+    start = 0
+    for t in spec.terms:
+        yield t, start + (t.history - 1) * t.size if t.history_order == "oldest_first" else start
+        start += t.dim
 
 
 # ---- the zero-order hold at recorded timestamps ------------------------------------------------------
