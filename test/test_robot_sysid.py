@@ -266,6 +266,11 @@ def test_replay_workers_give_the_same_identification_as_one_process():
     one, two = (r.to_dict() for r in runs)
     assert one["details"]["search_best"]  # physics values were searched: the pool replayed candidates
     assert one == two  # the evaluations counted included
+    # The identifiability test's evidence, per searched value and side: [episodes whose objective rose, of, mean].
+    moves = one["details"]["quarter_moves"]
+    assert set(moves) == set(one["details"]["search_best"])
+    for sides in moves.values():
+        assert sides and all(0 <= rose <= of == 5 for rose, of, _ in sides.values()), sides
 
 
 def test_a_killed_replay_worker_is_noted_and_the_fit_goes_on_in_this_process():

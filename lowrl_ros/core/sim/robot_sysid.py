@@ -116,7 +116,8 @@ class Identification:
         residual: the physics fit's final objective: the mean squared difference of the replay's statistics and
             the recording's, each channel in units of its recorded variance (dimensionless; 0: identical).
         notes: one line each: what was skipped and why, what was left at the prior.
-        details: latency_physics_steps (the fitted delay, unrounded), episodes and steps used, evaluations.
+        details: latency_physics_steps (the fitted delay, unrounded), episodes and steps used, evaluations,
+            quarter_moves (per physics value and side: episodes whose objective rose, of how many, the mean rise).
     """
 
     gap: Gap
@@ -693,12 +694,14 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                      "than 5 (raise identify.max_steps to replay more, or record more episodes); every physics value "
                      "stays at its prior")
     found: dict[str, float] = {}
+    tests: dict[str, dict[str, list]] = {}  # the evidence, in the details: per value and side [rose, of, mean rise]
     for i, n in enumerate(names):
         rises = []  # per side: (episodes whose objective rose, episodes, mean rise)
         for sign in (-1.0, 1.0):
             if (i, sign) in moved_j:
                 diff = moved_j[(i, sign)] - base
                 rises.append((int(np.sum(diff > 0)), len(diff), float(diff.mean())))
+                tests.setdefault(n, {})["down" if sign < 0 else "up"] = list(rises[-1])
         # One side significant, the other rising on average: a value near its prior's edge, or with one flat
         # side (a stiff contact), is still pinned; both sides significant flagged correct fits (far gap's kp).
         ok = bool(rises) and any(_significant(k, m) for k, m, _ in rises) and all(mean > 0 for _, _, mean in rises)
@@ -728,7 +731,7 @@ def identify(robot: RobotFile | str | Path, recording: RobotRecording, settings:
                           {"latency_physics_steps": float(latency_exact), "physics_dt": dt,
                            "episodes_at_rest": len(starts), "episodes_replayed": len(problem.episodes),
                            "steps_replayed": used, "evaluations": problem.evaluations,
-                           "peak_torque_fraction": peak, "descents": descents,
+                           "peak_torque_fraction": peak, "descents": descents, "quarter_moves": tests,
                            "search_best": {n: float(lo + v * (hi - lo)) for n, v, (lo, hi) in
                                            zip(names, best_x, (_bounds(n, priors) for n in names))}})
 
