@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from lowrl_ros.bench import sim2real_session as bench
 
 
@@ -21,3 +23,25 @@ def test_record_steps_cuts_the_episodes_the_trainer_records_and_the_unrecorded_f
     args = parser.parse_args(["--record-steps", "250", "--set", "retrain.episodes=6", "ppo.lr=0.001"])
     assert bench._record_args(args) == ("record_episodes:=7", "record_time_limit_steps:=250")
     assert bench._record_args(parser.parse_args(["--record-steps", "100"]))[0] == "record_episodes:=9"
+
+
+def test_a_result_of_another_command_is_refused_before_any_session_and_new_seeds_name_their_own(
+        tmp_path, monkeypatch, capsys):
+    from lowrl_ros.bench import record
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    argv = ["--robot", "legged", "--out", str(tmp_path), "--runs-dir", str(tmp_path / "runs")]
+    stem = record.result_path("sim2real_session", setting=record.setting_of(
+        parser.parse_args(argv), bench.add_arguments, skip=("out", "runs_dir", "collect")), env="legged_ant",
+        root=tmp_path)
+    stem.parent.mkdir(parents=True)
+    stem.with_suffix(".json").write_text('{"command": "lowrl bench sim2real_session --an-older-run"}')
+    monkeypatch.setattr(bench, "run_seed", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a session ran")))
+    assert bench.run(parser.parse_args(argv)) == 2
+    assert "holds a result of another command" in capsys.readouterr().err
+    # Seeds 3 4 5 are another setting: no refusal, the sessions would run (here: the stand-in above says so).
+    other = parser.parse_args(argv + ["--seeds", "3", "4", "5"])
+    assert "seeds_3_4_5" in record.setting_of(other, bench.add_arguments, skip=("out", "runs_dir", "collect"))
+    with pytest.raises(AssertionError, match="a session ran"):
+        bench.run(other)

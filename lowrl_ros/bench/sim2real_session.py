@@ -285,6 +285,15 @@ def run(args: argparse.Namespace) -> int:
         if not p.is_file():
             print(f"lowrl bench sim2real_session: the {what} {p} does not exist", file=sys.stderr)
             return 2
+    # Seeds other than the default name the setting (a second run on new seeds is a result of its own), and a result
+    # another command wrote there is refused now, not after the sessions (a 3-seed run takes about 50 minutes).
+    setting = record.setting_of(args, add_arguments, skip=("out", "runs_dir", "collect"))
+    try:
+        record.check_free(record.result_path("sim2real_session", setting=setting, env=robot_file.stem,
+                                             root=args.out), record.command_line())
+    except record.ResultExists as exc:
+        print(f"lowrl bench sim2real_session: {exc}", file=sys.stderr)
+        return 2
     contract = parse_artifact(read_artifact_bytes(policy), str(policy)).contract
     seeds = [run_seed(args, robot_file.resolve(), policy.resolve(), gap.resolve(), s, contract.version,
                       contract.control_period_s, source) for s in args.seeds]
@@ -307,9 +316,7 @@ def run(args: argparse.Namespace) -> int:
             cells.append("-" if v is None else f"{v['identified']:.2f} vs {v['true']:g} ({v['error']:.1f}"
                          f"{'' if key == 'latency_steps' else ' %'}){'' if v['identifiable'] else ' (prior)'}")
         md.append(f"| {s['seed']} | " + " | ".join(cells) + " |")
-    path = record.write_result("sim2real_session", results, "\n".join(md) + "\n",
-                               setting=record.setting_of(args, add_arguments,
-                                                         skip=("out", "runs_dir", "seeds", "collect")),
+    path = record.write_result("sim2real_session", results, "\n".join(md) + "\n", setting=setting,
                                env=robot_file.stem, root=args.out)
     print(f"written: {path}")
     return 0
