@@ -367,3 +367,33 @@ def test_fast_joint_state_parser_reuses_the_names_only_when_the_bytes_match():
         assert got[0] == tuple(names)
         assert got[1].tolist() == [scale * i for i in range(len(names))]
         assert got[2].tolist() == [-scale * i for i in range(len(names))] and got[3].tolist() == [0.5] * len(names)
+
+
+def test_helper_nodes_keep_their_own_names_under_a_launchers_node_remap_and_follow_its_topic_remaps():
+    """`lowrl launch` / ros2 launch start a node with process-wide `-r __node:=NAME` (and topic remaps): the
+    helper nodes that take the robot's samples (RobotInputs) and tap the session's topics (TopicTap) must not
+    take the node's name too (two nodes of one name: a duplicate in `ros2 node list`, its services shadowed),
+    and must subscribe where the node's remaps point."""
+    import rclpy
+
+    from lowrl_ros.core.session.recording import TopicSpec
+    from lowrl_ros.ros.topic_tap import TopicTap
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, args=["--ros-args", "-r", "__node:=policy_node", "-r", "joint_states:=/robot/js",
+                                  "-r", "lowrl/policy/stats:=/robot/stats"])
+    owner = Node("owner", context=ctx)
+    spec = ObservationSpec.from_robot_file(parse_robot_file(
+        {"joints": JOINTS, "observation": [{"term": "joint_position", "topic": "joint_states"}]}), 0.02)
+    inputs = RobotInputs(owner, spec, ObservationBuilder(spec))
+    tap = TopicTap(owner, [TopicSpec("lowrl/policy/stats", "std_msgs/msg/Float64MultiArray", "STATS")], [])
+    try:
+        assert owner.get_name() == "policy_node"
+        assert inputs._inner.get_name() == "policy_node_inputs" and tap.reader.get_name() == "policy_node_tap"
+        assert [s.topic_name for s in inputs.subscriptions()] == ["/robot/js"]
+        assert [s.topic_name for _, s, _ in tap._subs] == ["/robot/stats"]
+    finally:
+        tap.destroy()
+        inputs.destroy()
+        owner.destroy_node()
+        rclpy.try_shutdown(context=ctx)

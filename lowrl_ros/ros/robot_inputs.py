@@ -209,9 +209,11 @@ class RobotInputs:
             trigger: event mode: called with the arrival time after each message of the trigger topic.
         """
         self._node, self._builder, self._clock = node, builder, clock
-        # Never added to an executor: its subscriptions are read only by take().
+        # Never added to an executor: its subscriptions are read only by take(). use_global_arguments=False: a
+        # launcher's `-r __node:=policy_node` would give it the policy node's name (two nodes of one name); the
+        # policy node's remaps reach its topics through node.resolve_topic_name() instead.
         self._inner = Node(f"{node.get_name()}_inputs", namespace=node.get_namespace(), context=node.context,
-                           start_parameter_services=False, enable_rosout=False)
+                           use_global_arguments=False, start_parameter_services=False, enable_rosout=False)
         self._taken: list[tuple[TopicSpec, Any]] = []
         self._subs: list[tuple[Node, Any]] = []
         trigger_topic = None
@@ -225,8 +227,8 @@ class RobotInputs:
                 self._subs.append((node, sub))
                 continue
             # Raw (serialized) where a fast parser exists: rclpy's message conversion is the cost at the tick.
-            sub = self._inner.create_subscription(msg_type, topic.topic, lambda _msg: None, qos,
-                                                  raw=topic.msg_type in FAST_PARSERS)
+            sub = self._inner.create_subscription(msg_type, node.resolve_topic_name(topic.topic), lambda _msg: None,
+                                                  qos, raw=topic.msg_type in FAST_PARSERS)
             if can_take(sub):
                 self._subs.append((self._inner, sub))
                 self._taken.append((topic, sub))

@@ -66,14 +66,17 @@ class TopicTap:
         self.counts: dict[str, int] = {}
         self._subs: list[tuple[str, object, RateCap]] = []
         namespace = node.get_namespace()
-        # Never added to an executor: its subscriptions are only read by poll().
-        self.reader = Node(node.get_name() + "_tap", namespace=namespace, context=node.context)
+        # Never added to an executor: its subscriptions are only read by poll(). use_global_arguments=False: a
+        # launcher's `-r __node:=NAME` would give it its node's name (two nodes of one name); the node's remaps
+        # reach the topics through node.resolve_topic_name() instead.
+        self.reader = Node(node.get_name() + "_tap", namespace=namespace, context=node.context,
+                           use_global_arguments=False, start_parameter_services=False, enable_rosout=False)
         for spec in topics:
             topic = resolve(spec.name, namespace)
             self.topics[topic] = spec
             self.counts[topic] = 0
-            sub = self.reader.create_subscription(message_class(spec.type), topic, lambda _m: None,
-                                                  profile(spec.qos, robot_rate_hz), raw=True)
+            sub = self.reader.create_subscription(message_class(spec.type), node.resolve_topic_name(topic),
+                                                  lambda _m: None, profile(spec.qos, robot_rate_hz), raw=True)
             self._subs.append((topic, sub, RateCap(robot_rate_hz if spec.robot else 0.0)))
         robots = any(spec.robot for spec in self.topics.values())
         self.timer = node.create_timer(1.0 / max(poll_hz, robot_rate_hz if robots else 0.0), self.poll)
