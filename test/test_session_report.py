@@ -215,6 +215,13 @@ def test_report_shows_the_trainer_nodes_identification_and_decision(tmp_path):
     text = write_session_report(tmp_path).read_text()
     assert "Off-board identification (trainer node, offboard/sysid/status.json): v2 kept: 589.0 over 3" in text
     assert "identified from 2000 robot steps in 21.1 s: mass_scale=1.46, encoder_offset=0.1,-0.1" in text
+    # offboard_method retrain: the identification's own result (Identification.to_dict), no step count or time of
+    # its own: its replayed steps, never "None".
+    (tmp_path / "offboard" / "sysid" / "status.json").write_text(json.dumps({
+        "state": "kept", "decision": "v2 kept", "released": [2],
+        "identified": {"describe": "mass_scale=1.1", "details": {"steps_replayed": 2000}}}))
+    text = write_session_report(tmp_path).read_text()
+    assert "- identified from 2000 robot steps: mass_scale=1.1" in text and "None" not in text
 
 
 def test_report_shows_the_ladder_steps_over_time_and_which_ladder_the_robot_allowed(tmp_path):

@@ -161,8 +161,9 @@ def summarize(data: SessionData) -> str:
     lines.append("")
     n = data.n_episodes
     if n == 0:
-        lines.append("No episode finished on the sim robot's count (run longer" + (
-            "; the fine-tuner's own episode ends are below)." if len(data.episode_terms.get("return", ())) else ")."))
+        lines.append("The sim robot counted no episode end; the fine-tuner's own episode ends are below."
+                     if len(data.episode_terms.get("return", ())) else
+                     "No episode finished on the sim robot's count (run longer).")
     else:
         returns = data.episodes["return"]
         k = min(5, n)
@@ -182,16 +183,19 @@ def summarize(data: SessionData) -> str:
                       f"best v{v.get('best')}"]
         for rec in v["versions"]:
             score = f"{np.mean(rec['returns']):.1f} over {len(rec['returns'])}" if rec.get("returns") else "not run"
-            lines.append(f"- v{rec['version']} (parent v{rec.get('parent_version')}, {rec.get('updates', 0)} updates): "
-                         f"{rec.get('status')}, return {score}")
+            parent = "" if rec.get("parent_version") is None else f"parent v{rec['parent_version']}, "
+            lines.append(f"- v{rec['version']} ({parent}{rec.get('updates', 0)} updates): {rec.get('status')}, "
+                         f"return {score}")
     elif sysid is None and finetune.startswith("on"):
         lines += ["", "Fine-tuner: no versions.json yet (no version made)."]
     if sysid is not None:
         found = sysid.get("identified") or {}
         lines += ["", f"Off-board identification (trainer node, {SYSID_STATUS}): {sysid.get('decision')}"]
-        if found:
-            lines.append(f"- identified from {found.get('robot_steps')} robot steps in {found.get('wall_s')} s: "
-                         f"{found.get('describe')}")
+        if found:  # the fold (sysid) says its steps and time; the retraining's identification its replayed steps
+            steps = found.get("robot_steps") or (found.get("details") or {}).get("steps_replayed")
+            wall = found.get("wall_s")
+            lines.append("- identified" + (f" from {steps} robot steps" if steps else "")
+                         + (f" in {wall} s" if wall is not None else "") + f": {found.get('describe')}")
     lat = data.latency.get("latency_us")
     if lat is not None and len(lat):
         p50, p99 = np.percentile(lat, [50, 99])
