@@ -29,19 +29,21 @@ def test_a_result_of_another_command_is_refused_before_any_session_and_new_seeds
         tmp_path, monkeypatch, capsys):
     from lowrl_ros.bench import record
 
+    def no_session(*_args, **_kwargs):
+        raise AssertionError("a session ran")
+
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     argv = ["--robot", "legged", "--out", str(tmp_path), "--runs-dir", str(tmp_path / "runs")]
-    stem = record.result_path("sim2real_session", setting=record.setting_of(
-        parser.parse_args(argv), bench.add_arguments, skip=("out", "runs_dir", "collect")), env="legged_ant",
-        root=tmp_path)
+    stem = record.result_path("sim2real_session", setting=bench.result_setting(parser.parse_args(argv)),
+                              env="legged_ant", root=tmp_path)
     stem.parent.mkdir(parents=True)
     stem.with_suffix(".json").write_text('{"command": "lowrl bench sim2real_session --an-older-run"}')
-    monkeypatch.setattr(bench, "run_seed", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a session ran")))
+    monkeypatch.setattr(bench, "run_seed", no_session)
     assert bench.run(parser.parse_args(argv)) == 2
     assert "holds a result of another command" in capsys.readouterr().err
     # Seeds 3 4 5 are another setting: no refusal, the sessions would run (here: the stand-in above says so).
     other = parser.parse_args(argv + ["--seeds", "3", "4", "5"])
-    assert "seeds_3_4_5" in record.setting_of(other, bench.add_arguments, skip=("out", "runs_dir", "collect"))
+    assert "seeds_3_4_5" in bench.result_setting(other)
     with pytest.raises(AssertionError, match="a session ran"):
         bench.run(other)

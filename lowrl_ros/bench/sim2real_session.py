@@ -270,6 +270,14 @@ def headline(r: dict) -> str:
             f"{each} %){when}, deadline misses {r.get('deadline_misses_total', 'n/a')}")
 
 
+def result_setting(args: argparse.Namespace) -> str:
+    """The result's setting: the flags that differ from their defaults, seeds other than 0 1 2 included (a second
+    run on new seeds is a result of its own)."""
+    from lowrl_ros.bench import record
+
+    return record.setting_of(args, add_arguments, skip=("out", "runs_dir", "collect"))
+
+
 def run(args: argparse.Namespace) -> int:
     from lowrl_ros.bench import record
     from lowrl_ros.core.runtime.artifact import parse_artifact, read_artifact_bytes
@@ -285,9 +293,8 @@ def run(args: argparse.Namespace) -> int:
         if not p.is_file():
             print(f"lowrl bench sim2real_session: the {what} {p} does not exist", file=sys.stderr)
             return 2
-    # Seeds other than the default name the setting (a second run on new seeds is a result of its own), and a result
-    # another command wrote there is refused now, not after the sessions (a 3-seed run takes about 50 minutes).
-    setting = record.setting_of(args, add_arguments, skip=("out", "runs_dir", "collect"))
+    # A result another command wrote there is refused now, not after the sessions (a 3-seed run takes ~50 minutes).
+    setting = result_setting(args)
     try:
         record.check_free(record.result_path("sim2real_session", setting=setting, env=robot_file.stem,
                                              root=args.out), record.command_line())

@@ -10,6 +10,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import yaml
 
 from lowrl_ros.core.sim import robot_sysid
 from lowrl_ros.core.sim.robot_recording import recording_from_transitions
@@ -19,7 +20,7 @@ WORKERS = int(os.environ.get("WORKERS", "2"))
 
 
 def main():
-    true = __import__("yaml").safe_load(open(sys.argv[1]))["gap"]
+    true = yaml.safe_load(open(sys.argv[1]))["gap"]
     for d in sys.argv[2:]:
         job = json.load(open(f"{d}/job.json"))
         with np.load(f"{d}/recording.npz") as rec:
