@@ -6,9 +6,12 @@ limit per test (``LOWRL_TEST_LIMIT_S``)."""
 from __future__ import annotations
 
 import ast
+import atexit
 import itertools
 import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
 
 # Must happen before anything initialises rclpy (and is inherited by node subprocesses).
@@ -20,6 +23,12 @@ else:
     # Private per session, inside 1..101 (higher ids collide with Linux ephemeral ports);
     # 0 (the default domain) and the Makefile's 61 are avoided.
     os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().choice([d for d in range(1, 102) if d != 61]))
+
+# stable-baselines3 makes an empty /tmp/SB3-<date> folder on every learn() unless told where to log:
+# the tests' models log into one folder of their own, removed when the session ends.
+_SB3_LOGDIR = tempfile.mkdtemp(prefix="lowrl-test-sb3-")
+os.environ["SB3_LOGDIR"] = _SB3_LOGDIR
+atexit.register(shutil.rmtree, _SB3_LOGDIR, True)
 
 import pytest  # noqa: E402
 
