@@ -45,6 +45,14 @@ def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path)
     executor.add_node(node)
     seen: list[tuple] = []
     node.create_subscription(JointState, "/joint_states", lambda m: seen.append(tuple(m.position)), SENSOR)
+    lines: list[str] = []  # the launcher's output, read as it comes
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    recorded = ("/lowrl/policy/step", "/lowrl/policy/stats", "/diagnostics", "/joint_states")
+
+    def recording(topic: str) -> bool:  # the recorder says when a topic's first message arrived
+        return any(line.startswith("[session_recorder]") and f"taking {topic} (" in line for line in list(lines))
+
     try:
         assert spin_until(executor, lambda: len(seen) > 20, timeout=90), "the demo's sim robot never published"
         assert spin_until(executor, lambda: ("foxglove", "/") in node.get_node_names_and_namespaces(), timeout=60)
@@ -69,12 +77,18 @@ def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path)
         names = {s.name for b in got["/diagnostics"] for s in deserialize_message(b, DiagnosticArray).status}
         assert any(n.startswith("lowrl/") for n in names), names
         assert got["/forward_command_controller/commands"]
+        # DDS discovery can leave the recorder without a publisher for seconds: stop once it has each topic
+        assert spin_until(executor, lambda: all(recording(t) for t in recorded), timeout=30), \
+            [t for t in recorded if not recording(t)]
+        time.sleep(0.5)  # a few more of each
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        reader.join(10)
+        out = "".join(lines)
     finally:
         if proc.poll() is None:  # the launcher and every node it started (its own process group)
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            proc.wait()
         executor.shutdown()
         node.destroy_node()
     assert proc.returncode == 0, out[-3000:]
@@ -88,7 +102,7 @@ def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path)
             for _, channel, message, decoded in make_reader(f, decoder_factories=[DecoderFactory()]) \
                     .iter_decoded_messages():
                 per_topic.setdefault(channel.topic, []).append(message.log_time)
-    for topic in ("/lowrl/policy/step", "/lowrl/policy/stats", "/diagnostics", "/joint_states"):
+    for topic in recorded:
         assert per_topic.get(topic), (topic, sorted(per_topic))
     times = per_topic["/joint_states"]
     span_s = (times[-1] - times[0]) / 1e9

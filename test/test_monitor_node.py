@@ -5,6 +5,7 @@ A session with no fine-tuner, no IMU and no budget monitor: those channels are a
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -103,3 +104,23 @@ def test_foxglove_client_decodes_what_was_published_and_the_recording_reads_back
         recorded = [(c.topic, m) for _, c, _, m in reader.iter_decoded_messages(topics=["/lowrl/policy/stats"])]
     assert [m.data[1:] for _, m in recorded[:3]] == [[2.5, 99.0]] * 3
     assert len(recorded) >= len(stats)
+
+
+def test_the_log_says_when_each_topic_starts_flowing_once(running):
+    """DDS discovery can take seconds: the monitor logs each topic's first message (the tap's on_first), once."""
+    from lowrl_ros.ros.topic_tap import TopicTap
+
+    monitor, session = running
+    firsts: list[str] = []
+    tap = TopicTap(monitor, monitor.config.topics(), [], on_first=firsts.append)  # a second tap, on the spun node
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not {"/lowrl/policy/stats", "/joint_states"} <= set(firsts):
+            time.sleep(0.05)
+        k = session.k
+        time.sleep(0.5)  # more messages of each: still one call per topic
+        assert session.k > k and tap.counts["/joint_states"] > 1
+        assert {"/lowrl/policy/stats", "/diagnostics", "/joint_states"} <= set(firsts)
+        assert len(firsts) == len(set(firsts)) and "/imu" not in firsts  # nothing published there: nothing said
+    finally:
+        tap.destroy()

@@ -12,10 +12,14 @@ here (a JSON schema would mean deserializing and re-encoding every message in Py
 (lowrl_ros/core/session/foxglove_sink.py) drops for a slow client instead of waiting for it.
 
 Recording: lowrl_ros/core/session/recording.py ``McapSessionWriter`` (ros2 profile, rotated by size).
+
+The log says when each topic's first message arrives (``taking /joint_states (0.4 s after start)``): DDS discovery
+can take seconds, and a topic that never appears there is not reaching this process.
 """
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from rclpy.node import Node
@@ -40,7 +44,8 @@ class MonitorNode(Node):
         self.recorder: McapSessionWriter | None = None
         self.foxglove: FoxgloveSink | None = None
         # The tap resolves names under this node's namespace; build it first, then the sinks that use them.
-        self.tap = TopicTap(self, specs, sinks, self.config.robot_rate_hz, self.config.poll_hz)
+        self._started = time.monotonic()
+        self.tap = TopicTap(self, specs, sinks, self.config.robot_rate_hz, self.config.poll_hz, self._first)
         if self.config.record_path:
             self.recorder = McapSessionWriter(Path(self.config.record_path).expanduser(), definitions,
                                               max_bytes=int(self.config.record_max_mb * 1e6))
@@ -54,6 +59,10 @@ class MonitorNode(Node):
             sinks.append(self.foxglove)
             self.get_logger().info(f"Foxglove: ws://{self.config.foxglove_host}:{self.foxglove.port} "
                                    f"({len(self.tap.topics)} topics; layout config/foxglove_layout.json)")
+
+    def _first(self, topic: str) -> None:
+        # DDS discovery can take seconds (a missed announcement waits for the next one): say when each topic flows
+        self.get_logger().info(f"taking {topic} ({time.monotonic() - self._started:.1f} s after start)")
 
     def close(self) -> None:
         self.tap.destroy()

@@ -57,11 +57,14 @@ class TopicTap:
             in the order they arrived per topic.
         robot_rate_hz: the cap on robot topics (``TopicSpec.robot``); 0: their own rate.
         poll_hz: how often waiting messages are taken (at least ``robot_rate_hz`` when a robot topic is taken).
+        on_first: called with the absolute topic when its first message is let through (discovery can take
+            seconds: a watcher sees when each topic starts flowing).
     """
 
     def __init__(self, node, topics: Iterable[TopicSpec], sinks: list[Sink], robot_rate_hz: float = 10.0,
-                 poll_hz: float = 2.0) -> None:
+                 poll_hz: float = 2.0, on_first: Callable[[str], None] | None = None) -> None:
         self.sinks = sinks
+        self.on_first = on_first
         self.topics: dict[str, TopicSpec] = {}
         self.counts: dict[str, int] = {}
         self._subs: list[tuple[str, object, RateCap]] = []
@@ -79,6 +82,7 @@ class TopicTap:
                                                   lambda _m: None, profile(spec.qos, robot_rate_hz), raw=True)
             self._subs.append((topic, sub, RateCap(robot_rate_hz if spec.robot else 0.0)))
         robots = any(spec.robot for spec in self.topics.values())
+        self._node = node
         self.timer = node.create_timer(1.0 / max(poll_hz, robot_rate_hz if robots else 0.0), self.poll)
 
     def poll(self) -> None:
@@ -91,9 +95,12 @@ class TopicTap:
                     if not cap.admit(t_ns):
                         continue
                     self.counts[topic] += 1
+                    if self.counts[topic] == 1 and self.on_first is not None:
+                        self.on_first(topic)
                     for sink in self.sinks:
                         sink(topic, data, t_ns)
 
     def destroy(self) -> None:
+        self._node.destroy_timer(self.timer)
         self.sinks.clear()
         self.reader.destroy_node()
