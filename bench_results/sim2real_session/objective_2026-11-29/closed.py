@@ -6,14 +6,13 @@ delays of 0.6-3.1 ms instead of 0.5-3 ms. NEWOBJ=1: the two-sample objective (ne
     [NEWOBJ=1] python closed.py GAP_FILE SEED
 """
 import dataclasses
-import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+import newobj  # beside this script
 from lowrl_ros.core.sim import robot_sysid
 from lowrl_ros.core.sim.robot_recording import SignalLayout, as_robot, record_in_sim, recording_from_transitions
 from lowrl_ros.core.sim.robot_sim import load_gap_file
@@ -28,11 +27,7 @@ def decoded(rec):
 
 
 def main() -> None:
-    if os.environ.get("NEWOBJ"):
-        spec = importlib.util.spec_from_file_location("newobj", HERE / "newobj.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        robot_sysid.objective = module.objective
+    newobj.asked()  # no identification here: no replay workers
     true, seed = load_gap_file(sys.argv[1]), int(sys.argv[2])
     session = ort.InferenceSession(str(HERE.parents[2] / "models/legged_ant_int8.onnx"))
     name = session.get_inputs()[0].name

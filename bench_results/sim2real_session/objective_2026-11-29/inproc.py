@@ -4,8 +4,7 @@ truth (README.md, section 1). NEWOBJ=1: the two-sample objective (newobj.py).
 
     [NEWOBJ=1] python inproc.py GAP_FILE SEED
 """
-import importlib.util
-import os
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+import newobj  # beside this script
 from lowrl_ros.core.sim import robot_sysid
 from lowrl_ros.core.sim.robot_recording import record_in_sim, recording_from_transitions
 from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file
@@ -20,16 +20,13 @@ from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 ROBOT = str(ROOT / "config/robots/legged_ant.yaml")
-# the bench's identification (`lowrl bench sim2real_session ... identify.search_steps=4000`), two workers
+# the bench's identification (`lowrl bench sim2real_session ... identify.search_steps=4000`), two workers (one
+# with NEWOBJ=1)
 SETTINGS = robot_sysid.IdentifySettings(search_steps=4000, workers=2)
 
 
 def main() -> None:
-    if os.environ.get("NEWOBJ"):
-        spec = importlib.util.spec_from_file_location("newobj", HERE / "newobj.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        robot_sysid.objective = module.objective
+    settings = SETTINGS if not newobj.asked() else dataclasses.replace(SETTINGS, workers=1)  # see newobj.asked
     gap, seed = load_gap_file(sys.argv[1]), int(sys.argv[2])
     session = ort.InferenceSession(str(ROOT / "models/legged_ant_int8.onnx"))
     name = session.get_inputs()[0].name
@@ -45,7 +42,7 @@ def main() -> None:
 
     robot_sysid._problem = grab
     t = time.time()
-    ident = robot_sysid.identify(ROBOT, recording, SETTINGS, seed=seed).to_dict()
+    ident = robot_sysid.identify(ROBOT, recording, settings, seed=seed).to_dict()
     true = gap.as_dict()
     print(f"== seed {seed} ({time.time() - t:.0f} s), {len(rec.transitions)} steps")
     for n, v in ident["details"]["search_best"].items():

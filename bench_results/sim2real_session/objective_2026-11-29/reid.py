@@ -1,14 +1,12 @@
 """../one_sided_2026-11-29/reidentify.py with the objective chosen: NEWOBJ=1 the two-sample one (newobj.py), else
 the package's. A job.json whose robot_file no longer exists (a removed worktree) reads config/robots/<its name>.
 
-    [NEWOBJ=1] [WORKERS=2] python reid.py GAP_FILE RETRAIN_DIR [RETRAIN_DIR ...]
+    [NEWOBJ=1 (one worker)] [WORKERS=2] python reid.py GAP_FILE RETRAIN_DIR [RETRAIN_DIR ...]
 """
 import importlib.util
 import json
 import os
 from pathlib import Path
-
-from lowrl_ros.core.sim import robot_sysid
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -31,7 +29,7 @@ def _load(f, *args, **kwargs):
 _json_load = json.load
 
 if __name__ == "__main__":
-    if os.environ.get("NEWOBJ"):
-        robot_sysid.objective = _module(HERE / "newobj.py").objective
+    if _module(HERE / "newobj.py").asked():
+        os.environ["WORKERS"] = "1"  # spawned replay workers would use the package's objective
     json.load = _load
     _module(HERE.parent / "one_sided_2026-11-29/reidentify.py").main()
