@@ -80,7 +80,7 @@ def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path)
         # DDS discovery can leave the recorder without a publisher for seconds: stop once it has each topic
         assert spin_until(executor, lambda: all(recording(t) for t in recorded), timeout=30), \
             [t for t in recorded if not recording(t)]
-        time.sleep(0.5)  # a few more of each
+        time.sleep(0.5)  # a span of step rows for the rate check below
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
         reader.join(10)
