@@ -46,7 +46,12 @@ def test_foxglove_and_recording_of_a_running_demo_session(ros_context, tmp_path)
     seen: list[tuple] = []
     node.create_subscription(JointState, "/joint_states", lambda m: seen.append(tuple(m.position)), SENSOR)
     lines: list[str] = []  # the launcher's output, read as it comes
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+
+    def read_output() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read_output, daemon=True)
     reader.start()
     recorded = ("/lowrl/policy/step", "/lowrl/policy/stats", "/diagnostics", "/joint_states")
 

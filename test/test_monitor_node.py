@@ -107,7 +107,8 @@ def test_foxglove_client_decodes_what_was_published_and_the_recording_reads_back
 
 
 def test_the_log_says_when_each_topic_starts_flowing_once(running):
-    """DDS discovery can take seconds: the monitor logs each topic's first message (the tap's on_first), once."""
+    """DDS discovery can take seconds: the tap calls on_first (the monitor logs it) once per topic, on its first
+    message, and never for a topic nothing reaches. The log line itself is read in test_foxglove_session.py."""
     from lowrl_ros.ros.topic_tap import TopicTap
 
     monitor, session = running

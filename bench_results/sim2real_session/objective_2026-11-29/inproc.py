@@ -2,9 +2,10 @@
 command delays, no ROS), identify it with the ROS 2 bench's settings, and score the objective at the fit and at the
 truth (README.md, section 1). NEWOBJ=1: the two-sample objective (newobj.py).
 
-    [NEWOBJ=1] python inproc.py GAP_FILE SEED
+    [NEWOBJ=1] [POLICY_LOOP=1] python inproc.py GAP_FILE SEED
 """
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,7 +43,9 @@ def main() -> None:
 
     robot_sysid._problem = grab
     t = time.time()
-    ident = robot_sysid.identify(ROBOT, recording, settings, seed=seed).to_dict()
+    # POLICY_LOOP=1: the shipped policy in the replay's loop (needs policy_loop.diff applied: README.md, section 2)
+    loop = {"policy": str(ROOT / "models/legged_ant_int8.onnx")} if os.environ.get("POLICY_LOOP") else {}
+    ident = robot_sysid.identify(ROBOT, recording, settings, seed=seed, **loop).to_dict()
     true = gap.as_dict()
     print(f"== seed {seed} ({time.time() - t:.0f} s), {len(rec.transitions)} steps")
     for n, v in ident["details"]["search_best"].items():
