@@ -224,14 +224,14 @@ def test_every_shipped_robot_file_with_its_policy(tmp_path):
     pairs = {"pendulum.yaml": ROOT / "models/pendulum_sac_int8.onnx",
              "legged_ant.yaml": ROOT / "models/legged_ant_int8.onnx",
              "legged_example.yaml": _untrained_policy(tmp_path, "legged_example.yaml"),
-             "quadruped.yaml": _untrained_policy(tmp_path, "quadruped.yaml")}  # its walking policy: issue 27 item 5
+             "quadruped.yaml": ROOT / "models/quadruped.lowrl"}  # its walking rsl_rl policy
     assert sorted(pairs) == sorted(p.name for p in (ROOT / "config/robots").glob("*.yaml"))
     for name, policy in pairs.items():
         _, contract = load_weights(policy)
         training = recorded_training(contract, ROOT)
         report = check_deployment(contract, load_robot_file(ROOT / "config/robots" / name), training=training)
         assert report.ok and not report.soft, (name, report.mismatches())
-        assert (training is not None) == (name == "legged_ant.yaml")
+        assert (training is not None) == (name in ("legged_ant.yaml", "quadruped.yaml"))  # they record it
 
 
 def test_legged_ant_against_its_training_robot_file(tmp_path):
