@@ -165,8 +165,7 @@ def test_finetuner_computes_rewards_ends_resets_and_learns_from_interventions(ro
     ends = np.flatnonzero(batch.truncated)
     assert len(ends) >= 3 and np.all(np.diff(ends) == 15) and not batch.terminated.any()
     assert sim.resets == tuner.resets_requested >= len(ends)
-    # The policy node held the safe action from a reset request until the sim robot reported ready (a tick
-    # falls in that hold only if one is due: on a busy machine request and ready can come between two ticks).
+    # The policy node held the safe action from a reset request until the sim robot reported ready.
     assert sum(decode_step(d, 3, 1).safe for _, d in op.steps) >= 1
     # Within an episode the steps chain (a safe tick, e.g. an observation late on this loaded machine, breaks
     # the chain: no transition spans it); never across an end: the next episode starts from the reset state.
@@ -211,3 +210,34 @@ def test_with_a_reward_topic_the_step_messages_pair_with_the_robots_reward(ros_c
     assert np.allclose(batch.reward, -(theta ** 2 + 0.1 * batch.obs[:, 2] ** 2 + 0.001 * u ** 2), rtol=1e-5, atol=1e-5)
     assert batch.intervention.sum() >= 5 and np.all(batch.action[batch.intervention, 0] == TELEOP)
     assert not np.any(batch.action[~batch.intervention, 0] == TELEOP)
+
+
+def test_a_reset_request_sends_the_safe_action_at_once_and_its_row_marks_the_reset(ros_context, tmp_path):
+    """No tick need be due: the policy node answers the request itself, so the fine-tuner sees the hold begin in the
+    step rows' own order (whatever order the ready arrives in) and the next episode's last_action starts at zero."""
+    from std_msgs.msg import Empty
+
+    from lowrl_ros.ros.qos import STATUS
+
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[
+        Parameter("mode", value="lockstep"), Parameter("seed", value=1)])
+    policy = policy_node(ros_context, ROOT / "models/pendulum_sac_int8.onnx", robot_file(tmp_path),
+                         ready_topic="/lowrl/ready", robot_timing="parameters", mode="event")
+    op = Operator(ros_context)
+    reset = op.node.create_publisher(Empty, "/lowrl/reset", STATUS)
+    ex = SingleThreadedExecutor(context=ros_context)
+    for n in (sim, policy, op.node):
+        ex.add_node(n)
+    rows = lambda: [decode_step(d, 3, 1) for _, d in op.steps]  # noqa: E731
+    try:
+        assert spin_until(ex, lambda: len(op.steps) >= 5 and not rows()[-1].safe, 15.0)
+        ex.remove_node(sim)  # no joint state from here on: nothing else makes the policy node tick
+        spin_for(ex, 0.2)
+        before = len(op.steps)
+        reset.publish(Empty())
+        assert spin_until(ex, lambda: len(op.steps) > before, 0.5)  # the watchdog would tick only after 1 s
+        assert [r.safe for r in rows()[before:]] == [True] and policy.controller.waiting_ready
+    finally:
+        ex.shutdown()
+        for n in (sim, policy, op.node):
+            n.destroy_node()

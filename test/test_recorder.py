@@ -113,6 +113,24 @@ def test_with_await_ready_the_next_episode_starts_where_the_robot_stands_again()
     assert not EpisodeRecorder(reward, None, await_ready=True).await_ready
 
 
+def test_a_ready_that_arrives_late_loses_no_row_the_policy_nodes_hold_marks_the_reset():
+    """The policy node sends a safe row at the reset request and holds until the robot's ready: its next policy row
+    shows the reset robot even when the ready reaches the fine-tuner after it (a busy executor; seen in a quadruped
+    session: every episode started one row late, mid-way through the reset's first motion)."""
+    reward, episode = specs({"terms": [{"term": "alive"}]}, {"time_limit_steps": 2})
+    rec = EpisodeRecorder(reward, episode, await_ready=True)
+    feed(rec, [row(0), row(1), row(2)])
+    ts, ends = split(feed(rec, [row(3), row(4, safe=True), row(5), row(6), row(7)]))  # no ready (yet)
+    assert [(t.obs[3], t.next_obs[3]) for t in ts] == [(5, 6), (6, 7)] and ends[0].judged.start_obs[3] == 5
+    assert rec.before_ready == 1
+    # the end at row 7 asks for another reset; the first one's ready, arriving only now, does not answer it
+    rec.ready()
+    assert feed(rec, [row(8), row(9)]) == [] and rec.before_ready == 3
+    rec.ready()  # this reset's
+    ts, _ = split(feed(rec, [row(10), row(11)]))
+    assert [(t.obs[3], t.next_obs[3]) for t in ts] == [(10, 11)]
+
+
 def test_an_episode_cut_for_the_recording_is_truncated_and_never_judged():
     reward, episode = specs({"terms": [{"term": "alive"}]}, {"time_limit_steps": 3})
     rec = EpisodeRecorder(reward, episode)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,3 +182,43 @@ def test_session_parameter_files_are_declared_and_valid(ros_context):
     from lowrl_ros.core.finetune.config import FineTuneConfig
 
     FineTuneConfig(**ft)  # only FineTuneConfig fields, valid values
+
+
+def test_the_joint_state_that_comes_with_the_ready_is_the_reset_state(ros_context):
+    """A reset's first joint state is the episode's first observation (the identification's rest sample): the
+    reset state itself, as the training env's reset returns it, not one period later. The quadruped's reset noise
+    (0.05 rad around the pose) makes its stiff PD snap the joints at over 1 rad/s within that period."""
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Bool, Empty
+
+    from lowrl_ros.ros.qos import LATCHED, STATUS
+    from lowrl_ros.ros.sim_robot_node import SimRobotNode
+    from rosutil import spin_until, wait_for_match
+
+    robot_file = str(Path(__file__).resolve().parents[1] / "config/robots/quadruped.yaml")
+    sim = SimRobotNode(context=ros_context, parameter_overrides=[
+        Parameter("env_id", value="robot_file"), Parameter("robot_file", value=robot_file),
+        Parameter("control_period_s", value=0.02)])
+    published: list = []  # (reset count, joint velocities) of each joint state, as the node publishes it
+    sim.on_published.append(lambda _t: published.append((sim.resets, sim.robot.joints().velocity.copy())))
+    probe = Node("probe", context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    for n in (sim, probe):
+        executor.add_node(n)
+    ready: list = []
+    probe.create_subscription(Bool, "/lowrl/ready", lambda m: ready.append(m.data), LATCHED)
+    reset = probe.create_publisher(Empty, "/lowrl/reset", STATUS)
+    try:
+        assert wait_for_match(executor, reset)
+        for k in range(1, 4):
+            reset.publish(Empty())
+            assert spin_until(executor, lambda: len(ready) >= k and sum(r == k for r, _ in published) > 2)
+            states = [v for r, v in published if r == k]
+            assert np.abs(states[0]).max() <= 0.1 + 1e-9, (k, states[0])  # the reset's velocity noise, +-0.1
+            assert np.abs(states[1]).max() > 0.5  # one period on: the snap (what went out first before)
+    finally:
+        executor.shutdown()
+        for n in (sim, probe):
+            n.destroy_node()

@@ -85,8 +85,7 @@ class PolicyNode(LifecycleNode):
         self.swapper: PolicySwapper | None = None
         self.actions: ActionProcessor | None = None  # the robot file's output side (None: the command parameters)
         self._outputs: PolicyOutputs | None = None
-        self._subs: list = []
-        self._timers: list = []
+        self._subs, self._timers = [], []
         self._control_timer = self._bundle_status_pub = None
         self._input_reports = InputErrorReports()
         self.robot_inputs: RobotInputs | None = None
@@ -218,6 +217,7 @@ class PolicyNode(LifecycleNode):
             reset, ready = self._get("reset_topic"), self._get("ready_topic")
             line = f"reset requested on {reset}: safe action until true on {ready}"
             self.controller.hold_until_ready(line)
+            self._tick_held(time.perf_counter())  # the hold at once: its step row marks the reset for the fine-tuner
             self.get_logger().info(line)
 
     @locked

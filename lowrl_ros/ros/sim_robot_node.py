@@ -21,7 +21,8 @@ node's ``lowrl/policy/policy`` diagnostic; used for the session log only).
 A reset request on ``reset_topic`` (``/lowrl/reset``, std_msgs/Empty, from the fine-tuner at an
 episode end of the robot file's ``episode:`` section) starts a new episode at once and publishes
 ``true`` on ``ready_topic`` (``/lowrl/ready``, std_msgs/Bool, latched) with the new episode's first
-joint state, as a stand-up routine would.
+joint state, as a stand-up routine would: the reset state itself, at the next tick (the physics then
+catches that period up), as a training env's reset returns it.
 
 ``env_id: LeggedAnt`` is a legged robot run like a ros2_control robot (lowrl_ros/core/sim/legged.py):
 one physics step per tick (``control_period_s`` 0.005: JointState at 200 Hz, PD position control
@@ -221,8 +222,9 @@ class SimRobotNode(Node):
         if self._pub_imu is not None:  # the walk log's window starts again where the robot was put back
             self._walk_from = self._walk_mark()
         self.get_logger().info(f"reset requested: new episode (reset {self.resets})")
-        # Ready goes out with the new episode's first joint state, not at once: the policy node gets the same
-        # reset request from the fine-tuner, and a ready that overtook it would be taken for the previous one.
+        # Ready goes out with the new episode's first joint state (the reset state, at the next tick), not at once:
+        # the policy node gets the same reset request from the fine-tuner, and a ready that overtook it would be
+        # taken for the previous one.
         self._ready_due = True
 
     def _walk_mark(self) -> tuple[float, np.ndarray, float]:
@@ -262,6 +264,9 @@ class SimRobotNode(Node):
             self._publish_joints()  # the same state again: nothing stepped, so no reward is due
 
     def _tick(self) -> None:
+        if self._ready_due:  # the first tick after a reset: the reset state itself goes out with the ready (the
+            self._publish_joints()  # episode's first observation, as a training env's reset returns it), no physics
+            return
         outcome = self.robot.step(self._command, received_at=self._command_at)
         self.steps += 1
         self._pub_reward.publish(Float64(data=outcome.reward))

@@ -17,7 +17,9 @@ Two ways to get a reward, chosen by the robot file:
   ``await_ready`` (the robot says when it stands again after a reset, as the policy node's
   ``ready_topic``), the rows between an end and the robot's ready are not recorded: a row the policy
   node sent before the reset request reached it shows the old episode's robot, and would otherwise
-  start the new episode (counted in ``before_ready``).
+  start the new episode (counted in ``before_ready``). The policy node holds the safe action from the
+  request until the ready, and sends a safe row at the request: the first policy row after a safe one
+  starts the episode too, so a ready that reaches this node late (behind a busy executor) loses no row.
 * **paired** (a reward topic): rows are paired with the robot's reward messages and episode ends by
   their DDS source timestamps (TransitionAssembler: the reward sent between two rows is the first
   row's). A step whose executed action is not finite (a safe tick) is dropped and counted.
@@ -146,6 +148,7 @@ class EpisodeRecorder:
         self.await_ready = await_ready and self.episodes is not None
         self.before_ready = 0  # policy rows between an end and the robot's ready, not recorded
         self._awaiting = False
+        self._readies_due = 0  # resets requested whose ready has not come (the hold may have started the episode)
         self.judge = EpisodeJudge()
         self.assembler = TransitionAssembler(max_reward_delay_s)
         self.running_version = 0  # from the rows (0: not heard yet)
@@ -187,13 +190,18 @@ class EpisodeRecorder:
         return self._computed(row, sent, now) if self.computed else self._paired(row, sent, now)
 
     def ready(self) -> None:
-        """The robot stands again after its reset: the next usable row starts the next episode."""
-        self._awaiting = False
+        """The robot stands again after its reset: the next usable row starts the next episode (a ready that comes
+        after the policy node's hold already started it answers that reset, not a later one)."""
+        self._readies_due = max(self._readies_due - 1, 0)
+        self._awaiting = self._awaiting and self._readies_due > 0
 
     def _computed(self, row: StepRow, sent: float, now: float) -> list[Recorded]:
         """The previous row's transition ends at this row's observation."""
         if self._awaiting:  # the robot is not back yet: the row shows the old episode's robot (or the hold)
             self.before_ready += int(row.usable)
+            # The policy node's hold from the reset request on (a safe row, sent at the request): its next policy
+            # row follows the robot's ready, however late the ready itself reaches this node.
+            self._awaiting = row.usable
             return []
         out: list[Recorded] = []
         obs = row.obs
@@ -216,6 +224,7 @@ class EpisodeRecorder:
                 out.append(self._computed_end(end.kind, end.reason))
                 self._prev = None  # the row after the end (after the robot's ready) starts the next episode
                 self._awaiting = self.await_ready
+                self._readies_due += int(self.await_ready)
                 return out
         if not row.usable:
             self._prev = None  # a safe tick (or no observation) breaks the chain: no transition across it

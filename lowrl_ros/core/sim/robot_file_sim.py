@@ -141,8 +141,10 @@ class RobotFileSim:
         return outcome
 
     def reset(self) -> None:
-        """Back to the default pose (the robot file's reset noise); the command is kept."""
+        """Back to the default pose (the robot file's reset noise), holding it until the next command; the velocity
+        command is kept."""
         self._steps = 0
+        self._targets = self.hold_command[self._to_robot].copy()
         self.sim.reset()
         self.env.builder.reset(self.sim.time)
 
