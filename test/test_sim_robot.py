@@ -184,10 +184,11 @@ def test_session_parameter_files_are_declared_and_valid(ros_context):
     FineTuneConfig(**ft)  # only FineTuneConfig fields, valid values
 
 
-def test_the_joint_state_that_comes_with_the_ready_is_the_reset_state(ros_context):
+def test_the_joint_state_that_comes_with_the_ready_is_the_reset_state(ros_context, tmp_path):
     """A reset's first joint state is the episode's first observation (the identification's rest sample): the
-    reset state itself, as the training env's reset returns it, not one period later. The quadruped's reset noise
-    (0.05 rad around the pose) makes its stiff PD snap the joints at over 1 rad/s within that period."""
+    reset state itself, as the training env's reset returns it, not one period later. With reset noise (0.05 rad
+    around the pose) the quadruped's stiff PD snaps its joints at over 1 rad/s within that period."""
+    import yaml
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
@@ -197,9 +198,12 @@ def test_the_joint_state_that_comes_with_the_ready_is_the_reset_state(ros_contex
     from lowrl_ros.ros.sim_robot_node import SimRobotNode
     from rosutil import spin_until, wait_for_match
 
-    robot_file = str(Path(__file__).resolve().parents[1] / "config/robots/quadruped.yaml")
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/robots/quadruped.yaml").read_text())
+    data["sim"]["reset"].update(joint_noise=0.05, velocity_noise=0.1)
+    robot_file = tmp_path / "quadruped.yaml"
+    robot_file.write_text(yaml.safe_dump(data))
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
-        Parameter("env_id", value="robot_file"), Parameter("robot_file", value=robot_file),
+        Parameter("env_id", value="robot_file"), Parameter("robot_file", value=str(robot_file)),
         Parameter("control_period_s", value=0.02)])
     published: list = []  # (reset count, joint velocities) of each joint state, as the node publishes it
     sim.on_published.append(lambda _t: published.append((sim.resets, sim.robot.joints().velocity.copy())))
