@@ -149,6 +149,9 @@ class RetrainSettings:
         require(isinstance(self.ray_address, str), f"ray_address={self.ray_address!r} must be a string")
 
 
+SATURATED = 0.5  # a "beyond_reach" share (see retrain's progress) that the progress lines warn of
+
+
 @dataclass
 class RetrainResult:
     """What a retraining run gave.
@@ -213,7 +216,10 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         progress: called once per iteration and per release stage with {"stage": "warmup"|"ppo"|"best"|
             "quantize"|"gates", "steps", "total_steps", "sim_return" (mean return of recent training episodes, None
             before one ended), "eta_s", "eval_return" (the last evaluation's), "best_return" and "best_steps" (the
-            best evaluated actor, the one released), "base_return" (the deployed actor's on the same episodes)}.
+            best evaluated actor, the one released), "base_return" (the deployed actor's on the same episodes),
+            "beyond_reach" (the last rollout's share of action entries whose mean lies more than 2 std past the
+            clip, where exploration cannot move them: near 1, a bang-bang policy PPO can barely change; None
+            before the first rollout)}.
         should_stop: polled once per iteration; True ends the run with ok=False, stopped=True.
         commands: the velocity commands the robot was given (rows vx, vy, yaw rate; robot_recording.
             recorded_commands): ``settings.recorded_command_share`` of the episodes draw theirs from them.
@@ -300,7 +306,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         info = {"stage": stage, "steps": steps, "total_steps": s.total_steps,
                 "sim_return": float(np.mean(recent)) if recent else None, "eta_s": eta,
                 "eval_return": best["last"], "best_return": best["return"] if best["state"] is not None else None,
-                "best_steps": best["steps"], "base_return": best["base"]}
+                "best_steps": best["steps"], "base_return": best["base"], "beyond_reach": reach["share"]}
         history.append(info)
         if progress is not None:
             progress(dict(info))
@@ -320,6 +326,10 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
 
     # the evaluations during training: the deployed actor's return ("base"), the last one, the best actor so far
     best: dict[str, Any] = {"base": None, "last": None, "return": -math.inf, "state": None, "steps": 0}
+    # The last rollout's share of action entries whose mean lies beyond the clip by more than 2 std: the clipped
+    # action is the same for 98 % of the draws, so exploration cannot tell PPO which way to move that entry (a
+    # bang-bang policy, saturated far past its clip, gets almost no signal).
+    reach: dict[str, Any] = {"share": None}
 
     def as_int8(w) -> bytes:
         with tempfile.TemporaryDirectory(prefix="lowrl-retrain-eval-") as tmp:
@@ -353,12 +363,15 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                                     ("rew", ()), ("done", ()), ("val", ()))}
             raw_rewards = np.zeros((T, s.n_envs))
             truncated, v_final = np.zeros((T, s.n_envs), bool), np.zeros((T, s.n_envs), np.float32)
+            beyond = 0
             try:
                 for t in range(T):
                     with torch.no_grad():  # a ~ N(mean, std), its log-density, V(obs): as actor.dist, fewer ops
                         o = torch.from_numpy(obs.astype(np.float32))
                         noise = torch.randn(s.n_envs, contract.action_dim)
-                        a = (actor.mean(o) + actor.log_std.exp() * noise).numpy()
+                        mean, std = actor.mean(o).numpy(), actor.log_std.exp().numpy()
+                        beyond += int(((mean - 2 * std > env_high) | (mean + 2 * std < env_low)).sum())
+                        a = mean + std * noise.numpy()
                         logp = (-0.5 * noise.square() - actor.log_std - HALF_LOG_2PI).sum(-1).numpy()
                         buf["val"][t] = critic(o).numpy()
                     sent = np.clip(a, env_low, env_high)
@@ -383,6 +396,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                     steps += s.n_envs
             except WorkerDied as exc:
                 return result(False, f"an env worker died mid-rollout at step {steps}: {exc}")
+            reach["share"] = beyond / (T * s.n_envs * contract.action_dim)
             with torch.no_grad():
                 v_last = critic(torch.from_numpy(obs.astype(np.float32))).numpy()
             buf["next_val"] = next_values(buf["val"], v_last, v_final, buf["done"] > 0, truncated)
