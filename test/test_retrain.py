@@ -119,7 +119,7 @@ def test_tiny_run_writes_a_valid_int8_artifact_the_robot_runs(base, tmp_path, ca
     assert [g.passed for g in r.gates] == [True, True, True]
     assert [p["stage"] for p in seen] == ["warmup", "ppo", "best", "quantize", "gates"]
     assert all(set(p) == {"stage", "steps", "total_steps", "sim_return", "eta_s", "eval_return", "best_return",
-                          "best_steps", "base_return"} for p in seen)
+                          "best_steps", "base_return", "beyond_reach"} for p in seen)
     assert [p["steps"] for p in seen] == [64, 128, 128, 128, 128] and seen[0]["eta_s"] > 0 == seen[1]["eta_s"]
     assert seen[1]["eval_return"] is None and seen[2]["eval_return"] == seen[2]["best_return"]  # evaluated at the end
     assert seen[2]["best_steps"] == 128 and seen[2]["base_return"] is not None
