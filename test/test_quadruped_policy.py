@@ -125,6 +125,25 @@ def _rsl_actor(ckpt_dir: Path) -> MLPModel:
     return actor.eval()
 
 
+def rollout_observations(policy, env, steps: int) -> np.ndarray:
+    """Observations the robot meets: a seeded rollout (seed 0, reset at each end) of the deployed policy itself."""
+    obs, _ = env.reset(seed=0)
+    seen = []
+    for _ in range(steps):
+        seen.append(obs)
+        policy.act(obs)
+        obs, _, term, trunc, _ = env.step(policy.raw_output.copy())
+        if term or trunc:
+            obs, _ = env.reset()
+    return np.array(seen, np.float32)
+
+
+def checkpoint_outputs(obs: np.ndarray) -> np.ndarray:
+    """The shipped checkpoint's actor, as rsl_rl builds it, on ``obs``: its pre-clip outputs."""
+    with torch.no_grad():
+        return _rsl_actor(SHIPPED)(TensorDict({"policy": torch.from_numpy(obs)}, batch_size=[len(obs)])).numpy()
+
+
 def test_shipped_artifact_fits_the_robot_file_and_matches_its_checkpoint():
     assert ARTIFACT.stat().st_size < 2_000_000 and (SHIPPED / "model.pt").stat().st_size < 2_000_000
     policy = load_artifact(ARTIFACT)
@@ -137,19 +156,8 @@ def test_shipped_artifact_fits_the_robot_file_and_matches_its_checkpoint():
     ActionProcessor.from_robot_dict(robot.raw, c)  # joints, order, scale/offset applied once
     assert (c.obs_dim, c.action_dim, c.control_period_s) == (45, 12, env.sim.config.period_s)
     assert last_action_convention(c) == "raw" and c.provenance["kind"] == "rsl_rl"
-    # observations the robot meets: a seeded rollout of the deployed policy itself
-    obs, _ = env.reset(seed=0)
-    seen = []
-    for _ in range(150):
-        seen.append(obs)
-        policy.act(obs)
-        obs, _, term, trunc, _ = env.step(policy.raw_output.copy())
-        if term or trunc:
-            obs, _ = env.reset()
-    seen = np.array(seen, np.float32)
-    with torch.no_grad():
-        want = _rsl_actor(SHIPPED)(TensorDict({"policy": torch.from_numpy(seen)}, batch_size=[len(seen)])).numpy()
-    want = np.clip(want, -1.0, 1.0)
+    seen = rollout_observations(policy, env, 150)
+    want = np.clip(checkpoint_outputs(seen), -1.0, 1.0)
     # the importer's int8 budget (test_import_rsl_rl.py): worst 5 %, mean 2 % of the action range (2). ORT's int8
     # graph also quantizes each layer's input on the fly (DynamicQuantizeLinear, one scale per vector): the walking
     # policy saturates nearly every output (pre-clip values up to +-38), so its rare unsaturated ones can land a

@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
-from tensordict import TensorDict
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "test")]
@@ -20,17 +18,8 @@ from lowrl_ros.core.runtime.engines import load_artifact  # noqa: E402
 
 policy = load_artifact(tq.ARTIFACT, "numpy")
 env = make_robot_env(tq.ROBOT, last_action=last_action_convention(policy.contract))
-obs, _ = env.reset(seed=0)
-seen = []
-for _ in range(1000):
-    seen.append(obs)
-    policy.act(obs)
-    obs, _, term, trunc, _ = env.step(policy.raw_output.copy())
-    if term or trunc:
-        obs, _ = env.reset()
-seen = np.array(seen, np.float32)
-with torch.no_grad():
-    raw = tq._rsl_actor(tq.SHIPPED)(TensorDict({"policy": torch.from_numpy(seen)}, batch_size=[len(seen)])).numpy()
+seen = tq.rollout_observations(policy, env, 1000)
+raw = tq.checkpoint_outputs(seen)
 want = np.clip(raw, -1, 1)
 print(f"checkpoint: |pre-clip| up to {np.abs(raw).max():.1f}, {100 * (np.abs(raw) > 1).mean():.2f} % beyond the clip")
 for engine in ("numpy", "ort"):

@@ -65,7 +65,7 @@ def parse_spread(text: str | None) -> tuple[float | None, dict[str, float]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowrl_ros.core.retrain.retrain import SATURATED, RetrainRefused, retrain
+    from lowrl_ros.core.retrain.retrain import RetrainRefused, reach_warning, retrain
     from lowrl_ros.core.runtime.artifact import ArtifactError, parse_artifact, read_artifact_bytes
     from lowrl_ros.core.sim.robot_sim import SimConfigError, load_gap_file
 
@@ -112,9 +112,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"sim return (identified gap, seeded episodes): deployed {before}, retrained int8 {after}; "
           f"{result.steps} steps in {result.wall_s:.0f} s")
     reach = next((h["beyond_reach"] for h in reversed(result.history) if h.get("beyond_reach") is not None), None)
-    if reach is not None and reach >= SATURATED:
-        print(f"note: {100 * reach:.0f} % of the policy's actions lie past its clip beyond the exploration's reach "
-              "(its mean more than 2 std past it): PPO gets little signal to change them (docs/sim_to_real.md)")
+    if warning := reach_warning(reach):
+        print(f"note: {warning}")
     if result.ok:
         print(f"released: {result.path} (version {version})" + (f"; {result.reason}" if result.reason else ""))
         return 0

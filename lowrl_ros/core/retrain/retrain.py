@@ -152,6 +152,14 @@ class RetrainSettings:
 SATURATED = 0.5  # a "beyond_reach" share (see retrain's progress) that the progress lines warn of
 
 
+def reach_warning(beyond_reach: float | None) -> str:
+    """The progress lines' warning for a ``beyond_reach`` share of at least SATURATED ("" below it or None)."""
+    if beyond_reach is None or beyond_reach < SATURATED:
+        return ""
+    return (f"{100 * beyond_reach:.0f} % of the policy's actions lie past the clip beyond the exploration's reach: "
+            "PPO gets little signal to change them (docs/sim_to_real.md)")
+
+
 @dataclass
 class RetrainResult:
     """What a retraining run gave.
