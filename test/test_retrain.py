@@ -27,7 +27,8 @@ from lowrl_ros.cli import main as lowrl_main
 from lowrl_ros.core.importers.registry import ImportOptions, load_source, write_imported
 from lowrl_ros.core.retrain.pool import gap_around
 from lowrl_ros.core.retrain.retrain import RetrainRefused, RetrainSettings, retrain
-from lowrl_ros.core.runtime.artifact import PolicyContract, MlpWeights, parse_artifact, save_artifact
+from lowrl_ros.core.runtime.artifact import (PolicyContract, MlpWeights, parse_artifact, read_artifact_bytes,
+                                             save_artifact)
 from lowrl_ros.core.runtime.engines import load_artifact, probe_observations
 from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.robot_file import load_robot_file
@@ -353,6 +354,32 @@ def test_a_share_of_the_episodes_walk_at_the_commands_the_robot_was_given():
                      command_share=1.0)
     group.reset()
     assert all(any(np.array_equal(e.command, g) for g in given) for e in group.envs)
+
+
+def test_the_retraining_simulator_reads_back_the_network_output_as_the_robot_does():
+    """A raw-convention policy (rsl_rl, Isaac Lab) reads its own unclipped output back as last_action, on the
+    robot and in its training. The shipped quadruped policy's outputs lie far past the clip: fed back clipped,
+    it scored 1,107 for its 1,617 over a full episode, so the retraining judged and trained a different robot."""
+    from lowrl_ros.core.retrain.pool import EnvGroup
+
+    art = ROOT / "models/quadruped.lowrl"
+    policy = load_artifact(art, "numpy")
+    env = make_robot_env(QUAD, last_action="raw")  # the robot's loop: the engine's raw output goes back
+    obs, _ = env.reset(seed=7)
+    expected, beyond = 0.0, 0
+    for _ in range(100):
+        policy.act(obs)
+        beyond += int((np.abs(policy.raw_output) > 1.0).sum())
+        obs, r, *_ = env.step(policy.raw_output.copy())
+        expected += r
+    assert beyond > 600  # most outputs past the clip: a clipped read-back would differ
+    group = EnvGroup(str(QUAD), Gap().as_dict(), {}, {}, [0], 0, 100, "raw")
+    assert group.evaluate(read_artifact_bytes(art), [7], 100) == [pytest.approx(expected, rel=1e-9)]
+    group.reset()
+    raw = np.full((1, 12), 3.0)
+    obs = group.step(np.clip(raw, -1, 1), raw)[0][0]
+    names = group.envs[0].spec_obs.entry_names()
+    np.testing.assert_allclose(obs[[i for i, n in enumerate(names) if n.startswith("last_action")]], 3.0)
 
 
 # ---- integration tier (test/tiers.py): Ray clusters ----------------------------------------------------------------

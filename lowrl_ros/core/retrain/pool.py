@@ -95,15 +95,18 @@ class EnvGroup:
             self._reset(k)
         return self.obs.copy()
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
-        """(next obs (after an auto-reset where an episode ended), reward, terminated, truncated, final obs of
-        each env's step (the pre-reset one where it ended), returns of the episodes that ended)."""
+    def step(self, actions: np.ndarray, raws: np.ndarray | None = None,
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
+        """Step each env with its row of ``actions`` (``raws``: the network outputs behind them, which a ``raw``
+        last_action convention reads back; None: the actions). Gives (next obs (after an auto-reset where an
+        episode ended), reward, terminated, truncated, final obs of each env's step (the pre-reset one where it
+        ended), returns of the episodes that ended)."""
         n = len(self.envs)
         rew, term, trunc = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
         final = np.zeros_like(self.obs)
         finished = []
         for k, env in enumerate(self.envs):
-            obs, r, te, tr, _ = env.step(actions[k])
+            obs, r, te, tr, _ = env.step(actions[k], None if raws is None else raws[k])
             self.steps[k] += 1
             self.returns[k] += r
             tr = tr or (self.episode_steps > 0 and self.steps[k] >= self.episode_steps)
@@ -129,7 +132,8 @@ class EnvGroup:
             obs, _ = env.reset(seed=int(s))
             total, n = 0.0, 0
             while True:
-                obs, r, te, tr, _ = env.step(policy.act(obs.astype(np.float64)))
+                action = policy.act(obs.astype(np.float64))  # the robot's: its network output read back
+                obs, r, te, tr, _ = env.step(action, policy.raw_output.copy())
                 total, n = total + r, n + 1
                 if te or tr or (steps and n >= steps):
                     break

@@ -48,7 +48,7 @@ from lowrl_ros.core.finetune.sim_env import make_robot_env
 from lowrl_ros.core.retrain.pool import EnvPool, WorkerDied
 from lowrl_ros.core.retrain.source import SourceRefused, load_source_critic
 from lowrl_ros.core.runtime.artifact import (ArtifactError, last_action_convention, parse_artifact,
-                                             read_artifact_bytes, save_artifact)
+                                             raw_from_action, read_artifact_bytes, save_artifact)
 from lowrl_ros.core.runtime.robot_file import load_robot_file
 from lowrl_ros.core.sim.evaluate import kept_fraction
 from lowrl_ros.core.sim.robot_sim import Gap, parse_sim
@@ -383,8 +383,9 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                         logp = (-0.5 * noise.square() - actor.log_std - HALF_LOG_2PI).sum(-1).numpy()
                         buf["val"][t] = critic(o).numpy()
                     sent = np.clip(a, env_low, env_high)
-                    parts = np.split(sent, np.cumsum(sizes)[:-1])
-                    got = pool.call("step", [(p,) for p in parts])
+                    cut = np.cumsum(sizes)[:-1]  # the unclipped draw's network output goes back as on the robot
+                    raws = np.split(raw_from_action(contract, base_weights.output_activation, a), cut)
+                    got = pool.call("step", list(zip(np.split(sent, cut), raws)))
                     nxt = np.concatenate([g[0] for g in got])
                     rew = np.concatenate([g[1] for g in got])
                     term = np.concatenate([g[2] for g in got])

@@ -135,9 +135,11 @@ class RobotSimEnv(gym.Env):
         self._obs = self.observe()
         return self._obs.astype(np.float32), {"command": self.command.copy(), "gap": self.gap}
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
-        raw = np.asarray(action, dtype=np.float64).ravel()
-        y = np.clip(raw, self.action_space.low, self.action_space.high)
+    def step(self, action: np.ndarray, raw: np.ndarray | None = None) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """As gymnasium's; ``raw``: the network output behind ``action`` where the caller clipped it first (the
+        ``raw`` last_action convention reads it back, as the policy node does); None: ``action`` is that output."""
+        y = np.clip(np.asarray(action, dtype=np.float64).ravel(), self.action_space.low, self.action_space.high)
+        raw = np.asarray(action if raw is None else raw, dtype=np.float64).ravel()
         target = self.processor.transform(y)
         target = self.processor.limit_rate(target, self._target, self.sim.config.period_s)
         self._target = target
