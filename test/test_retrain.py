@@ -297,6 +297,25 @@ def test_bad_inputs_are_refused_before_any_environment_starts(base, tmp_path):
     assert not (tmp_path / "o.onnx").exists()
 
 
+def test_a_draw_whose_density_rose_beyond_float_range_does_not_turn_the_update_to_nan(base):
+    """A log-ratio past 88 overflows exp to inf, and inf times a negative advantage made the loss -inf and the
+    actor NaN: a 2-M-step quadruped retraining ended "diverged" at iteration 174 that way."""
+    from lowrl_ros.core.train.ppo import Critic, ppo_update
+
+    parsed = parse_artifact(base.read_bytes(), "base")
+    actor = ArtifactActor(parsed.base_weights(), parsed.contract, np.full(12, 0.2))
+    critic = Critic.fresh(actor, 32)
+    obs = torch.from_numpy(env_observations(64).astype(np.float32))
+    with torch.no_grad():
+        act = actor.mean(obs)
+    batch = {"obs": obs, "act": act, "logp": torch.full((64,), -1000.0),  # stored densities e^1000 below today's
+             "adv": torch.linspace(-1.0, 1.0, 64), "ret": torch.zeros(64)}
+    stats = ppo_update(actor, critic, torch.optim.Adam(actor.parameters(), 1e-4),
+                       torch.optim.Adam(critic.parameters(), 1e-3), batch, epochs=2, minibatches=2, clip=0.2,
+                       ent_coef=0.0, generator=torch.Generator().manual_seed(0))
+    assert stats.finite and actor.finite() and np.isfinite(stats.policy_loss)
+
+
 def test_next_values_bootstrap_from_the_next_step_the_final_observation_or_nothing():
     # 3 steps, 3 envs: env 0 goes on, env 1 is truncated at step 1 (final V 7), env 2 terminates at step 0.
     values = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]], np.float32)

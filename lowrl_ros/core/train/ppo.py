@@ -32,6 +32,8 @@ from torch import nn
 from lowrl_ros.core.runtime.artifact import MlpWeights, PolicyContract
 from lowrl_ros.core.train.networks import TORCH_ACTIVATIONS
 
+MAX_LOG_RATIO = 20.0  # |log pi_new/pi_old| beyond this is clamped in the surrogate (see ppo_update)
+
 
 def _linear(w: np.ndarray, b: np.ndarray) -> nn.Linear:
     """An nn.Linear holding an artifact layer (W [out, in], b [out])."""
@@ -219,7 +221,10 @@ def ppo_update(actor: ArtifactActor, critic: Critic, actor_opt: torch.optim.Opti
             if actor_opt is not None:
                 dist = actor.dist(obs)
                 logp = dist.log_prob(batch["act"][idx]).sum(-1)
-                ratio = (logp - batch["logp"][idx]).exp()
+                # clamped before exp: a draw whose density rose e^88-fold would overflow the ratio to inf and its
+                # advantage times it to NaN; PPO's clip ignores such a ratio anyway
+                log_ratio = (logp - batch["logp"][idx]).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+                ratio = log_ratio.exp()
                 adv = batch["adv"][idx]
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv).mean()
@@ -230,7 +235,7 @@ def ppo_update(actor: ArtifactActor, critic: Critic, actor_opt: torch.optim.Opti
                 nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm)
                 actor_opt.step()
                 with torch.no_grad():
-                    stats.approx_kl = float(((ratio - 1.0) - (logp - batch["logp"][idx])).mean())
+                    stats.approx_kl = float(((ratio - 1.0) - log_ratio).mean())
                 stats.policy_loss, stats.entropy = -surrogate.item(), entropy.item()
             if not (math.isfinite(stats.value_loss) and math.isfinite(stats.policy_loss) and actor.finite()):
                 stats.finite = False
