@@ -15,7 +15,7 @@ import pytest
 from lowrl_ros.core.runtime.actions import (ActionConfig, ActionProcessor, OutputConfig, SafetyConfig,
                                             measured_positions)
 from lowrl_ros.core.runtime.artifact import PolicyContract
-from lowrl_ros.core.runtime.control import ControlConfig, EStopLatch, PolicyController
+from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, PolicyController
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level
 
@@ -264,8 +264,13 @@ def test_hold_keeps_the_pose_measured_when_the_safe_period_began_even_as_the_joi
 
 
 def test_hold_follows_the_measurement_while_a_reset_is_under_way():
+    """Only what is measured after the request: a hold at the pose from before it, arriving once the robot was put
+    back, would pull the joints toward the old pose (the quadruped's episodes started moving at 3 rad/s)."""
     ctl, clock, policy, estop = running({"offset": "default_pose"}, {"soft_start_s": 0})
+    ctl.set_measured(np.array([0.5, -0.5, 0.5]))  # where the last episode left the robot
     ctl.hold_until_ready("reset requested")
+    result = ctl.step()
+    assert result.source == NOTHING and result.action.size == 0  # nothing measured since: nothing goes out
     for pose in ([0.1, 0.2, 0.3], [0.0, 0.8, -1.5]):  # the reset moves the robot to its start pose
         ctl.set_measured(np.array(pose))
         result = ctl.step()

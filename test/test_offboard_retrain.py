@@ -4,15 +4,18 @@ the job from the saved recording. Default tier: the refusals and the randomizati
 integration tier (test/tiers.py): the whole job on the quadruped's simulator, with a restart mid-job."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lowrl_ros.core.finetune.transition_log import Transition
 from lowrl_ros.core.retrain.job import spread_of
 from lowrl_ros.core.retrain.offboard import OffboardRetrain, RetrainSessionSettings
+from lowrl_ros.core.runtime.observation import ObservationSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUADRUPED = ROOT / "config/robots/quadruped.yaml"
@@ -124,6 +127,29 @@ def test_recording_waits_for_whole_episodes_and_nothing_starts_before(tmp_path):
     assert not (tmp_path / "w" / "retrain" / "job.json").exists()
     # the robot file's 20 s limit at 50 Hz: a truncated episode shorter than 90 % of it was cut (record_episodes)
     assert learner.judge.whole_steps == 900
+    learner.close()
+
+
+def test_an_episode_that_began_moving_is_recorded_beside_one_more(tmp_path):
+    """The identification needs episodes that begin at rest; one begun moving (a reset the robot had not finished:
+    3 rad/s on two of eight quadruped starts) made the whole run fail. The trainer records one more instead."""
+    logged: list[str] = []
+    learner = OffboardRetrain(POLICY, 1, tmp_path / "w", tmp_path / "r", QUADRUPED,
+                              RetrainSessionSettings(episodes=3), log=logged.append)
+    ts = _transitions(6, 20)  # the first (from the policy's start) is not recorded: 5 whole episodes
+    starts = [0] + [i + 1 for i, t in enumerate(ts[:-1]) if t.terminated]
+    names = ObservationSpec.from_robot_file(learner.robot, 0.02).entry_names()
+    moved = ts[starts[2]].obs.copy()  # the second recorded episode begins moving
+    moved[[i for i, n in enumerate(names) if n.startswith("joint_velocity")]] = 0.15
+    ts[starts[2]] = dataclasses.replace(ts[starts[2]], obs=moved)
+    learner.receive(list(range(starts[4])), ts[:starts[4]])  # 3 recorded, one of them moving
+    assert learner.step() == [] and learner.state == "recording"
+    assert any("episode start(s) 2 of 3 began moving" in line for line in logged)
+    learner.receive(list(range(starts[4], starts[5])), ts[starts[4]:starts[5]])  # a 4th: 3 at rest
+    learner.step()
+    assert learner.state == "identifying"
+    saved = np.load(tmp_path / "w" / "retrain" / "recording.npz")
+    assert len(set(saved["episode"].tolist())) == 4  # the moving one too: the identification leaves it out
     learner.close()
 
 

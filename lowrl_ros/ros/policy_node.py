@@ -214,11 +214,11 @@ class PolicyNode(LifecycleNode):
     @locked
     def _on_reset(self, _msg: Empty) -> None:
         if self.controller is not None:
-            reset, ready = self._get("reset_topic"), self._get("ready_topic")
-            line = f"reset requested on {reset}: safe action until true on {ready}"
-            self.controller.hold_until_ready(line)
-            self._tick_held(time.perf_counter())  # the hold at once: its step row marks the reset for the fine-tuner
-            self.get_logger().info(line)
+            self._builder.reset(time.perf_counter())  # the new episode reads no sample from before its reset
+            self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
+                                             f"true on {self._get('ready_topic')}")
+            self._tick_held(time.perf_counter())  # its step row marks the reset for the fine-tuner (nothing is sent:
+            self.get_logger().info(self.controller.waiting_ready)  # no pose measured since; see hold_until_ready)
 
     @locked
     def _on_ready(self, msg: Bool) -> None:

@@ -50,7 +50,8 @@ class RetrainSessionSettings:
     """What the in-session real-to-sim-to-real does (trainer_node's ``retrain.*`` parameters; the identification's
     and PPO's own settings are ``identify.*`` and ``ppo.*``)."""
 
-    episodes: int = field(8, "whole episodes of the base version recorded before the gap is identified",
+    episodes: int = field(8, "whole episodes of the base version, begun at rest, recorded before the gap is "
+                             "identified (one begun moving is kept and one more recorded, up to twice this)",
                           range=(1, 1000))
     judge_episodes: int = field(3, "whole episodes of the new version before it is judged", range=(1, 1000))
     margin: float = field(0.0, "kept unless its mean return is below the base's by more than this", range=(0.0, 1e9))
@@ -101,6 +102,7 @@ class OffboardRetrain(OffboardSysid):
             raise ValueError(f"retrain.episodes={settings.episodes} records fewer episode starts than the "
                              f"identification needs (identify.min_rest_phases={need}): raise retrain.episodes")
         self.progress: dict = {}
+        self._moving_said = 0  # episode starts already said to have moved (_recorded_enough)
         self._job: multiprocessing.Process | None = None
         self._polled = self._status_saved = 0.0
         super().__init__(base_path, base_version, work_dir, release_dir, settings, log, log_config)
@@ -143,7 +145,7 @@ class OffboardRetrain(OffboardSysid):
         if self._pending:
             pending, self._pending = self._pending, []
             return pending
-        if self.state == "recording" and len(self._episodes) >= self.settings.episodes:
+        if self.state == "recording" and self._recorded_enough():
             self._save_recording()
             self._start_job("identifying")
         if self.state in ("identifying", "retraining"):
@@ -153,9 +155,25 @@ class OffboardRetrain(OffboardSysid):
     def can_learn(self) -> bool:
         return False  # the work is the child's: step() only polls it (the worker thread waits between polls)
 
+    def _recorded_enough(self) -> bool:
+        """``retrain.episodes`` episodes that began at rest (the identification's rule: robot_sysid.moving_starts);
+        one that began moving (a reset the robot had not finished) is kept beside them and one more recorded, up to
+        twice ``retrain.episodes`` in all (then the identification says what is missing)."""
+        from lowrl_ros.core.sim.robot_sysid import moving_starts
+
+        n, want = len(self._episodes), self.settings.episodes
+        if n < want or n >= 2 * want:
+            return n >= want
+        moving = np.flatnonzero(moving_starts(self.robot, np.array([e[0].obs for e in self._episodes])))
+        if len(moving) > self._moving_said:
+            self._moving_said = len(moving)
+            self._log(f"episode start(s) {', '.join(str(i + 1) for i in moving)} of {n} began moving (not at rest): "
+                      f"recording more, {want} at rest are needed")
+        return n - len(moving) >= want
+
     def _save_recording(self) -> None:
         """The base episodes to ``retrain/recording.npz`` (the child reads them; a restart starts from them)."""
-        episodes = self._episodes[:self.settings.episodes]
+        episodes = self._episodes
         rows = [(i, t) for i, e in enumerate(episodes) for t in e]
         tmp = self.job_dir / "recording.tmp.npz"
         column = lambda name: np.array([getattr(t, name) for _, t in rows])  # noqa: E731

@@ -561,8 +561,14 @@ class PolicyController:
             (self._clock() if now is None else now) - self._override_time <= self.override_timeout_s
 
     def hold_until_ready(self, reason: str) -> None:
-        """Send the safe action (and run no policy) until :meth:`release_hold` (the robot is ready again)."""
+        """Send the safe action (and run no policy) until :meth:`release_hold` (the robot is ready again).
+
+        The measured pose is forgotten: a hold follows only what is measured after the request, and nothing goes
+        out before that. A hold at the pose from before the reset, arriving after the robot was put back, would
+        pull its joints toward the old pose (3 rad/s within one period on the quadruped: its episode would start
+        moving)."""
         self.waiting_ready = reason or "waiting for the robot to be ready"
+        self._measured = self._held = None
 
     def release_hold(self) -> None:
         self.waiting_ready = ""

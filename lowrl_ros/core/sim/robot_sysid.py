@@ -741,24 +741,37 @@ MOVING_RATIO = 3.0  # ... and is this many times the median (a tight spread alon
 MOVING_FLOOR = 0.05  # rad/s: and above this (a noiseless recording's starts all read ~0)
 
 
-def _still_starts(starts: list[RecordedEpisode], layout: SignalLayout, notes: list[str]) -> list[RecordedEpisode]:
-    """The episode starts whose first observation is still: an episode that began while the robot moved (the
-    first one after the policy was enabled on a robot still settling, a reset that did not complete) would bias
-    every sensor estimate averaged over the starts and start its replay from a wrong state. A start's motion is
-    the RMS of its joint velocities plus that of its gyro (the channels the robot file has); a start moves when
-    its motion is above the median by ``MOVING_FACTOR`` robust spreads (1.4826 MAD), ``MOVING_RATIO`` times the
-    median and ``MOVING_FLOOR``. Those are left out, with a note."""
+def moving_starts(robot: RobotFile | str | Path, first_observations: np.ndarray) -> np.ndarray:
+    """Which episodes began moving, from each one's first observation (rows): :func:`identify` leaves them out.
+
+    A start's motion is the RMS of its joint velocities plus that of its gyro (the channels the robot file has); a
+    start moves when its motion is above the median by ``MOVING_FACTOR`` robust spreads (1.4826 MAD),
+    ``MOVING_RATIO`` times the median and ``MOVING_FLOOR``. Fewer than 3 starts, or neither channel: none moves."""
+    return _moving(np.atleast_2d(np.asarray(first_observations, dtype=np.float64)),
+                   SignalLayout.from_robot(as_robot(robot)))[0]
+
+
+def _moving(first: np.ndarray, layout: SignalLayout) -> tuple[np.ndarray, np.ndarray, float, list[str]]:
+    """(moving mask, motions, their median, the channels) of the starts' first observations ``first`` (rows)."""
     channels = [c for c in ("v", "gyro") if layout.has(c)]
-    if len(starts) < 3 or not channels:
-        return starts
-    motion = []
-    for e in starts:
-        first = layout.decode(e.obs[:1])
-        motion.append(sum(float(np.sqrt(np.nanmean(first[c][0] ** 2))) for c in channels))
-    motion = np.array(motion)
+    if len(first) < 3 or not channels:
+        return np.zeros(len(first), bool), np.zeros(len(first)), 0.0, channels
+    decoded = layout.decode(first)
+    motion = sum(np.sqrt(np.nanmean(decoded[c] ** 2, axis=1)) for c in channels)
     median = float(np.median(motion))
     spread = 1.4826 * float(np.median(np.abs(motion - median)))
     moving = (motion > median + MOVING_FACTOR * spread) & (motion > MOVING_RATIO * median) & (motion > MOVING_FLOOR)
+    return moving, motion, median, channels
+
+
+def _still_starts(starts: list[RecordedEpisode], layout: SignalLayout, notes: list[str]) -> list[RecordedEpisode]:
+    """The episode starts whose first observation is still (:func:`moving_starts`): an episode that began while the
+    robot moved (the first one after the policy was enabled on a robot still settling, a reset that did not
+    complete) would bias every sensor estimate averaged over the starts and start its replay from a wrong state.
+    Those are left out, with a note."""
+    if not starts:
+        return starts
+    moving, motion, median, channels = _moving(np.vstack([e.obs[:1] for e in starts]), layout)
     if moving.any():
         which = ", ".join(f"{i + 1} ({motion[i]:.2f})" for i in np.flatnonzero(moving))
         notes.append(f"episode start(s) {which} moved (RMS {'+'.join(channels)} against the starts' median "
