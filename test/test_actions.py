@@ -263,25 +263,40 @@ def test_hold_keeps_the_pose_measured_when_the_safe_period_began_even_as_the_joi
     np.testing.assert_allclose(result.action, [0.3, 0.3, -0.3])
 
 
-def test_hold_follows_the_measurement_while_a_reset_is_under_way():
-    """Only what is measured after the request: a hold at the pose from before it, arriving once the robot was put
-    back, would pull the joints toward the old pose (the quadruped's episodes started moving at 3 rad/s)."""
-    ctl, clock, policy, estop = running({"offset": "default_pose"}, {"soft_start_s": 0})
+def test_nothing_goes_out_to_a_position_robot_while_its_reset_is_under_way():
+    """The reset owns the joints: a hold would fight it, and one at the pose from before the request, arriving once
+    the robot was put back, pulled the quadruped's joints toward the old pose (its episodes began moving at
+    3 rad/s). The soft start after the ready begins at a pose measured after the request."""
+    ctl, clock, policy, estop = running({"offset": "default_pose"}, {"soft_start_s": 0.2})
     ctl.set_measured(np.array([0.5, -0.5, 0.5]))  # where the last episode left the robot
     ctl.hold_until_ready("reset requested")
-    result = ctl.step()
-    assert result.source == NOTHING and result.action.size == 0  # nothing measured since: nothing goes out
     for pose in ([0.1, 0.2, 0.3], [0.0, 0.8, -1.5]):  # the reset moves the robot to its start pose
-        ctl.set_measured(np.array(pose))
         result = ctl.step()
-        assert result.source == "safe"
-        np.testing.assert_allclose(result.action, pose)
-    estop.update(True, clock())  # an e-stop during the reset: the pose it found is held, no longer followed
-    for pose in ([0.2, 0.2, 0.2], [0.3, 0.3, 0.3]):
+        assert result.source == NOTHING and result.action.size == 0 and result.reason == "reset requested"
         ctl.set_measured(np.array(pose))
+    ctl.release_hold()
+    ctl.observe(OBS)
+    first = ctl.step()
+    assert first.source == "policy"
+    np.testing.assert_allclose(first.action, [0.0, 0.8, -1.5])  # the soft start's first output: that pose
+    ctl.hold_until_ready("reset requested")
+    estop.update(True, clock())  # an e-stop during a reset: the pose measured since is held
+    ctl.set_measured(np.array([0.2, 0.2, 0.2]))
+    for pose in ([0.3, 0.3, 0.3], [0.4, 0.4, 0.4]):
         result = ctl.step()
         assert "e-stop" in result.reason
-        np.testing.assert_allclose(result.action, [0.0, 0.8, -1.5])
+        np.testing.assert_allclose(result.action, [0.2, 0.2, 0.2])
+        ctl.set_measured(np.array(pose))
+
+
+def test_a_velocity_robot_is_sent_zero_while_its_reset_is_under_way():
+    ctl, clock, policy, _ = controller({}, {"soft_start_s": 0}, interface="velocity")
+    ctl.activate()
+    ctl.observe(OBS)
+    ctl.hold_until_ready("reset requested")
+    result = ctl.step()
+    assert result.source == "safe"
+    np.testing.assert_allclose(result.action, 0.0)  # left alone, the controller would keep the last command
 
 
 def test_rate_limit_applies_to_what_goes_out_by_the_elapsed_time():

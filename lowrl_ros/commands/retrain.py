@@ -65,7 +65,7 @@ def parse_spread(text: str | None) -> tuple[float | None, dict[str, float]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowrl_ros.core.retrain.retrain import RetrainRefused, reach_warning, retrain
+    from lowrl_ros.core.retrain.retrain import RetrainRefused, retrain
     from lowrl_ros.core.runtime.artifact import ArtifactError, parse_artifact, read_artifact_bytes
     from lowrl_ros.core.sim.robot_sim import SimConfigError, load_gap_file
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         ret = "   n/a" if p["sim_return"] is None else f"{p['sim_return']:8.2f}"
         best = ("" if p.get("best_return") is None else
                 f"  best eval {p['best_return']:8.2f} at {p['best_steps']} (base {p['base_return']:.2f})")
-        reach = "" if p.get("beyond_reach") is None else f"  beyond reach {100 * p['beyond_reach']:3.0f} %"
+        reach = "" if p.get("beyond_reach") is None else f"  past the clip {100 * p['beyond_reach']:3.0f} %"
         print(f"[{p['stage']:>8}] steps {p['steps']:>9}/{p['total_steps']}  sim return {ret}  "
               f"eta {p['eta_s']:6.0f} s{best}{reach}", flush=True)
 
@@ -111,9 +111,6 @@ def run(args: argparse.Namespace) -> int:
     after = "n/a" if result.sim_return_after is None else f"{result.sim_return_after:.2f}"
     print(f"sim return (identified gap, seeded episodes): deployed {before}, retrained int8 {after}; "
           f"{result.steps} steps in {result.wall_s:.0f} s")
-    reach = next((h["beyond_reach"] for h in reversed(result.history) if h.get("beyond_reach") is not None), None)
-    if warning := reach_warning(reach):
-        print(f"note: {warning}")
     if result.ok:
         print(f"released: {result.path} (version {version})" + (f"; {result.reason}" if result.reason else ""))
         return 0

@@ -217,8 +217,8 @@ class PolicyNode(LifecycleNode):
             self._builder.reset(time.perf_counter())  # the new episode reads no sample from before its reset
             self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
                                              f"true on {self._get('ready_topic')}")
-            self._tick_held(time.perf_counter())  # its step row marks the reset for the fine-tuner (nothing is sent:
-            self.get_logger().info(self.controller.waiting_ready)  # no pose measured since; see hold_until_ready)
+            self._tick_held(time.perf_counter())  # its step row marks the reset for the fine-tuner (what goes out
+            self.get_logger().info(self.controller.waiting_ready)  # meanwhile: PolicyController.hold_until_ready)
 
     @locked
     def _on_ready(self, msg: Bool) -> None:

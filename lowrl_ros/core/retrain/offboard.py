@@ -37,7 +37,6 @@ import numpy as np
 from lowrl_ros.core.config import field
 from lowrl_ros.core.finetune.offboard_sysid import OffboardSysid
 from lowrl_ros.core.finetune.transition_log import TransitionLogConfig
-from lowrl_ros.core.retrain.retrain import reach_warning
 from lowrl_ros.core.runtime.bundle import save_bundle
 
 JOB_DIR = "retrain"  # in work_dir: job.json, recording.npz, progress.jsonl, identified.json, result.json
@@ -298,8 +297,6 @@ def _describe(p: dict) -> str:
                      f"base's {float(p['base_return']):.1f}")
     if p.get("eta_s") is not None:
         parts.append(f"ETA {float(p['eta_s']):.0f} s")
-    if warning := reach_warning(p.get("beyond_reach")):
-        parts.append(warning)
     return ", ".join(parts)
 
 

@@ -561,12 +561,13 @@ class PolicyController:
             (self._clock() if now is None else now) - self._override_time <= self.override_timeout_s
 
     def hold_until_ready(self, reason: str) -> None:
-        """Send the safe action (and run no policy) until :meth:`release_hold` (the robot is ready again).
+        """Run no policy until :meth:`release_hold` (the robot is ready again after its reset).
 
-        The measured pose is forgotten: a hold follows only what is measured after the request, and nothing goes
-        out before that. A hold at the pose from before the reset, arriving after the robot was put back, would
-        pull its joints toward the old pose (3 rad/s within one period on the quadruped: its episode would start
-        moving)."""
+        A position-controlled robot is sent nothing meanwhile: its reset owns the joints, and a hold would fight
+        it (one measured before the reset and arriving after it pulled the quadruped's joints back toward the old
+        pose at 3 rad/s: the episode began moving). Velocity and effort commands go to zero (left alone they would
+        keep the last one). The measured pose is forgotten, so the soft start after the ready starts from the
+        pose the reset left, never from one before it."""
         self.waiting_ready = reason or "waiting for the robot to be ready"
         self._measured = self._held = None
 
@@ -632,17 +633,13 @@ class PolicyController:
             # Measured once, when the safe period begins, and held for all of it: commanding each tick's
             # newest measurement would let a joint that sags under load (a position loop's steady-state
             # error) pull its own command down after it, and with the measurement's delay the command
-            # chases the joint. While a reset is under way the robot is moved on purpose: the hold follows.
-            if self._held is None or self._resetting():
+            # chases the joint.
+            if self._held is None:
                 self._held = None if self._measured is None else self._measured.copy()
             return None if self._held is None else self._held.copy()
         if safe == "default_pose":
             return self.actions.clamp(self.actions.default_pose)
         return np.zeros(self.action_dim)
-
-    def _resetting(self) -> bool:
-        """The safe action goes out because an episode reset is under way (and for no reason before it)."""
-        return bool(self.waiting_ready) and self.active and not (self.estop is not None and self.estop.latched)
 
     def output_period_s(self) -> float:
         """fixed_rate: seconds between outputs in the tier now applied.
@@ -700,7 +697,9 @@ class PolicyController:
             return self._safe("inactive")
         if self.estop is not None and self.estop.latched:
             return self._safe(f"e-stop latched by {self.estop.topic}")
-        if self.waiting_ready:
+        if self.waiting_ready:  # see hold_until_ready
+            if self.actions is not None and self.actions.interface == "position":
+                return StepResult(np.empty(0), NOTHING, self.waiting_ready)
             return self._safe(self.waiting_ready)
         if not self._observed:
             return StepResult(np.empty(0), NOTHING, self._obs_error or "waiting for the first observation")
