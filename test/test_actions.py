@@ -15,7 +15,7 @@ import pytest
 from lowrl_ros.core.runtime.actions import (ActionConfig, ActionProcessor, OutputConfig, SafetyConfig,
                                             measured_positions)
 from lowrl_ros.core.runtime.artifact import PolicyContract
-from lowrl_ros.core.runtime.control import NOTHING, ControlConfig, EStopLatch, PolicyController
+from lowrl_ros.core.runtime.control import RESET, ControlConfig, EStopLatch, PolicyController
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level
 
@@ -272,7 +272,7 @@ def test_nothing_goes_out_to_a_position_robot_while_its_reset_is_under_way():
     ctl.hold_until_ready("reset requested")
     for pose in ([0.1, 0.2, 0.3], [0.0, 0.8, -1.5]):  # the reset moves the robot to its start pose
         result = ctl.step()
-        assert result.source == NOTHING and result.action.size == 0 and result.reason == "reset requested"
+        assert result.source == RESET and result.action.size == 0 and result.reason == "reset requested"
         ctl.set_measured(np.array(pose))
     ctl.release_hold()
     ctl.observe(OBS)

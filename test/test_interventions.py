@@ -37,7 +37,7 @@ TELEOP = 1.5  # N·m, in the policy's action units (the pendulum's torque)
 def robot_file(tmp_path: Path, **sections) -> Path:
     """The shipped pendulum robot file, as an effort interface without soft start (command == action)."""
     data = yaml.safe_load((ROOT / "config/robots/pendulum.yaml").read_text())
-    data.update(interface="effort", safety={"soft_start_s": 0.0, "safe_action": "zero"}, **sections)
+    data.update({"interface": "effort", "safety": {"soft_start_s": 0.0, "safe_action": "zero"}, **sections})
     path = tmp_path / "pendulum_rl.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -212,18 +212,26 @@ def test_with_a_reward_topic_the_step_messages_pair_with_the_robots_reward(ros_c
     assert not np.any(batch.action[~batch.intervention, 0] == TELEOP)
 
 
-def test_a_reset_request_sends_the_safe_action_at_once_and_its_row_marks_the_reset(ros_context, tmp_path):
-    """No tick need be due: the policy node answers the request itself, so the fine-tuner sees the hold begin in the
-    step rows' own order (whatever order the ready arrives in) and the next episode's last_action starts at zero."""
+@pytest.mark.parametrize("interface", ["effort", "position"])
+def test_a_reset_request_is_answered_at_once_and_its_row_marks_the_reset(ros_context, tmp_path, interface):
+    """No tick need be due: the policy node answers the request itself, so the fine-tuner sees the reset begin in the
+    step rows' own order (whatever order the ready arrives in) and the next episode's last_action starts at zero.
+    An effort robot is sent zero; a position robot nothing: its reset owns the joints (a hold measured before it,
+    arriving after, pulled the quadruped's joints back toward the old pose)."""
     from std_msgs.msg import Empty
 
     from lowrl_ros.ros.qos import STATUS
 
+    sections = {} if interface == "effort" else {"interface": "position", "safety": {"soft_start_s": 0.0,
+                                                                                     "safe_action": "hold"}}
     sim = SimRobotNode(context=ros_context, parameter_overrides=[
         Parameter("mode", value="lockstep"), Parameter("seed", value=1)])
-    policy = policy_node(ros_context, ROOT / "models/pendulum_sac_int8.onnx", robot_file(tmp_path),
+    policy = policy_node(ros_context, ROOT / "models/pendulum_sac_int8.onnx", robot_file(tmp_path, **sections),
                          ready_topic="/lowrl/ready", robot_timing="parameters", mode="event")
     op = Operator(ros_context)
+    sent: list[list[float]] = []
+    op.node.create_subscription(Float64MultiArray, "/forward_command_controller/commands", lambda m: sent.append(list(m.data)),
+                                CONTROL)
     reset = op.node.create_publisher(Empty, "/lowrl/reset", STATUS)
     ex = SingleThreadedExecutor(context=ros_context)
     for n in (sim, policy, op.node):
@@ -233,10 +241,12 @@ def test_a_reset_request_sends_the_safe_action_at_once_and_its_row_marks_the_res
         assert spin_until(ex, lambda: len(op.steps) >= 5 and not rows()[-1].safe, 15.0)
         ex.remove_node(sim)  # no joint state from here on: nothing else makes the policy node tick
         spin_for(ex, 0.2)
-        before = len(op.steps)
+        before, commands = len(op.steps), len(sent)
         reset.publish(Empty())
         assert spin_until(ex, lambda: len(op.steps) > before, 0.5)  # the watchdog would tick only after 1 s
+        spin_for(ex, 0.1)
         assert [r.safe for r in rows()[before:]] == [True] and policy.controller.waiting_ready
+        assert sent[commands:] == ([[0.0]] if interface == "effort" else [])
     finally:
         ex.shutdown()
         for n in (sim, policy, op.node):

@@ -33,7 +33,7 @@ from std_msgs.msg import Bool, Empty, Float64MultiArray, String, UInt8, UInt8Mul
 from lowrl_ros.core.config import LIVE
 from lowrl_ros.core.runtime.actions import ActionProcessor, measured_positions
 from lowrl_ros.core.runtime.bundle import load_bundle
-from lowrl_ros.core.runtime.control import (NOTHING, ControlConfig, ControlTiming, EStopLatch, PolicyController,
+from lowrl_ros.core.runtime.control import (NOTHING, RESET, ControlConfig, ControlTiming, EStopLatch, PolicyController,
                                             percentiles_us)
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig, ObservationError
 from lowrl_ros.core.runtime.observation import ObservationBuilder, ObservationSpec
@@ -371,7 +371,7 @@ class PolicyNode(LifecycleNode):
             result = None
         action = c.safe_action() if result is None else result.action
         self._builder.after_step(result)  # the last_action rule
-        sent = action is not None and (result is None or result.source != NOTHING)  # before the first observation
+        sent = action is not None and (result is None or result.source not in (NOTHING, RESET))  # no command due
         if sent:
             self._outputs.publish_command(action)
         self._outputs.publish_tick(result, action if sent else None, policy_version=c.bundle.version,

@@ -28,6 +28,7 @@ from std_msgs.msg import Bool, Empty, Float64, Float64MultiArray, MultiArrayDime
 
 from lowrl_ros.core.runtime import step_row
 from lowrl_ros.core.runtime.actions import ActionProcessor
+from lowrl_ros.core.runtime.control import RESET
 from lowrl_ros.core.runtime.policy_stats import STATS_FIELDS, WindowMax
 from lowrl_ros.ros.qos import CONTROL, RECORD, STATS
 
@@ -243,6 +244,7 @@ class PolicyOutputs:
         self._stats_msg = Float64MultiArray()
         self._stats_msg.layout.dim = [MultiArrayDimension(label=",".join(STATS_FIELDS), size=n, stride=n)]
         self.step: Listened | None = None
+        self._no_command = np.full(action_dim, np.nan)  # a reset's rows: nothing went out
         if step_topic:
             size = step_row.row_size(obs_dim, action_dim)
             self.step = Listened(node, Float64MultiArray, step_topic, RECORD)
@@ -263,6 +265,8 @@ class PolicyOutputs:
         """After a tick: its step row (a policy or safe tick that sent ``command``) and its inference latency.
 
         ``result`` is ``PolicyController.step``'s (None: the step failed, the safe action went out)."""
+        if command is None and result is not None and result.source == RESET:  # the row marks the reset all the same
+            command = self._no_command
         if command is not None and self.step is not None and (result is None or result.source != "hold") \
                 and self.step.count():
             policy = result is not None and result.source == "policy"

@@ -8,7 +8,8 @@ Order of decisions in one tick (the first that applies wins):
 
 1. not active                      -> safe action
 2. e-stop latched (robot file)     -> safe action until a reset
-   a reset requested (episode end) -> safe action until the robot reports ready (:meth:`hold_until_ready`)
+   a reset requested (episode end) -> until the robot reports ready (:meth:`hold_until_ready`): RESET, no
+                                      command (position interface: the reset owns the joints), else safe action
 3. no good observation yet since activation, or (position interface) no measured joint
    positions yet                   -> NOTHING: no command at all (``source == "none"``)
 4. the latest observation was bad  -> safe action, error reason kept for diagnostics
@@ -49,6 +50,7 @@ MODES = ("event", "fixed_rate")
 ROBOT_TIMINGS = ("contract", "parameters")
 SAFE_ACTIONS = ("zero", "hold", "default_pose")
 NOTHING = "none"  # StepResult.source when no command may go out at all
+RESET = "reset"  # StepResult.source while a position robot's reset is under way: no command, a step row all the same
 ESTOP_STATUS = "lowrl/policy/estop"
 TIMING_STATUS = "lowrl/policy/timing"
 
@@ -178,7 +180,7 @@ class StepResult:
     """One tick's output: the action and why it was chosen."""
 
     action: np.ndarray  # empty when source is "none"
-    source: str  # "policy", "hold", "safe", "none" (publish nothing)
+    source: str  # "policy", "hold", "safe", "none" (publish nothing), "reset" (publish nothing; the row marks it)
     reason: str = ""  # why the safe action, when it is
     latency_s: float | None = None  # inference time when the policy ran
     policy_action: np.ndarray | None = None  # the EXECUTED output (contract units) when it ran: last_action
@@ -675,7 +677,7 @@ class PolicyController:
         self._last_source = result.source
         if result.source != "safe":
             self._held = None  # the next safe period measures the pose it holds afresh
-        if result.source == NOTHING:
+        if result.source in (NOTHING, RESET):
             self.timing.add(now, None)
             return result  # nothing goes out: no deadline to meet, nothing to hold or limit from
         self._last_action = result.action
@@ -699,7 +701,7 @@ class PolicyController:
             return self._safe(f"e-stop latched by {self.estop.topic}")
         if self.waiting_ready:  # see hold_until_ready
             if self.actions is not None and self.actions.interface == "position":
-                return StepResult(np.empty(0), NOTHING, self.waiting_ready)
+                return StepResult(np.empty(0), RESET, self.waiting_ready)
             return self._safe(self.waiting_ready)
         if not self._observed:
             return StepResult(np.empty(0), NOTHING, self._obs_error or "waiting for the first observation")
