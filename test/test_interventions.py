@@ -230,8 +230,8 @@ def test_a_reset_request_is_answered_at_once_and_its_row_marks_the_reset(ros_con
                          ready_topic="/lowrl/ready", robot_timing="parameters", mode="event")
     op = Operator(ros_context)
     sent: list[list[float]] = []
-    op.node.create_subscription(Float64MultiArray, "/forward_command_controller/commands", lambda m: sent.append(list(m.data)),
-                                CONTROL)
+    op.node.create_subscription(Float64MultiArray, "/forward_command_controller/commands",
+                                lambda m: sent.append(list(m.data)), CONTROL)
     reset = op.node.create_publisher(Empty, "/lowrl/reset", STATUS)
     ex = SingleThreadedExecutor(context=ros_context)
     for n in (sim, policy, op.node):
