@@ -61,6 +61,20 @@ def test_missing_joint_names_the_term():
         b.build(0.0)
 
 
+def test_forget_drops_one_kind_of_input_and_keeps_the_others():
+    """A reset request forgets the joint states (the soft start after the ready begins at a pose measured after
+    it) and keeps the rest: a velocity command sent once would otherwise be missing until it is sent again."""
+    b = ObservationBuilder(spec([{"term": "joint_position", "topic": "joint_states"},
+                                 {"term": "velocity_command", "topic": "cmd_vel"}]))
+    b.update("joint_states", JS, 0.0)
+    b.update("cmd_vel", (0.4, 0.0, 0.0), 0.0)
+    assert b.joint_state() is not None
+    b.forget("joint_state")
+    assert b.joint_state() is None and b.age("cmd_vel", 1.0) == 1.0
+    with pytest.raises(ObservationError, match="joint_states"):
+        b.build(0.01)
+
+
 def _quat(axis, angle, order):
     axis = np.asarray(axis, float) / np.linalg.norm(axis)
     w, (x, y, z) = math.cos(angle / 2), axis * math.sin(angle / 2)

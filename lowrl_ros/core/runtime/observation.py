@@ -472,6 +472,12 @@ class ObservationBuilder:
         elif source != "hold":
             self._last_action = self._last_raw = self._no_action
 
+    def forget(self, msg_type: str) -> None:
+        """Drop the samples of every topic of ``msg_type`` (joint_state | imu | twist | array) received so far."""
+        for t in self.spec.topics:
+            if t.msg_type == msg_type:
+                self._samples.pop(t.topic, None)
+
     def joint_state(self) -> tuple[Sequence[str], Any] | None:
         """(names, positions) of the newest JointState sample, whatever its age (the measured pose that
         ``hold`` and soft start use); None before the first one or without a joint term."""
