@@ -350,7 +350,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             return result(False, f"the environments did not start: {exc}")
         scaler = ReturnScaler(s.n_envs, s.gamma)
         iteration = 0
-        stopped, reason = False, ""
+        stopped, diverged, reason = False, False, ""
         last_eval = 0
         last_obs = obs
         while steps < s.total_steps:
@@ -412,8 +412,17 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
             iteration += 1
             if not stats.finite or not math.isfinite(mean_reward):
                 report("warmup" if warm else "ppo")
-                return result(False, f"diverged at step {steps} ({'warm-up' if warm else 'PPO'} iteration "
-                                     f"{iteration}): NaN or Inf in the losses or the actor; lower --lr or --clip")
+                what = ("the simulator's observations or rewards" if not (np.isfinite(buf["obs"]).all()
+                                                                      and np.isfinite(raw_rewards).all())
+                        else f"value loss {stats.value_loss:.3g}, policy loss {stats.policy_loss:.3g}, the actor "
+                             f"{'finite' if actor.finite() else 'not finite'}")
+                reason = (f"diverged at step {steps} ({'warm-up' if warm else 'PPO'} iteration {iteration}): NaN "
+                          f"or Inf ({what}); lower --lr or --clip")
+                if best["state"] is None:
+                    return result(False, reason)
+                diverged = True  # the best evaluated actor so far (int8, before this) goes through the gates
+                reason += f"; the best actor evaluated before it (at step {best['steps']}) goes to the gates"
+                break
             if not warm and s.eval_every and steps - last_eval >= s.eval_every:
                 last_eval = steps
                 try:
@@ -437,7 +446,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
         if stopped:
             return result(False, reason, stopped=True)
         if s.eval_every:
-            if steps > last_eval:
+            if steps > last_eval and not diverged:
                 try:
                     checkpoint(steps)
                 except WorkerDied as exc:
@@ -455,7 +464,8 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
                                            provenance=prov)
         weights = actor.weights()
         rng = np.random.default_rng(s.seed)
-        probes = last_obs[rng.choice(len(last_obs), size=min(512, len(last_obs)), replace=False)].astype(np.float64)
+        seen = last_obs[np.isfinite(last_obs).all(axis=1)]  # a diverged simulator's rows are no probes
+        probes = seen[rng.choice(len(seen), size=min(512, len(seen)), replace=False)].astype(np.float64)
 
         def torch_act(o: np.ndarray) -> np.ndarray:
             with torch.no_grad():
