@@ -164,20 +164,27 @@ def test_should_stop_ends_the_run_cleanly_and_writes_nothing(base, tmp_path):
     assert not out.exists() and r.steps == 64 and r.gates == []
 
 
-def test_a_nan_actor_is_a_divergence_and_writes_nothing(base, tmp_path, monkeypatch):
+def _poison_at(monkeypatch, n_update: int) -> None:
+    """The n-th PPO (not warm-up) update leaves a NaN in the actor."""
     from lowrl_ros.core.train import ppo
 
-    real = ppo.ppo_update
+    real, calls = ppo.ppo_update, []
 
     def poisoned(actor, critic, actor_opt, *args, **kwargs):
         stats = real(actor, critic, actor_opt, *args, **kwargs)
-        if actor_opt is not None:  # the first PPO (not warm-up) update goes NaN
-            with torch.no_grad():
-                actor.layers[0].weight[0, 0] = float("nan")
-            stats.finite = actor.finite()
+        if actor_opt is not None:
+            calls.append(1)
+            if len(calls) == n_update:
+                with torch.no_grad():
+                    actor.layers[0].weight[0, 0] = float("nan")
+                stats.finite = actor.finite()
         return stats
 
     monkeypatch.setattr(ppo, "ppo_update", poisoned)
+
+
+def test_a_nan_actor_is_a_divergence_and_writes_nothing(base, tmp_path, monkeypatch):
+    _poison_at(monkeypatch, 1)
     out = tmp_path / "v2.onnx"
     r = retrain(base, QUAD, load_gap_file(GAP), {}, RetrainSettings(**TINY), out, 2)
     assert not r.ok and r.reason.startswith("diverged at step 128 (PPO iteration 2): NaN or Inf (value loss ")
@@ -187,21 +194,7 @@ def test_a_nan_actor_is_a_divergence_and_writes_nothing(base, tmp_path, monkeypa
 def test_a_nan_after_an_evaluation_releases_the_best_evaluated_actor_through_the_gates(base, tmp_path, monkeypatch):
     """A quadruped retraining went NaN at PPO iteration 140 after its actor had evaluated 617 against the base's
     579: that actor, evaluated as int8 before the NaN, is what goes to the gates, not nothing."""
-    from lowrl_ros.core.train import ppo
-
-    real, calls = ppo.ppo_update, []
-
-    def poisoned(actor, critic, actor_opt, *args, **kwargs):
-        stats = real(actor, critic, actor_opt, *args, **kwargs)
-        if actor_opt is not None:
-            calls.append(1)
-            if len(calls) == 3:  # after the evaluations at 64 and 128 steps of PPO
-                with torch.no_grad():
-                    actor.layers[0].weight[0, 0] = float("nan")
-                stats.finite = actor.finite()
-        return stats
-
-    monkeypatch.setattr(ppo, "ppo_update", poisoned)
+    _poison_at(monkeypatch, 3)  # after the evaluations at 64 and 128 steps of PPO
     out = tmp_path / "v2.onnx"
     settings = RetrainSettings(**{**TINY, "total_steps": 512, "eval_every": 64, "return_fraction": 0.01})
     r = retrain(base, QUAD, load_gap_file(GAP), {}, settings, out, 2)
