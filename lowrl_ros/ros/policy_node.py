@@ -215,7 +215,7 @@ class PolicyNode(LifecycleNode):
     def _on_reset(self, _msg: Empty) -> None:
         if self.controller is not None:
             self._builder.forget("joint_state")  # the soft start after the ready: from a pose measured after this
-            self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: safe action until "
+            self.controller.hold_until_ready(f"reset requested on {self._get('reset_topic')}: no policy until "
                                              f"true on {self._get('ready_topic')}")
             self._tick_held(time.perf_counter())  # its step row marks the reset for the fine-tuner (what goes out
             self.get_logger().info(self.controller.waiting_ready)  # meanwhile: PolicyController.hold_until_ready)

@@ -262,7 +262,8 @@ class PolicyOutputs:
 
     def publish_tick(self, result: Any, command: np.ndarray | None, *, estop: bool, policy_version: int,
                      obs: np.ndarray | None) -> None:
-        """After a tick: its step row (a policy or safe tick that sent ``command``) and its inference latency.
+        """After a tick: its step row (a policy or safe tick that sent ``command``, or a reset's tick, which sent
+        nothing) and its inference latency.
 
         ``result`` is ``PolicyController.step``'s (None: the step failed, the safe action went out)."""
         if command is None and result is not None and result.source == RESET:  # the row marks the reset all the same
