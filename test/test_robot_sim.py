@@ -70,6 +70,29 @@ def test_zero_action_stands_and_is_deterministic_per_seed():
     assert env.sim.base_up() > 0.95 and env.sim.data.xpos[env.sim._base][2] > 0.4  # standing after 2 s
 
 
+def test_a_network_output_that_feeds_itself_past_bound_ends_the_episode_with_finite_numbers():
+    """The quadruped's retraining went NaN from this: a raw-convention actor whose output, read back as last_action,
+    grew 1.28x a step until the critic's values overflowed. The episode now terminates as a failure."""
+    from lowrl_ros.core.sim.robot_env import RUNAWAY
+
+    env = make_robot_env(QUAD)
+    env.reset(seed=0)
+    clip = env.action_space.high
+    raw = np.full(env.action_space.shape, 2.0)
+    for step in range(400):
+        obs, reward, terminated, truncated, info = env.step(np.clip(raw, -clip, clip), raw)
+        assert np.isfinite(obs).all() and np.isfinite(reward)
+        if terminated:
+            break
+        assert not info["runaway"] and np.abs(obs).max() <= RUNAWAY * clip[0]
+        raw = raw * 1.28
+    assert terminated and info["runaway"] and not truncated
+    assert 2.0 * 1.28 ** step > RUNAWAY * clip[0] > 2.0 * 1.28 ** (step - 1)  # not before the bound
+    env.reset(seed=0)
+    obs, _, terminated, _, info = env.step(np.zeros_like(raw), np.full_like(raw, np.nan))
+    assert terminated and info["runaway"] and np.isfinite(obs).all()
+
+
 def test_implicit_pd_holds_the_pose_with_the_mjcfs_own_actuators_off(tmp_path):
     """pd: implicit: MuJoCo's own PD actuators (kd integrated implicitly), the quadruped's tendon actuators zeroed;
     it stands like the explicit PD, and the effort reads the PD's clipped torque."""

@@ -15,6 +15,13 @@ The reward is the caller's (``reward=``: a core/finetune/rewards.py ``RewardSpec
 from the simulator's true state. An episode ends on ``episode=`` (the robot file's ``episode:`` section, parsed
 by the caller) or, without one, on a tilt over 60 degrees (terminated) or ``max_episode_s`` (truncated).
 
+Whatever the episode section says, an episode terminates when the policy's network output runs away (past
+:data:`RUNAWAY` action clips, or not finite; ``info["runaway"]``). Under the ``raw`` convention the output is read
+back as ``last_action``: a policy whose output feeds itself with a gain above one grows it geometrically, and PPO
+can move a policy there. On the robot the clipped command would go on banging the limits; in training, the
+observation and the critic's values would overflow to inf within a few hundred steps (the quadruped's retraining went
+NaN that way). Terminating makes it a failure the return sees, as a fall is, and keeps every number finite.
+
 ``info`` carries the command, the reward terms and ``gap`` (the full gap in use, :meth:`Gap.as_dict`).
 """
 from __future__ import annotations
@@ -34,6 +41,7 @@ from lowrl_ros.core.sim.robot_sim import Gap, RobotSim, SimConfigError
 
 DEFAULT_RANGES = ((-1.0, 1.0), (-0.5, 0.5), (-1.0, 1.0))  # a velocity_command term without ranges
 FALL_UP = math.cos(math.radians(60))  # default episode end: the base tilted past 60 degrees
+RUNAWAY = 1e3  # a network output past this many action clips (or not finite) has run away: the episode terminates
 
 
 def default_reward(v_xy: np.ndarray, w_z: float, command: np.ndarray, up: float, action: np.ndarray,
@@ -144,7 +152,8 @@ class RobotSimEnv(gym.Env):
         target = self.processor.limit_rate(target, self._target, self.sim.config.period_s)
         self._target = target
         self.sim.step(target)
-        self.builder.set_last_action(y, raw=raw)
+        runaway = not (np.isfinite(raw).all() and np.abs(raw).max(initial=0.0) <= RUNAWAY * self.action_space.high[0])
+        self.builder.set_last_action(y, raw=y if runaway else raw)
         obs = self.observe()
         now = self.sim.time
         fell = self.sim.base_up() < FALL_UP
@@ -163,8 +172,10 @@ class RobotSimEnv(gym.Env):
             truncated = end is not None and not terminated
         else:
             terminated, truncated = fell, now >= self.max_episode_s - 1e-9
+        terminated = terminated or runaway
+        truncated = truncated and not runaway
         self._prev_action, self._obs = y, obs
-        info = {"command": self.command.copy(), "reward_terms": terms, "target": target}
+        info = {"command": self.command.copy(), "reward_terms": terms, "target": target, "runaway": runaway}
         return obs.astype(np.float32), float(reward), bool(terminated), bool(truncated), info
 
     # ---- the robot's samples, built into the observation by the policy node's own builder --------
