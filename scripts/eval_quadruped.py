@@ -23,9 +23,7 @@ import numpy as np
 # A clone without `pip install -e .` (the training machine): the repository root holds lowrl_ros, and spawned
 # workers inherit this path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lowrl_ros.core.finetune.sim_env import make_robot_env  # noqa: E402
-from lowrl_ros.core.runtime.artifact import last_action_convention  # noqa: E402
-from lowrl_ros.core.runtime.engines import load_artifact  # noqa: E402
+from lowrl_ros.core.finetune.sim_env import artifact_episodes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,31 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def evaluate(policy_path: str | Path, robot: str | Path, episodes: int = 10, seed: int = 10_000,
              gap_file: str | Path | None = None, command: tuple[float, float, float] | None = None,
              engine: str = "auto") -> list[dict]:
-    """One row per seeded episode (seed, seed + 1, ...): return, steps, fell, command, mean base velocity
-    (body frame: vx, vy, yaw rate) over the episode after its first second."""
-    policy = load_artifact(policy_path, engine)
-    env = make_robot_env(robot, gap_file=gap_file, last_action=last_action_convention(policy.contract))
-    rows = []
-    for ep in range(episodes):
-        options = None if command is None else {"command": list(command)}
-        obs, info = env.reset(seed=seed + ep, options=options)
-        total, n, fell, vel = 0.0, 0, False, []
-        while True:
-            policy.act(obs)
-            obs, reward, term, trunc, _ = env.step(policy.raw_output.copy())
-            total += reward
-            n += 1
-            if n * env.sim.config.period_s > 1.0:
-                v, w = env.sim.base_velocity()
-                vel.append((v[0], v[1], w[2]))
-            if term or trunc:
-                fell = bool(term)
-                break
-        v = np.mean(vel, axis=0) if vel else np.zeros(3)
-        rows.append({"seed": seed + ep, "return": float(total), "steps": n, "seconds": n * env.sim.config.period_s,
-                     "fell": fell, "command": [float(c) for c in info["command"]],
-                     "vx": float(v[0]), "vy": float(v[1]), "yaw_rate": float(v[2])})
-    return rows
+    """One row per seeded episode: core/finetune/sim_env.py ``artifact_episodes``."""
+    return artifact_episodes(policy_path, robot, episodes, seed, gap_file, command, engine)
 
 
 def summary(rows: list[dict]) -> dict:

@@ -47,3 +47,21 @@ def test_a_result_of_another_command_is_refused_before_any_session_and_new_seeds
     assert "seeds_3_4_5" in bench.result_setting(other)
     with pytest.raises(AssertionError, match="a session ran"):
         bench.run(other)
+
+
+def test_the_in_process_figure_pairs_the_release_with_the_base_on_the_same_episodes(tmp_path):
+    """The release is the base itself here: same seeded episodes, same command, so it recovers exactly 0 %."""
+    import shutil
+
+    from lowrl_ros.bench.sim2real_session import _repo
+
+    root = _repo()
+    robot, base = root / "config/robots/quadruped.yaml", root / "models/quadruped.lowrl"
+    gap = root / "config/gaps/quadruped_example.yaml"
+    assert bench.in_process(robot, base, gap, tmp_path, 0, 1) == {"note": "nothing was released"}
+    (tmp_path / "releases").mkdir()
+    shutil.copy(base, tmp_path / "releases" / "v000002.lowrl")
+    got = bench.in_process(robot, base, gap, tmp_path, 0, 1)
+    assert got["version"] == 2 and got["command"] == [0.4, 0.0, 0.0]
+    assert got["nominal_return"] > got["before_return"] == got["after_return"]  # the example gap costs return
+    assert got["recovered_pct"] == 0.0

@@ -357,6 +357,27 @@ def test_episode_gaps_stay_around_the_identified_gap_within_the_priors():
     assert gap_around(Gap(), priors, {}, rng) == Gap()
 
 
+def test_latency_extra_adds_up_to_that_many_steps_in_training_and_alternates_them_in_evaluations():
+    """Over ROS 2 the robot's timing adds a physics step of delay or not (the tick phase); latency_extra trains and
+    judges across both."""
+    from lowrl_ros.core.retrain.pool import EnvGroup
+
+    priors = parse_sim(load_robot_file(QUAD))[0].gap_priors
+    gap = load_gap_file(GAP)  # latency 2
+    drawn = [gap_around(gap, priors, {}, np.random.default_rng(i), latency_extra=1).latency_steps for i in range(40)]
+    assert set(drawn) == {gap.latency_steps, gap.latency_steps + 1}
+    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)  # the other draws are those without it
+    a = gap_around(gap, priors, {"mass_scale": 0.5}, rng_a, latency_extra=1)
+    assert a.mass_scale == gap_around(gap, priors, {"mass_scale": 0.5}, rng_b).mass_scale
+    group = EnvGroup(str(QUAD), gap.as_dict(), dict(priors), {}, [0], 0, 20, "raw", latency_extra=1)
+    seen = []
+    group.envs[0].set_gap = lambda g, set_gap=group.envs[0].set_gap: (seen.append(g.latency_steps), set_gap(g))
+    group.evaluate((ROOT / "models/quadruped.lowrl").read_bytes(), [30_000, 30_001, 30_002], 5)
+    assert seen[:3] == [gap.latency_steps, gap.latency_steps + 1, gap.latency_steps]
+    with pytest.raises(ValueError, match="latency_extra"):
+        RetrainSettings(latency_extra=-1)
+
+
 def test_a_share_of_the_episodes_walk_at_the_commands_the_robot_was_given():
     from lowrl_ros.core.retrain.pool import EnvGroup
     from lowrl_ros.core.sim.robot_recording import recorded_commands

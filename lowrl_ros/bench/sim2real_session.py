@@ -258,7 +258,52 @@ def run_seed(args: argparse.Namespace, robot_file: Path, policy: Path, gap_file:
               "first_step_to_release_s": _release_s(gapped, rows, period_s), "session_s": wall, **_misses(gapped)}
     print(f"seed {seed}: {result['state']}; nominal {mean(r_nominal):.1f}, before {mean(r_before):.1f}, after "
           f"{mean(r_after):.1f}: {recovered:.0f} % of the gap recovered", flush=True)
+    result["in_process"] = in_process(robot_file, policy, gap_file, gapped, seed, n)
+    if result["in_process"].get("recovered_pct") is not None:
+        print(f"seed {seed}: in-process, the retrained v{result['in_process']['version']} recovers "
+              f"{result['in_process']['recovered_pct']:.0f} % of the true gap", flush=True)
     return result
+
+
+def _launch_command(launch: Path) -> tuple[float, float, float]:
+    """The sim robot's velocity command in the session launch (its ``command_velocity`` argument's default)."""
+    import yaml
+
+    for entry in yaml.safe_load(launch.read_text())["launch"]:
+        arg = entry.get("arg") if isinstance(entry, dict) else None
+        if arg and arg.get("name") == "command_velocity":
+            return tuple(float(v) for v in yaml.safe_load(arg["default"]))
+    raise ValueError(f"{launch}: no command_velocity argument")
+
+
+def in_process(robot_file: Path, policy: Path, gap_file: Path, gapped: Path, seed: int, episodes: int) -> dict:
+    """The same figure without ROS 2 timing: the base on the nominal model and under the true gap, and the first
+    retrained release under the true gap, as deployed (int8, the runtime's engine) in RobotSimEnv, on the same
+    seeded episodes at the session's velocity command. Over ROS 2 the effective actuation delay depends on the phase
+    of the policy node's ticks against the robot's control loop, which is set at each launch and shifted by load,
+    so the base itself can return differently before and after a release (bench_results/sim2real_session/HISTORY.md,
+    2026-11-29); this figure holds the robot's timing fixed."""
+    from lowrl_ros.core.finetune.sim_env import artifact_episodes
+
+    releases = sorted((gapped / "releases").glob("v*.lowrl"))
+    if not releases:
+        return {"note": "nothing was released"}
+    command = _launch_command(_repo() / "launch" / "robot_sim_to_real.launch.yaml")
+    first = 10_000 + 1000 * seed
+
+    def mean_return(path: Path, gap: Path | None) -> float:
+        return float(np.mean([r["return"] for r in artifact_episodes(path, robot_file, episodes, first, gap,
+                                                                       command)]))
+
+    try:
+        nominal, before = mean_return(policy, None), mean_return(policy, gap_file)
+        after = mean_return(releases[0], gap_file)
+    except (ValueError, OSError) as exc:  # an ArtifactError is a ValueError: the sessions' figures still count
+        return {"note": f"not evaluated: {exc}"}
+    gap = nominal - before
+    return {"version": int(releases[0].stem.lstrip("v")), "episodes": episodes, "command": list(command),
+            "nominal_return": nominal, "before_return": before, "after_return": after,
+            "recovered_pct": 100.0 * (after - before) / gap if gap > 0 else None}
 
 
 def headline(r: dict) -> str:
@@ -266,8 +311,10 @@ def headline(r: dict) -> str:
     each = " / ".join(f"{s['recovered_pct']:.0f}" for s in seeds)
     release = [s["first_step_to_release_s"] for s in seeds if np.isfinite(s.get("first_step_to_release_s", np.nan))]
     when = f", first step to release {min(release):.0f}-{max(release):.0f} s" if release else ""
+    inproc = r.get("in_process_recovered_pct_mean")
+    also = f"; in-process without ROS timing {inproc:.0f} %" if inproc is not None else ""
     return (f"gap recovered over ROS 2 {r.get('recovered_pct_mean', float('nan')):.0f} % (mean of {len(seeds)} seeds: "
-            f"{each} %){when}, deadline misses {r.get('deadline_misses_total', 'n/a')}")
+            f"{each} %){when}, deadline misses {r.get('deadline_misses_total', 'n/a')}{also}")
 
 
 def result_setting(args: argparse.Namespace) -> str:
@@ -308,6 +355,10 @@ def run(args: argparse.Namespace) -> int:
     results = {"robot": str(robot_file), "policy": str(policy), "gap_file": str(gap), "seeds": seeds,
                "recovered_pct_mean": float(np.mean(pct)) if pct else float("nan"),
                "deadline_misses_total": sum(int(s.get("deadline_misses", 0)) for s in seeds)}
+    inproc = [s["in_process"]["recovered_pct"] for s in seeds
+              if s.get("in_process", {}).get("recovered_pct") is not None]
+    if inproc:
+        results["in_process_recovered_pct_mean"] = float(np.mean(inproc))
     md = ["| seed | decision | nominal | before | after | recovered | first step to release s | session s | "
           "deadline misses / ticks |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     md += [f"| {s['seed']} | {s['state']} | {s['nominal_return']:.1f} | {s['before_return']:.1f} | "
@@ -323,6 +374,14 @@ def run(args: argparse.Namespace) -> int:
             cells.append("-" if v is None else f"{v['identified']:.2f} vs {v['true']:g} ({v['error']:.1f}"
                          f"{'' if key == 'latency_steps' else ' %'}){'' if v['identifiable'] else ' (prior)'}")
         md.append(f"| {s['seed']} | " + " | ".join(cells) + " |")
+    md += ["", "The same, in-process without ROS 2 timing (`in_process`): the base and the first retrained release, "
+           "int8 as deployed, on the same seeded episodes at the session's command, nominal and under the true gap:",
+           "", "| seed | release | nominal | before | after | recovered |", "|---|---|---|---|---|---|"]
+    for s in seeds:
+        ip = s.get("in_process", {})
+        md.append(f"| {s['seed']} | " + (f"v{ip['version']} | {ip['nominal_return']:.1f} | {ip['before_return']:.1f} | "
+                                         f"{ip['after_return']:.1f} | {ip['recovered_pct']:.0f} % |"
+                                         if ip.get("recovered_pct") is not None else f"{ip.get('note', '-')} |||||"))
     path = record.write_result("sim2real_session", results, "\n".join(md) + "\n", setting=setting,
                                env=robot_file.stem, root=args.out)
     print(f"written: {path}")

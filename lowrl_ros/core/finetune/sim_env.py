@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
 from lowrl_ros.core.runtime.robot_file import RobotFile, load_robot_file
 from lowrl_ros.core.sim.robot_env import RobotSimEnv
@@ -29,3 +31,39 @@ def make_robot_env(robot: RobotFile | str | Path, gap: Gap | dict | None = None,
     env.reward_spec = None if reward is None or reward.topic else reward
     env.episode_spec = EpisodeSpec.from_robot_file(robot, env.spec_obs)
     return env
+
+
+def artifact_episodes(policy_path: str | Path, robot: RobotFile | str | Path, episodes: int = 10, seed: int = 10_000,
+                      gap_file: str | Path | None = None, command: tuple[float, float, float] | None = None,
+                      engine: str = "auto") -> list[dict]:
+    """A deployed artifact or bundle (int8 as shipped, on the robot runtime's own engine, no torch) in the robot's
+    simulator: one row per seeded episode (seed, seed + 1, ...): return, steps, fell, command, and the mean base
+    velocity (body frame: vx, vy, yaw rate) after the episode's first second. The network's raw output goes back to the
+    environment, which clips it and, for a ``raw``-convention policy, reads it back as ``last_action``, as the
+    policy node does. ``command``: a fixed velocity command; None: drawn per episode from the robot file's ranges."""
+    from lowrl_ros.core.runtime.artifact import last_action_convention
+    from lowrl_ros.core.runtime.bundle import load_bundle
+
+    policy = load_bundle(policy_path, engine).policies["full"]  # the tier the policy node runs at full compute
+    env = make_robot_env(robot, gap_file=gap_file, last_action=last_action_convention(policy.contract))
+    rows = []
+    for ep in range(episodes):
+        options = None if command is None else {"command": list(command)}
+        obs, info = env.reset(seed=seed + ep, options=options)
+        total, n, fell, vel = 0.0, 0, False, []
+        while True:
+            policy.act(obs)
+            obs, reward, term, trunc, _ = env.step(policy.raw_output.copy())
+            total += reward
+            n += 1
+            if n * env.sim.config.period_s > 1.0:
+                v, w = env.sim.base_velocity()
+                vel.append((v[0], v[1], w[2]))
+            if term or trunc:
+                fell = bool(term)
+                break
+        v = np.mean(vel, axis=0) if vel else np.zeros(3)
+        rows.append({"seed": seed + ep, "return": float(total), "steps": n, "seconds": n * env.sim.config.period_s,
+                     "fell": fell, "command": [float(c) for c in info["command"]],
+                     "vx": float(v[0]), "vy": float(v[1]), "yaw_rate": float(v[2])})
+    return rows

@@ -31,10 +31,12 @@ class WorkerDied(RuntimeError):
 
 
 def gap_around(gap: Gap, priors: Mapping[str, tuple[float, float]], spread: Mapping[str, float],
-               rng: np.random.Generator) -> Gap:
+               rng: np.random.Generator, latency_extra: int = 0) -> Gap:
     """``gap`` with each parameter in ``spread`` drawn uniformly within +- spread * (hi - lo) / 2 of its identified
     value, clipped to its prior [lo, hi] (``spread`` is a share of the prior range: 0 keeps the identified value,
-    1 reaches a whole prior width around it). latency_steps is drawn as an integer; vector parameters per entry."""
+    1 reaches a whole prior width around it). latency_steps is drawn as an integer, then 0..``latency_extra``
+    physics steps are added (the delay the robot's timing may add: RetrainSettings.latency_extra); vector parameters
+    per entry."""
     drawn: dict[str, Any] = {}
     for key, share in spread.items():
         lo, hi = priors[key]
@@ -48,6 +50,9 @@ def gap_around(gap: Gap, priors: Mapping[str, tuple[float, float]], spread: Mapp
             drawn[key] = tuple(map(float, v))
         elif key in PER_JOINT or np.ndim(value) == 0:
             drawn[key] = float(v[0])
+    if latency_extra:  # drawn last: the other draws stay those of the same seed without it
+        extra = int(rng.integers(0, latency_extra + 1))
+        drawn["latency_steps"] = int(drawn.get("latency_steps", gap.latency_steps)) + extra
     return replace(gap, **drawn)
 
 
@@ -68,10 +73,11 @@ class EnvGroup:
 
     def __init__(self, robot_file: str, gap: dict, priors: dict, spread: dict, env_ids: Sequence[int], seed: int,
                  episode_steps: int, last_action: str, commands: list | None = None,
-                 command_share: float = 0.0) -> None:
+                 command_share: float = 0.0, latency_extra: int = 0) -> None:
         from lowrl_ros.core.finetune.sim_env import make_robot_env
 
         self.gap, self.priors, self.spread = Gap.from_dict(gap), dict(priors), dict(spread)
+        self.latency_extra = int(latency_extra)
         self.envs = [make_robot_env(robot_file, gap=self.gap, last_action=last_action) for _ in env_ids]
         for env in self.envs:
             env.use_commands(commands, command_share)
@@ -86,7 +92,7 @@ class EnvGroup:
 
     def _reset(self, k: int) -> None:
         rng = self.rngs[k]
-        self.envs[k].set_gap(gap_around(self.gap, self.priors, self.spread, rng))
+        self.envs[k].set_gap(gap_around(self.gap, self.priors, self.spread, rng, self.latency_extra))
         self.obs[k] = self.envs[k].reset(seed=int(rng.integers(2 ** 31)))[0]
         self.steps[k], self.returns[k] = 0, 0.0
 
@@ -120,15 +126,17 @@ class EnvGroup:
 
     def evaluate(self, artifact: bytes, seeds: Sequence[int], steps: int) -> list[float]:
         """Deterministic returns of ``artifact`` (run by the robot's numpy engine) in the identified simulator (no
-        spread), one episode per seed of at most ``steps`` steps (0: the robot file's episode end)."""
+        spread; seed ``s`` adds ``s % (latency_extra + 1)`` steps of latency), one episode per seed of at most
+        ``steps`` steps (0: the robot file's episode end)."""
         from lowrl_ros.core.runtime.artifact import parse_artifact
         from lowrl_ros.core.runtime.engines import build_policy
 
         policy = build_policy(parse_artifact(artifact, "retrain-eval"), "numpy")
         env = self.envs[0]
-        env.set_gap(self.gap)
         out = []
         for s in seeds:
+            extra = int(s) % (self.latency_extra + 1)
+            env.set_gap(replace(self.gap, latency_steps=self.gap.latency_steps + extra) if extra else self.gap)
             obs, _ = env.reset(seed=int(s))
             total, n = 0.0, 0
             while True:

@@ -91,6 +91,10 @@ class RetrainSettings:
     spread: float = config_field(0.1, "randomization around the identified gap: per episode each gap_priors "
                                       "parameter is drawn within +- spread * (prior range) / 2 of its identified "
                                       "value (a per-parameter spread overrides it)", range=(0.0, 1.0))
+    latency_extra: int = config_field(0, "physics steps of actuation delay the robot may add to the gap's latency: "
+                                         "each training and evaluation episode adds 0..latency_extra of them (over "
+                                         "ROS 2 the phase of the policy's ticks against the robot's loop adds one "
+                                         "or not)", range=(0, 100))
     recorded_command_share: float = config_field(0.0, "share of the training and evaluation episodes whose velocity "
                                                       "command is one the robot was given in the recording (drawn as "
                                                       "often as it was given); the rest from the robot file's "
@@ -126,7 +130,7 @@ class RetrainSettings:
         for name in ("total_steps", "n_envs", "workers", "n_steps", "epochs", "minibatches", "eval_episodes",
                      "critic_hidden"):
             positive_int(name)
-        for name in ("warmup_iterations", "episode_steps", "eval_every"):
+        for name in ("warmup_iterations", "episode_steps", "eval_every", "latency_extra"):
             v = getattr(self, name)
             require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name}={v!r} must be an integer >= 0")
         require(self.workers <= self.n_envs, f"workers={self.workers} exceeds n_envs={self.n_envs}: a worker steps at "
@@ -286,7 +290,7 @@ def retrain(base_artifact: str | Path, robot_file: str | Path, gap: Gap, spread:
     ids = np.array_split(np.arange(s.n_envs), s.workers)
     groups = [dict(robot_file=str(Path(robot.path).resolve()), gap=gap.as_dict(), priors=dict(sim_cfg.gap_priors),
                    spread=spreads, env_ids=[int(i) for i in part], seed=s.seed, episode_steps=s.episode_steps,
-                   last_action=last_action, command_share=s.recorded_command_share,
+                   last_action=last_action, command_share=s.recorded_command_share, latency_extra=s.latency_extra,
                    commands=None if commands is None else np.asarray(commands, dtype=np.float64).tolist())
               for part in ids]
     sizes = [len(part) for part in ids]
