@@ -23,7 +23,7 @@ mcap = str(session / "session.mcap")
 ticks = np.array([decode_step(m.ros_msg.data, obs_dim, action_dim).stamp
                   for m in read_ros2_messages(mcap, topics=["/lowrl/policy/step"])])
 sim = np.array([m.log_time_ns * 1e-9 for m in read_ros2_messages(mcap, topics=["/lowrl/reward"])])
-period = float(np.median(np.diff(sim)))
+period = round(float(np.median(np.diff(sim))), 4)  # the loop's nominal period (drift-free)
 t0 = ticks[0]
 events = []
 for path in ("finetune_node.log", "policy_node.log"):
