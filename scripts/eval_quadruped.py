@@ -28,13 +28,6 @@ from lowrl_ros.core.finetune.sim_env import artifact_episodes  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def evaluate(policy_path: str | Path, robot: str | Path, episodes: int = 10, seed: int = 10_000,
-             gap_file: str | Path | None = None, command: tuple[float, float, float] | None = None,
-             engine: str = "auto") -> list[dict]:
-    """One row per seeded episode: core/finetune/sim_env.py ``artifact_episodes``."""
-    return artifact_episodes(policy_path, robot, episodes, seed, gap_file, command, engine)
-
-
 def summary(rows: list[dict]) -> dict:
     """Means over the episodes; ``vx_error`` is |mean vx - commanded vx| averaged over episodes."""
     return {"episodes": len(rows), "mean_return": float(np.mean([r["return"] for r in rows])),
@@ -62,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(parts) != 3:
             p.error(f"--command {args.command!r}: give VX,VY,WZ")
         command = tuple(parts)
-    rows = evaluate(args.policy, args.robot, args.episodes, args.seed, args.gap_file, command, args.engine)
+    rows = artifact_episodes(args.policy, args.robot, args.episodes, args.seed, args.gap_file, command,
+                             args.engine)
     print(f"{'seed':>6} {'cmd vx,vy,wz':>17} {'vx':>6} {'vy':>6} {'wz':>6} {'return':>8} {'steps':>6} {'fell':>5}")
     for r in rows:
         cmd = ",".join(f"{c:.2f}" for c in r["command"])

@@ -284,12 +284,13 @@ def in_process(robot_file: Path, policy: Path, gap_file: Path, gapped: Path, see
     so the base itself can return differently before and after a release (bench_results/sim2real_session/HISTORY.md,
     2026-11-29); this figure holds the robot's timing fixed."""
     from lowrl_ros.core.finetune.sim_env import artifact_episodes
+    from lowrl_ros.core.sim.evaluate import EVAL_SEED
 
     releases = sorted((gapped / "releases").glob("v*.lowrl"))
     if not releases:
         return {"note": "nothing was released"}
     command = _launch_command(_repo() / "launch" / "robot_sim_to_real.launch.yaml")
-    first = 10_000 + 1000 * seed
+    first = EVAL_SEED + 1000 * seed
 
     def mean_return(path: Path, gap: Path | None) -> float:
         return float(np.mean([r["return"] for r in artifact_episodes(path, robot_file, episodes, first, gap,

@@ -12,6 +12,7 @@ import numpy as np
 
 from lowrl_ros.core.finetune.rewards import EpisodeSpec, RewardSpec
 from lowrl_ros.core.runtime.robot_file import RobotFile, load_robot_file
+from lowrl_ros.core.sim.evaluate import EVAL_SEED
 from lowrl_ros.core.sim.robot_env import RobotSimEnv
 from lowrl_ros.core.sim.robot_sim import Gap, load_gap_file
 
@@ -33,7 +34,7 @@ def make_robot_env(robot: RobotFile | str | Path, gap: Gap | dict | None = None,
     return env
 
 
-def artifact_episodes(policy_path: str | Path, robot: RobotFile | str | Path, episodes: int = 10, seed: int = 10_000,
+def artifact_episodes(policy_path: str | Path, robot: RobotFile | str | Path, episodes: int = 10, seed: int = EVAL_SEED,
                       gap_file: str | Path | None = None, command: tuple[float, float, float] | None = None,
                       engine: str = "auto") -> list[dict]:
     """A deployed artifact or bundle (int8 as shipped, on the robot runtime's own engine, no torch) in the robot's
