@@ -75,6 +75,17 @@ def test_forget_drops_one_kind_of_input_and_keeps_the_others():
         b.build(0.01)
 
 
+def test_the_robot_clock_is_its_joint_states_else_the_first_topic():
+    """What event mode acts on and a fixed_rate loop locks its phase to (core/runtime/realtime.py PhaseLock)."""
+    b = ObservationBuilder(spec([{"term": "velocity_command", "topic": "cmd_vel"},
+                                 {"term": "joint_position", "topic": "joint_states"}]))
+    assert b.clock_topic == "joint_states" and b.clock_age(1.0) is None
+    b.update("cmd_vel", (0.4, 0.0, 0.0), 0.5)
+    b.update("joint_states", JS, 0.75)
+    assert b.clock_age(1.0) == 0.25
+    assert ObservationBuilder(spec([{"term": "velocity_command", "topic": "cmd_vel"}])).clock_topic == "cmd_vel"
+
+
 def _quat(axis, angle, order):
     axis = np.asarray(axis, float) / np.linalg.norm(axis)
     w, (x, y, z) = math.cos(angle / 2), axis * math.sin(angle / 2)

@@ -164,7 +164,7 @@ def test_hot_swap_good_then_corrupt_artifact_while_observations_flow(rig, tmp_pa
 
     robot.diags.clear()
     node.set_parameters([Parameter("policy_path", value=str(corrupt))])
-    node.wait_for_swap(10.0)
+    node.swapper.wait(10.0)
     for _ in range(20):
         assert exchange(robot, executor, robot.joint_state()) == pytest.approx(-1.0, abs=0.02)
     assert node.controller.bundle.version == 2 and node.active_policy_path == str(new)
@@ -391,7 +391,7 @@ def test_swap_outcomes_are_published_as_keys_a_reader_can_use(rig, tmp_path):
 
     good = constant_policy(tmp_path / "v2.onnx", -1.0, version=2)
     node.set_parameters([Parameter("policy_path", value=str(good))])
-    node.wait_for_swap(10.0)
+    node.swapper.wait(10.0)
     assert exchange(robot, executor, robot.joint_state()) == pytest.approx(-1.0, abs=0.02)
     robot.diags.clear()
 

@@ -37,6 +37,7 @@ def fixed_rate(ros_context, tmp_path):
         assert spin_until(executor, lambda: len(robot.commands) >= 3)
         return node
 
+    build.robot = robot
     yield build, executor
     for node in made:
         node.destroy_node()
@@ -90,3 +91,33 @@ def test_deactivate_stops_the_control_thread(fixed_rate):
     node.trigger_activate()
     assert node._loop is not None and node._loop._thread.is_alive()
     assert spin_until(executor, lambda: node.controller.ticks > ticks + 3)
+
+
+def test_the_ticks_lock_on_just_after_the_robots_joint_states(fixed_rate):
+    """A robot publishing joint states at 200 Hz, each ~4 ms before a 100 Hz tick (a phase a launch can give): the
+    policy node moves its schedule until each tick comes ~1 ms (tick_phase_s) after a sample arrives. Without
+    the lock the lag stays ~4 ms for good (test_realtime.py). A wall-clock publisher: realtime tier."""
+    build, _executor = fixed_rate
+    node, robot = build(), build.robot
+    stop, first = threading.Event(), node._loop.schedule.next_due + 0.001  # 4 ms before a tick (mod 5 ms)
+
+    def publish():  # on an absolute schedule, as a robot's loop
+        k = 0
+        while not stop.is_set():
+            time.sleep(max(0.0, first + 0.005 * k - time.perf_counter()))
+            robot.js_pub.publish(robot.joint_state())
+            k += 1
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        lags = []
+        for _ in range(30):  # 1.5 s: 0.5 s of new samples before the lock acts, then ~3 ms of shift at <= 0.5 ms a tick
+            time.sleep(0.05)
+            lags.append(node._loop.phase.lag_s)
+    finally:
+        stop.set()
+        thread.join()
+    assert 0.0025 < lags[2] < 0.0055  # the launch's phase: the sample ~4 ms old at each tick
+    assert sorted(lags[-6:])[3] < 0.0015  # locked: ~1 ms
+    assert -0.0045 < node._loop.phase.shifted_s < -0.0015

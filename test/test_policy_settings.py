@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lowrl_ros.core.runtime.control import ControlTiming, EStopLatch
+from lowrl_ros.core.runtime.control import ControlConfig, ControlTiming, EStopLatch
 from lowrl_ros.core.runtime.obs_adapter import ObsAdapterConfig
 from lowrl_ros.core.runtime.observation import ObservationSpec
 from lowrl_ros.core.runtime.policy_settings import PolicyNodeSettings
@@ -82,6 +82,15 @@ def test_robot_io_status_only_what_applies():
     assert by_name[INTERVENTION_STATUS].level == Level.WARN
     assert by_name[INTERVENTION_STATUS].values == {"teleop_topic": "/teleop", "intervention_ticks": "7"}
     assert (by_name[REALTIME_STATUS].level, by_name[REALTIME_STATUS].message) == (Level.WARN, "SCHED_FIFO refused")
+    # fixed_rate: the phase lock's figures beside the timing's
+    lock = ControlConfig(mode="fixed_rate", control_period_s=0.02).phase_lock(lambda t: 0.003)
+    lock.shift(1.0, 0.02)
+    timing = robot_io_status(timing=ControlTiming.choose("contract", 0.02, "event", 0.01), phase=lock)[0]
+    assert timing.values == {"robot_timing": "contract", "tick_after_sensor_ms": "1", "sensor_lag_ms": "3.00",
+                             "phase_shifted_ms": "0.00"}
+    assert ControlConfig(tick_phase_s=0.0).phase_lock(lambda t: 0.003) is None  # 0: the schedule runs free
+    with pytest.raises(ValueError, match="tick_phase_s=0.5 is outside"):
+        ControlConfig(tick_phase_s=0.5)
 
 
 def test_the_legacy_observation_parameters_become_the_shipped_pendulum_robot_file():

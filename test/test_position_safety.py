@@ -186,7 +186,7 @@ def test_estop_latches_hold_of_the_measured_pose_until_reset_and_is_diagnosed(ri
     robot.reset.publish(Empty())
     other = policy(tmp_path / "q.onnx", y=[-0.5, -0.5, -0.5], version=2)
     assert node.set_parameters([Parameter("policy_path", value=str(other))])[0].successful
-    node.wait_for_swap(10.0)
+    node.swapper.wait(10.0)
     robot.tier.publish(UInt8(data=3))
     spin_for(executor, 0.2)
     robot.tier.publish(UInt8(data=0))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowrl_ros.core.runtime.realtime import ControlLoop, TickSchedule
+from lowrl_ros.core.runtime.realtime import ControlLoop, PhaseLock, TickSchedule
 
 
 class FakeClock:
@@ -109,3 +109,80 @@ def test_stop_ends_the_loop_and_on_start_runs_first():
                        sleep=lambda s: (clock.sleep(s), loop.stop() if len(calls) >= 3 else None))
     loop.run()
     assert calls == ["start", "tick", "tick"]
+
+
+class Sensor:
+    """A robot publishing every ``period`` s from ``first`` on, each sample arriving ``delay(k)`` late: the age
+    of the newest sample that has arrived by a time (what the policy node's builder reports)."""
+
+    def __init__(self, period, first, delay=lambda k: 0.0):
+        self.period, self.first, self.delay = period, first, delay
+
+    def age(self, t):
+        k = int((t - self.first) // self.period)
+        while k >= 0 and self.first + k * self.period + self.delay(k) > t:
+            k -= 1  # sent but still in flight: the one before is the newest
+        return None if k < 0 else t - (self.first + k * self.period + self.delay(k))
+
+
+def run_locked(period, sensor, ticks, **lock):
+    """Run a phase-locked ControlLoop (fake clock at 100 s) for ``ticks`` ticks: (due times, lags, the lock)."""
+    clock, dues = FakeClock(), []
+    phase = PhaseLock(sensor.age, **lock)
+
+    def tick(due, skipped):
+        assert skipped == 0
+        dues.append(due)
+        return len(dues) < ticks
+
+    ControlLoop(period, tick, clock=clock, sleep=clock.sleep, phase=phase).run()
+    return np.array(dues), np.array([sensor.age(d) for d in dues]), phase
+
+
+@pytest.mark.parametrize("phase_ms", [0.2, 2.5, 4.6, 4.95])
+def test_the_phase_lock_brings_the_ticks_just_after_the_sensor_from_any_phase_at_launch(phase_ms):
+    # A 200 Hz robot (the sim robot's 5 ms loop) and 50 Hz ticks whose launch put them phase_ms after a sample.
+    sensor = Sensor(0.005, 100.0 - phase_ms * 1e-3)
+    dues, lags, lock = run_locked(0.02, sensor, 100)
+    np.testing.assert_allclose(lags[:50], phase_ms * 1e-3, atol=1e-9)  # a second of new samples before it acts
+    np.testing.assert_allclose(lags[80:], min(phase_ms * 1e-3, 0.001), atol=2e-5)  # <= 1 ms after each arrival
+    assert np.diff(dues).min() >= 0.02 * 0.95 - 1e-12 and np.diff(dues).max() <= 0.02 + 1e-12  # <= 5 % a tick
+    assert lock.values()["sensor_lag_ms"] == f"{min(phase_ms, 1.0):.2f}"
+    free_dues, free_lags, _ = run_locked(0.02, sensor, 100, offset_s=1.0)  # an offset no lag reaches: free-running
+    np.testing.assert_allclose(np.diff(free_dues), 0.02)
+    np.testing.assert_allclose(free_lags, phase_ms * 1e-3, atol=1e-9)  # without it: the launch's phase for good
+
+
+def test_the_lock_holds_under_arrival_jitter_and_never_loses_the_sample():
+    rng = np.random.default_rng(0)
+    jitter = rng.uniform(0.0, 3e-4, 2000)  # up to 0.3 ms of DDS and wake-up delay on each sample
+    sensor = Sensor(0.005, 100.0 - 0.0049, delay=lambda k: jitter[k % 2000])
+    _, lags, _ = run_locked(0.02, sensor, 300)
+    # always a fresh sample (never the one before: 5 ms older), within the offset and the jitter of it
+    assert 0.0 <= lags[80:].min() and lags[80:].max() <= 0.0013
+    assert lags[80:].mean() > 0.0006  # and not pulled ever earlier by the jitter
+
+
+def test_one_late_sample_does_not_move_a_locked_loop():
+    # Locked 1 ms after each arrival (phase 4.95 ms at launch), then sample 440 (due near tick 109) arrives 3 ms late.
+    base = Sensor(0.005, 100.0 - 0.00495)
+    _, _, lock = run_locked(0.02, base, 100)
+    late = Sensor(0.005, 100.0 - 0.00495, delay=lambda k: 0.003 if k == 440 else 0.0)
+    _, lags, late_lock = run_locked(0.02, late, 150)
+    assert (lags[100:] > 0.004).sum() == 1  # that one tick acted on the sample before ...
+    np.testing.assert_allclose(lags[111:], 0.001, atol=2e-5)  # ... and the lock held
+    assert late_lock.shifted_s == pytest.approx(lock.shifted_s, abs=2e-5)
+
+
+@pytest.mark.parametrize("sensor", [Sensor(0.001, 99.9993),  # a 1 kHz robot loop: every lag is under the offset
+                                    Sensor(0.05, 99.99),  # a sensor slower than the loop
+                                    Sensor(0.005, 1e9)])  # a silent one
+def test_the_lock_leaves_the_schedule_alone_where_there_is_nothing_to_lock_to(sensor):
+    dues, _, lock = run_locked(0.02, sensor, 150)
+    np.testing.assert_allclose(np.diff(dues), 0.02)
+    assert lock.shifted_s == 0.0
+
+
+def test_a_phase_lock_needs_a_positive_offset():
+    with pytest.raises(ValueError, match="offset must be > 0"):
+        PhaseLock(lambda t: None, offset_s=0.0)

@@ -22,6 +22,7 @@ REALTIME = (
     "test/test_launch.py::test_bench_loop_legged_smoke",
     "test/test_launch.py::test_lowrl_demo_runs_the_legged_session",
     "test/test_train_learning.py::",
+    "test/test_policy_node_loop.py::test_the_ticks_lock_on_just_after_the_robots_joint_states",
     "test/test_bench_loop.py::test_floor_process_takes_the_topics_and_commands_at_50_hz_on_the_control_thread",
     "test/test_legged.py::test_legged_launch_in_process_walks_upright",
     "test/test_demo_load.py::test_burners_load_the_cpu_and_stop",

@@ -238,7 +238,8 @@ class PolicyNode(LifecycleNode):
         result = super().on_activate(state)  # enables the lifecycle publishers
         if fixed_rate:  # after the publishers are enabled: its first tick may publish at once
             self._loop = ControlLoop(self.controller.output_period_s(), self._loop_tick, on_start=self._apply_realtime,
-                                     on_error=self._loop_error, name=f"{self.get_name()}_control").start()
+                                     on_error=self._loop_error, name=f"{self.get_name()}_control",
+                                     phase=self.controller.config.phase_lock(self._builder.clock_age)).start()
         self.get_logger().info("activated")
         return result
 
@@ -438,11 +439,6 @@ class PolicyNode(LifecycleNode):
     def _log(self, level: Level, line: str) -> None:
         diag.log(self.get_logger(), level, line)
 
-    def wait_for_swap(self, timeout: float | None = None) -> None:
-        """Block until the swap worker is idle (tests and tools; never the control path)."""
-        if self.swapper is not None:
-            self.swapper.wait(timeout)
-
     # ---- reporting -------------------------------------------------------------------------
     def _publish_stats(self) -> None:
         # The percentiles (a partition of up to latency_window samples) run off the lock the control thread ticks
@@ -483,7 +479,8 @@ class PolicyNode(LifecycleNode):
                                 TierView(c.tier, c.requested_tier, c.ladder), time.perf_counter(), running, time.time())
         entries += robot_io_status(timing=self._timing, estop=self._estop_latch, teleop_topic=self._get("teleop_topic"),
                                    override_held=c.override_held(), interventions=c.interventions,
-                                   realtime=self._realtime, deploy=self._deploy)
+                                   realtime=self._realtime, deploy=self._deploy,
+                                   phase=self._loop.phase if self._loop is not None else None)
         self._publish_diag(diag.from_entries(entries))
 
 

@@ -216,9 +216,7 @@ class RobotInputs:
                            use_global_arguments=False, start_parameter_services=False, enable_rosout=False)
         self._taken: list[tuple[TopicSpec, Any]] = []
         self._subs: list[tuple[Node, Any]] = []
-        trigger_topic = None
-        if trigger is not None and spec.topics:
-            trigger_topic = next((t for t in spec.topics if t.msg_type == "joint_state"), spec.topics[0]).topic
+        trigger_topic = builder.clock_topic if trigger is not None else None
         self.mode = "take"
         for topic in spec.topics:
             msg_type, qos = MSG_TYPES[topic.msg_type], qos_profile(topic.qos)

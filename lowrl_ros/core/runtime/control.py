@@ -43,6 +43,7 @@ from lowrl_ros.core.config import field
 from lowrl_ros.core.runtime.actions import ActionProcessor
 from lowrl_ros.core.runtime.artifact import last_action_convention
 from lowrl_ros.core.runtime.ladder import FallbackLadder
+from lowrl_ros.core.runtime.realtime import PhaseLock
 from lowrl_ros.core.runtime.tiers import ComputeTier
 from lowrl_ros.core.types import Level, Policy, StatusEntry
 
@@ -89,6 +90,9 @@ class ControlConfig:
     explore_std: float = field(0.0, "Gaussian noise on the policy's action at the full tier, a fraction of each "
                                     "action's half range, for the fine-tuner to learn from (0: off); clipped to "
                                     "the limits and rate-limited like any action", range=(0.0, 1.0), live=True)
+    tick_phase_s: float = field(0.001, "fixed_rate: keep each tick this long after the robot's joint states "
+                                       "arrive (a phase lock: it pulls the schedule earlier, at most 5 % of a period "
+                                       "a tick; 0: the schedule runs free)", range=(0.0, 0.1))
     latency_window: int = field(1000, "recent inference latencies kept for p50/p99", range=(1, 100000))
     # A keep-alive: the controller holds the safe action in between.
     safe_period_s: float = field(0.1, "fixed_rate, safe tier: keep-alive period of the safe action "
@@ -119,6 +123,8 @@ class ControlConfig:
                              "0: off, e.g. 0.05)")
         if self.deadline_s < 0:
             raise ValueError(f"deadline_s must be >= 0 (0: the control period), got {self.deadline_s}")
+        if not 0.0 <= self.tick_phase_s <= 0.1:
+            raise ValueError(f"tick_phase_s={self.tick_phase_s} is outside 0..0.1 s (0: no phase lock)")
         if not 0.0 <= self.safe_period_s <= 10.0:
             raise ValueError(f"safe_period_s={self.safe_period_s} is outside 0..10 s (0: control_period_s * "
                              "tier_decimation)")
@@ -126,6 +132,10 @@ class ControlConfig:
     @property
     def deadline(self) -> float:
         return self.deadline_s or self.control_period_s
+
+    def phase_lock(self, age: Callable[[float], float | None]) -> PhaseLock | None:
+        """The fixed_rate loop's lock onto the robot's samples (``age(t)``: the newest one's age at t; None: off)."""
+        return PhaseLock(age, self.tick_phase_s) if self.tick_phase_s else None
 
 
 @dataclass(frozen=True)

@@ -411,6 +411,10 @@ class ObservationBuilder:
         self._no_action = np.zeros(next((t.size for t in spec.terms if t.source == "action"), 0))
         self._out = np.empty(spec.obs_dim)
         self._joint_topic = next((t.topic for t in spec.terms if t.source == "joint_state"), None)
+        # The robot's clock: its joint states (else the first topic), what event mode acts on and a fixed_rate
+        # loop locks its phase to (core/runtime/realtime.py PhaseLock).
+        self.clock_topic = next((t.topic for t in spec.topics if t.msg_type == "joint_state"),
+                                spec.topics[0].topic if spec.topics else None)
         # One plan per term: (term, reader, where it writes, its history or None, affine, clip).
         self._plan: list[tuple[TermSpec, Any, np.ndarray, deque | None, tuple | None, tuple | None]] = []
         readers = {"joint_state": self._joint_values, "imu": self._imu_values, "twist": self._twist_values,
@@ -493,6 +497,10 @@ class ObservationBuilder:
         """Seconds since ``topic``'s newest sample; None before the first one."""
         got = self._samples.get(topic)
         return None if got is None else now - got[1]
+
+    def clock_age(self, now: float) -> float | None:
+        """Seconds since the newest sample of :attr:`clock_topic`; None before the first one or without topics."""
+        return None if self.clock_topic is None else self.age(self.clock_topic, now)
 
     def build(self, now: float) -> np.ndarray:
         """The observation at time ``now`` (same clock as the stamps).

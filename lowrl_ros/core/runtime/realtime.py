@@ -35,6 +35,7 @@ import ctypes.util
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -168,6 +169,83 @@ class TickSchedule:
         self._next_due = due + self.period_s
         return due, skipped
 
+    @property
+    def next_due(self) -> float | None:
+        """When the next tick is due (None before the first)."""
+        return self._next_due
+
+    def shift(self, seconds: float) -> None:
+        """Move the next tick and every one after it by ``seconds`` (a :class:`PhaseLock`'s correction)."""
+        if self._next_due is not None:
+            self._next_due += seconds
+
+
+class PhaseLock:
+    """Keeps a fixed-rate loop's ticks ``offset_s`` after the robot's sensor samples arrive.
+
+    The robot publishes its joint states on its own schedule (ros2_control's update loop, a simulator's
+    physics loop), and a free-running tick schedule takes whatever phase against it the launch gave.
+    A tick that falls just before a sample arrives acts on an observation almost a sensor period old,
+    and its command reaches the robot one robot update later than a tick that falls just after: a robot
+    period more delay, fixed for the whole session and mixed with the other by load jitter. Measured on
+    the sim robot (5 ms loop, 20 ms ticks): the phase at launch ranged 0.2-4.5 ms, and within ~0.4 ms
+    of coincidence the quadruped's policy saw a physics step more latency
+    (bench_results/sim2real_session/timing_2026-11-29).
+
+    After each tick, ``lag`` is the age at the tick's due time of the newest sample it took (``age(due)``;
+    None: none). The smallest lag of the last ``window`` ticks, when past ``offset_s``, moves the next due
+    time earlier by ``gain * (lag - offset_s)``, at most ``max_share`` of a period a tick: the loop
+    converges onto the samples' arrival plus the offset within a sensor period / max shift ticks (8 ticks
+    for a 200 Hz robot at 50 Hz) and then holds. The smallest of a window: one sample that arrives late
+    (load) leaves the tick with the sample before, a sensor period old, and that must not move a locked
+    loop; a phase that really moved shows in every tick of the window.
+
+    It only ever pulls earlier: the sensor's period is not known, and a sensor faster than the offset
+    (a 1 kHz robot loop) gives lags below it, which move nothing; a tick already within the offset of its
+    sample stays where it is. A sample a period old or older (a silent sensor) moves nothing either, and
+    neither does any tick within ``quiet_ticks`` of one that found no new sample since the tick before: a
+    sensor slower than the loop has no phase to lock to.
+
+    Attributes:
+        lag_s: the newest sample's age at the last tick's due time (None: no sample yet).
+        shifted_s: the total shift so far (s, negative: earlier).
+    """
+
+    def __init__(self, age: Callable[[float], float | None], offset_s: float = 0.001, gain: float = 0.5,
+                 max_share: float = 0.05, quiet_ticks: int = 50, window: int = 5) -> None:
+        if offset_s <= 0:
+            raise ValueError(f"the phase lock's offset must be > 0 s, got {offset_s}")
+        self.age, self.offset_s, self.gain, self.max_share = age, offset_s, gain, max_share
+        self.quiet_ticks = quiet_ticks
+        self._lags: deque[float] = deque(maxlen=window)
+        self.lag_s: float | None = None
+        self.shifted_s = 0.0
+        self._stamp: float | None = None  # the newest sample's arrival at the last tick
+        self._since_repeat = 0  # ticks since one found no new sample
+
+    def shift(self, due: float, period_s: float) -> float:
+        """The move of the next due time (s, <= 0) after the tick due at ``due``."""
+        self.lag_s = lag_s = self.age(due)
+        stamp = None if lag_s is None else due - lag_s
+        repeat = stamp is None or (self._stamp is not None and abs(stamp - self._stamp) < 1e-6)
+        self._stamp, self._since_repeat = stamp, 0 if repeat else self._since_repeat + 1
+        if repeat or not lag_s < period_s:
+            self._lags.clear()
+            return 0.0
+        self._lags.append(lag_s)
+        lag = min(self._lags)
+        if self._since_repeat < self.quiet_ticks or lag <= self.offset_s:
+            return 0.0
+        shift = -min(self.gain * (lag - self.offset_s), self.max_share * period_s)
+        self.shifted_s += shift
+        return shift
+
+    def values(self) -> dict[str, str]:
+        """For the timing status: the lock's target and the last lag."""
+        lag = "none" if self.lag_s is None else f"{self.lag_s * 1e3:.2f}"
+        return {"tick_after_sensor_ms": f"{self.offset_s * 1e3:g}", "sensor_lag_ms": lag,
+                "phase_shifted_ms": f"{self.shifted_s * 1e3:.2f}"}
+
 
 class ControlLoop:
     """fixed_rate control on its own thread: one tick at each absolute deadline of a :class:`TickSchedule`.
@@ -188,6 +266,8 @@ class ControlLoop:
             deadline).
         clock, sleep: seconds, monotonic; a fake pair in tests.
         name: the Python thread name (the OS name is :data:`CONTROL_THREAD`).
+        phase: a :class:`PhaseLock` that keeps the ticks just after the robot's samples arrive (None: the
+            schedule runs free).
     """
 
     MAX_SLEEP_S = 0.05
@@ -196,8 +276,9 @@ class ControlLoop:
                  on_start: Callable[[], None] = lambda: None,
                  on_error: Callable[[Exception], None] = lambda exc: None,
                  clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
-                 name: str = CONTROL_THREAD) -> None:
+                 name: str = CONTROL_THREAD, phase: PhaseLock | None = None) -> None:
         self._tick, self._on_start, self._on_error = tick, on_start, on_error
+        self.phase = phase
         self._clock, self._sleep = clock, sleep
         self._schedule = TickSchedule(period_s)
         # Plain flags and one reference: each is one attribute store/load (atomic under the GIL); the loop
@@ -250,7 +331,9 @@ class ControlLoop:
                     return  # nothing left to run (the node was released under us)
             except Exception as exc:  # noqa: BLE001 - the loop must outlive any one tick
                 self._on_error(exc)
-            deadline = due + schedule.period_s
+            if self.phase is not None:
+                schedule.shift(self.phase.shift(due, schedule.period_s))
+            deadline = schedule.next_due
             while not (self._stopped or self._woken):
                 remaining = deadline - clock()
                 if remaining <= 0:

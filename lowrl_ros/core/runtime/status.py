@@ -27,7 +27,7 @@ while a teleop override replaces the policy's action) and ``realtime`` (WARN whe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lowrl_ros.core.runtime.ladder import FallbackLadder
@@ -157,7 +157,8 @@ def input_status(inputs: Sequence[InputSeen], active: bool, now: float, wall_now
 
 
 def robot_io_status(*, timing: Any = None, estop: Any = None, teleop_topic: str = "", override_held: bool = False,
-                    interventions: int = 0, realtime: Any = None, deploy: Any = None) -> list[StatusEntry]:
+                    interventions: int = 0, realtime: Any = None, deploy: Any = None,
+                    phase: Any = None) -> list[StatusEntry]:
     """The statuses a configuration adds (see the module docstring); each only where it applies.
 
     Args:
@@ -166,8 +167,11 @@ def robot_io_status(*, timing: Any = None, estop: Any = None, teleop_topic: str 
         teleop_topic: "" without teleop; override_held: an override is held now; interventions: ticks so far.
         realtime: the ``RealtimeResult`` of the rt_* settings, or None when none was asked for.
         deploy: the configure-time ``DeployReport`` (core/runtime/deploy_check.py), or None without a robot file.
+        phase: the fixed_rate loop's ``PhaseLock`` (core/runtime/realtime.py), its figures added to the timing's.
     """
     entries = [] if timing is None else [timing.status()]
+    if entries and phase is not None:
+        entries[0] = replace(entries[0], values={**entries[0].values, **phase.values()})
     if estop is not None:
         entries.append(estop.status())
     if teleop_topic:
