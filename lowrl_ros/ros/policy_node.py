@@ -11,7 +11,8 @@ on deactivate/shutdown goes out first): the commands, ``lowrl/policy/latency_us`
 
 Timing (``robot_timing``, core ControlTiming): fixed_rate at the contract's control period, or the
 ``mode``/``control_period_s`` parameters (a WARN when that is not the contract's rate). fixed_rate ticks
-run on the node's own thread (core ControlLoop, OS name ``lowrl_control``, ``rt_*``); event mode on the
+run on the node's own thread (core ControlLoop, OS name ``lowrl_control``, ``rt_*``), each kept just after
+the robot's joint states arrive (``tick_phase_s``, core PhaseLock); event mode on the
 executor, as each trigger message arrives. One lock (``PolicyNode._lock``) makes each tick and each
 executor callback atomic with respect to the other. The decisions live in core (PolicyController,
 PolicySwapper, ObservationBuilder, policy_status); every exception at a callback boundary becomes the
