@@ -113,9 +113,11 @@ def test_the_shipped_retrain_sources_are_the_checkpoints_their_policies_came_fro
         assert critic.weights.input_dim == parsed.contract.obs_dim, name
 
 
-def test_legged_retrain_cuts_the_recorded_episodes_and_takes_its_benchmarked_settings(monkeypatch, tmp_path):
-    """`lowrl demo --robot legged --retrain`: the fine-tuner cuts the 9 episodes before the identification at 250
-    steps, and the trainer node releases 480 s after them, half its episodes at the robot's commands."""
+@pytest.mark.parametrize("robot", ["legged", "quadruped"])
+def test_retrain_cuts_the_recorded_episodes_and_takes_its_benchmarked_settings(monkeypatch, tmp_path, robot):
+    """`lowrl demo --robot legged|quadruped --retrain`: the fine-tuner cuts the 9 episodes before the identification
+    at 250 steps, and the trainer node releases 480 s after them, half its episodes at the robot's commands; the
+    quadruped's also across one more physics step of latency (bench_results/sim2real_session/HISTORY.md)."""
     import lowrl_ros.ros.recorder_node as recorder_node
 
     class Launched(Exception):
@@ -128,10 +130,11 @@ def test_legged_retrain_cuts_the_recorded_episodes_and_takes_its_benchmarked_set
     monkeypatch.setattr(demo, "Launcher", launcher)
     monkeypatch.setattr(demo, "machine_cpu_load", lambda seconds=2.0: 0.0)
     with pytest.raises(Launched) as launched:
-        demo.run(args("--robot", "legged", "--retrain", "--session-dir", str(tmp_path / "s")))
+        demo.run(args("--robot", robot, "--retrain", "--session-dir", str(tmp_path / "s")))
     params = launched.value.args[0]
     assert params["finetune_node"]["record_episodes"] == "9"
     assert params["finetune_node"]["record_time_limit_steps"] == "250"
     trainer = params["trainer_node"]
     assert trainer["retrain.release_within_s"] == "480.0" and trainer["ppo.recorded_command_share"] == "0.5"
     assert trainer["retrain.episodes"] == "8" and trainer["ppo.n_envs"] == "32"  # the shared recipe
+    assert trainer.get("ppo.latency_extra") == ("1" if robot == "quadruped" else None)

@@ -168,9 +168,11 @@ ROBOTS = {
                            sim=("config/robots/quadruped.yaml", "quadruped.lowrl",
                                 "config/gaps/quadruped_example.yaml", "quadruped_rsl_rl/model.pt"),
                            # the legged recipe; its bang-bang policy's int8 worst case is ~10 % of the action range
-                           # where an output crosses the clip, so that gate allows 20 % (the return gate judges it)
+                           # where an output crosses the clip, so that gate allows 20 % (the return gate judges it);
+                           # over ROS 2 its commands act a physics step later than the identified latency says
+                           # (docs/sim_to_real.md, --latency-extra), so it trains across that step too
                            retrain_params=(("retrain.release_within_s", "480.0"), ("ppo.recorded_command_share", "0.5"),
-                                           ("ppo.int8_max_error", "0.2")),
+                                           ("ppo.int8_max_error", "0.2"), ("ppo.latency_extra", "1")),
                            retrain_launch=(("record_episodes", "9"), ("record_time_limit_steps", "250"))),
 }
 
