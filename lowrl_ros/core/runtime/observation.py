@@ -413,8 +413,7 @@ class ObservationBuilder:
         self._joint_topic = next((t.topic for t in spec.terms if t.source == "joint_state"), None)
         # The robot's clock: its joint states (else the first topic), what event mode acts on and a fixed_rate
         # loop locks its phase to (core/runtime/realtime.py PhaseLock).
-        self.clock_topic = next((t.topic for t in spec.topics if t.msg_type == "joint_state"),
-                                spec.topics[0].topic if spec.topics else None)
+        self.clock_topic = self._joint_topic or (spec.topics[0].topic if spec.topics else None)
         # One plan per term: (term, reader, where it writes, its history or None, affine, clip).
         self._plan: list[tuple[TermSpec, Any, np.ndarray, deque | None, tuple | None, tuple | None]] = []
         readers = {"joint_state": self._joint_values, "imu": self._imu_values, "twist": self._twist_values,
